@@ -1,0 +1,45 @@
+# Top-level driver. `make` builds build/libcoralloc.{so,a}; `make test` builds
+# the normal, ASan+UBSan and TSan configurations and runs every test through
+# ctest; `make bench` runs the default benchmark comparison.
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE ?= cmake
+
+.PHONY: all build test test-release test-asan test-tsan bench clean format
+
+all: build
+
+build:
+	$(CMAKE) -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+	$(CMAKE) --build build -j$(JOBS)
+
+build-asan/.configured:
+	$(CMAKE) -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCORAL_SANITIZE=address >/dev/null
+	touch $@
+
+build-tsan/.configured:
+	$(CMAKE) -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCORAL_SANITIZE=thread >/dev/null
+	touch $@
+
+test-release: build
+	cd build && ctest --output-on-failure -j$(JOBS)
+
+test-asan: build-asan/.configured
+	$(CMAKE) --build build-asan -j$(JOBS)
+	cd build-asan && ctest --output-on-failure -j$(JOBS)
+
+test-tsan: build-tsan/.configured
+	$(CMAKE) --build build-tsan -j$(JOBS)
+	cd build-tsan && ctest --output-on-failure -j$(JOBS)
+
+# One summary line per configuration, then the overall one.
+test: test-release test-asan test-tsan
+	@echo "all configurations passed: release, asan+ubsan, tsan"
+
+bench: build
+	./bench/run-bench
+
+format:
+	clang-format -i include/*.h src/*.c src/*.h src/*.cc tests/*.c bench/workloads/*.c
+
+clean:
+	rm -rf build build-asan build-tsan

@@ -1,0 +1,63 @@
+/* coralloc: a general-purpose memory allocator.
+ *
+ * Every function here works whether or not coralloc also replaces the
+ * process's malloc (LD_PRELOAD or linking libcoralloc). The semantics of the
+ * coral_ versions of the standard calls are exactly those of the C/POSIX
+ * calls they mirror: results are 16-byte aligned, errno is ENOMEM on failure
+ * (EINVAL for a bad alignment where POSIX says so), and size overflow gives
+ * NULL, never a short block.
+ */
+#ifndef CORALLOC_H
+#define CORALLOC_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define CORAL_API __attribute__((visibility("default")))
+#define CORAL_MALLOC_ATTR __attribute__((malloc, warn_unused_result))
+#else
+#define CORAL_API
+#define CORAL_MALLOC_ATTR
+#endif
+
+/* ---- the standard API, prefixed ---------------------------------------- */
+CORAL_API CORAL_MALLOC_ATTR void *coral_malloc(size_t size);
+CORAL_API void coral_free(void *p);
+CORAL_API CORAL_MALLOC_ATTR void *coral_calloc(size_t n, size_t size);
+CORAL_API void *coral_realloc(void *p, size_t size);
+CORAL_API void *coral_reallocarray(void *p, size_t n, size_t size);
+CORAL_API int coral_posix_memalign(void **out, size_t alignment, size_t size);
+CORAL_API CORAL_MALLOC_ATTR void *coral_aligned_alloc(size_t alignment, size_t size);
+CORAL_API CORAL_MALLOC_ATTR void *coral_memalign(size_t alignment, size_t size);
+CORAL_API CORAL_MALLOC_ATTR void *coral_valloc(size_t size);
+CORAL_API CORAL_MALLOC_ATTR void *coral_pvalloc(size_t size);
+CORAL_API size_t coral_malloc_usable_size(const void *p);
+/* Free with the size (or alignment) the block was allocated with: the hint
+ * is checked against the block, not trusted. */
+CORAL_API void coral_free_sized(void *p, size_t size);
+CORAL_API void coral_free_aligned_sized(void *p, size_t alignment, size_t size);
+
+/* The usable size malloc(size) would give, without allocating (like
+ * jemalloc's nallocx). 0 when size is too large to allocate. */
+CORAL_API size_t coral_good_size(size_t size);
+
+/* True when p points into memory coralloc manages. */
+CORAL_API int coral_owns(const void *p);
+
+/* Return memory the process is not using to the OS: pending purges are done
+ * at once. force != 0 also collects this thread's caches and abandoned
+ * memory first. */
+CORAL_API void coral_collect(int force);
+
+/* Print the allocator's statistics (OS calls, mapped memory, segments). */
+CORAL_API void coral_stats_print(FILE *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CORALLOC_H */

@@ -1,0 +1,237 @@
+/* The allocation API (coral_ names) and the slow paths behind alloc.h. */
+#include <errno.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "internal.h"
+
+/* The calling thread's heap, set up on first use. NULL only when the OS
+ * has no memory for it. */
+static coral_heap_t *heap_ready(void) {
+    coral_heap_t *heap = coral_tls_heap;
+    if (coral_unlikely(heap == &coral_heap_empty)) heap = coral_thread_init();
+    return heap;
+}
+
+static void *enomem(void) {
+    errno = ENOMEM;
+    return NULL;
+}
+
+static void periodic_work(coral_heap_t *heap) {
+    if ((++heap->heartbeat & 1023) == 0) coral_segment_cache_purge(false);
+}
+
+void *coral_malloc_generic(coral_heap_t *heap, size_t size, bool zero) {
+    if (coral_unlikely(heap == &coral_heap_empty)) {
+        heap = coral_thread_init();
+        if (heap == NULL) return enomem();
+    }
+    if (size > CORAL_CLASS_MAX_SIZE) return coral_malloc_large(heap, size, 0, zero);
+    periodic_work(heap);
+    coral_heap_delayed_free_collect(heap);
+    unsigned cls = coral_size_class(size);
+    coral_page_t *page = heap->queues[cls].first;
+    if (page == NULL || page->free == NULL) page = coral_heap_find_page(heap, cls);
+    if (page == NULL) return enomem();
+    coral_block_t *block = page->free;
+    page->free = block->next;
+    page->used++;
+    if (zero) {
+        if (page->free_is_zero) block->next = NULL;
+        else memset(block, 0, size);
+    }
+    return block;
+}
+
+/* ---- free -------------------------------------------------------------------------- */
+
+/* Not a pointer into the start chunk of a segment: NULL, a huge block's
+ * later part (an aligned huge block), or not ours. */
+void coral_free_slow(void *p) {
+    if (p == NULL) return;
+    coral_segment_t *seg = coral_segment_of_any(p);
+    if (seg == NULL)
+        coral_fatal("free(): invalid pointer %p (not allocated by coralloc)", p);
+    coral_free_remote(seg, &seg->pages[0], p); /* huge segments only get here */
+}
+
+/* ---- usable size ---------------------------------------------------------------------- */
+
+static size_t usable_size_of(coral_segment_t *seg, const void *p) {
+    if (seg->kind == CORAL_SEGMENT_HUGE) return coral_huge_usable(seg, p);
+    coral_page_t *page = coral_segment_page_of(seg, p);
+    if (page->slice_count == 0) return 0;
+    uint8_t *block = (uint8_t *)p;
+    if (__atomic_load_n(&page->flags, __ATOMIC_RELAXED) & CORAL_PAGE_HAS_ALIGNED)
+        block = coral_page_block_start(page, p);
+    return (size_t)(block + page->block_size - (const uint8_t *)p);
+}
+
+size_t coral_malloc_usable_size(const void *p) {
+    if (p == NULL) return 0;
+    coral_segment_t *seg = coral_segment_of_any(p);
+    return seg ? usable_size_of(seg, p) : 0;
+}
+
+int coral_owns(const void *p) { return p != NULL && coral_segment_of_any(p) != NULL; }
+
+size_t coral_good_size(size_t size) {
+    if (size <= CORAL_CLASS_MAX_SIZE) return coral_class_size(coral_size_class(size));
+    if (size > CORAL_MAX_REQUEST) return 0;
+    if (size <= CORAL_LARGE_MAX_SIZE)
+        return (size + CORAL_SLICE_SIZE - 1) & ~(CORAL_SLICE_SIZE - 1);
+    /* huge: the block starts after the 64 KiB header, ends at an OS page */
+    return ((CORAL_SLICE_SIZE + size + CORAL_OS_PAGE_SIZE - 1) & ~(CORAL_OS_PAGE_SIZE - 1)) -
+           CORAL_SLICE_SIZE;
+}
+
+/* ---- the standard calls ---------------------------------------------------------------- */
+
+void *coral_malloc(size_t size) { return coral_malloc_inline(size); }
+void coral_free(void *p) { coral_free_inline(p); }
+void *coral_calloc(size_t n, size_t size) { return coral_calloc_inline(n, size); }
+
+static void check_sized_free(void *p, size_t size) {
+    size_t usable = coral_malloc_usable_size(p);
+    if (coral_unlikely(p != NULL && size > usable))
+        coral_fatal("free_sized(%p, %zu): the block has only %zu bytes", p, size, usable);
+}
+
+void coral_free_sized(void *p, size_t size) {
+    check_sized_free(p, size);
+    coral_free_inline(p);
+}
+
+void coral_free_aligned_sized(void *p, size_t alignment, size_t size) {
+    if (coral_unlikely(((uintptr_t)p & (alignment - 1)) != 0))
+        coral_fatal("free_aligned_sized(%p): not aligned to %zu", p, alignment);
+    coral_free_sized(p, size);
+}
+
+/* Aligned allocation; alignment is a power of two. */
+void *coral_malloc_aligned_in(coral_heap_t *heap, size_t size, size_t alignment, bool zero) {
+    if (alignment <= CORAL_ALIGNMENT)
+        return zero ? coral_calloc_inline(1, size) : coral_malloc_inline(size);
+    if (size > CORAL_MAX_REQUEST || alignment > CORAL_MAX_REQUEST) return enomem();
+    /* A pointer must lie inside its block: size 0 would put an over-allocated
+     * one at the start of the next block. */
+    if (size == 0) size = 1;
+    if (heap == &coral_heap_empty && (heap = heap_ready()) == NULL) return enomem();
+    if (alignment <= CORAL_SLICE_SIZE) {
+        /* A class whose block size is a multiple of the alignment has every
+         * block aligned (pages start on a 64 KiB boundary). */
+        size_t rounded = (size + alignment - 1) & ~(alignment - 1);
+        if (rounded <= CORAL_CLASS_MAX_SIZE &&
+            (coral_class_size(coral_size_class(rounded)) & (alignment - 1)) == 0)
+            return coral_malloc_generic(heap, rounded, zero);
+        /* Else over-allocate in a class and point inside the block. */
+        size_t padded = size + alignment - CORAL_ALIGNMENT;
+        if (padded <= CORAL_CLASS_MAX_SIZE) {
+            uint8_t *p = coral_malloc_generic(heap, padded, false);
+            if (p == NULL) return NULL;
+            uint8_t *aligned = (uint8_t *)(((uintptr_t)p + alignment - 1) & ~(alignment - 1));
+            if (aligned != p) {
+                coral_page_t *page = coral_segment_page_of(coral_ptr_segment(p), p);
+                __atomic_store_n(&page->flags, page->flags | CORAL_PAGE_HAS_ALIGNED,
+                                 __ATOMIC_RELAXED);
+            }
+            if (zero) memset(aligned, 0, size);
+            return aligned;
+        }
+    }
+    return coral_malloc_large(heap, size, alignment, zero);
+}
+
+static bool is_power_of_two(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
+
+int coral_posix_memalign(void **out, size_t alignment, size_t size) {
+    if (!is_power_of_two(alignment) || alignment % sizeof(void *) != 0) return EINVAL;
+    int saved = errno;
+    void *p = coral_malloc_aligned_in(coral_tls_heap, size, alignment, false);
+    if (p == NULL) {
+        errno = saved;
+        return ENOMEM;
+    }
+    *out = p;
+    return 0;
+}
+
+void *coral_memalign(size_t alignment, size_t size) {
+    if (!is_power_of_two(alignment)) {
+        errno = EINVAL;
+        return NULL;
+    }
+    return coral_malloc_aligned_in(coral_tls_heap, size, alignment, false);
+}
+
+void *coral_aligned_alloc(size_t alignment, size_t size) { return coral_memalign(alignment, size); }
+
+void *coral_valloc(size_t size) {
+    return coral_malloc_aligned_in(coral_tls_heap, size, CORAL_OS_PAGE_SIZE, false);
+}
+
+void *coral_pvalloc(size_t size) {
+    if (size > CORAL_MAX_REQUEST) return enomem();
+    size_t rounded = (size + CORAL_OS_PAGE_SIZE - 1) & ~(CORAL_OS_PAGE_SIZE - 1);
+    if (rounded == 0) rounded = CORAL_OS_PAGE_SIZE;
+    return coral_malloc_aligned_in(coral_tls_heap, rounded, CORAL_OS_PAGE_SIZE, false);
+}
+
+/* ---- realloc ---------------------------------------------------------------------------- */
+
+static void *realloc_move(void *p, size_t old_usable, size_t size) {
+    void *q = coral_malloc_inline(size);
+    if (q == NULL) return NULL;
+    memcpy(q, p, old_usable < size ? old_usable : size);
+    coral_free_inline(p);
+    return q;
+}
+
+void *coral_realloc(void *p, size_t size) {
+    if (p == NULL) return coral_malloc_inline(size);
+    if (size == 0) { /* glibc's behaviour: free and return NULL */
+        coral_free_inline(p);
+        return NULL;
+    }
+    if (size > CORAL_MAX_REQUEST) return enomem();
+    coral_segment_t *seg = coral_segment_of_any(p);
+    if (seg == NULL) coral_fatal("realloc(): invalid pointer %p (not allocated by coralloc)", p);
+    size_t usable = usable_size_of(seg, p);
+    if (seg->kind == CORAL_SEGMENT_HUGE) {
+        if (size > CORAL_LARGE_MAX_SIZE) return coral_huge_realloc(seg, p, size);
+        return realloc_move(p, usable, size);
+    }
+    coral_page_t *page = coral_segment_page_of(seg, p);
+    if (page->slice_count == 0) coral_fatal("realloc(): invalid pointer %p (freed block?)", p);
+    bool owner = atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == coral_thread_id();
+    if (page->class_idx == CORAL_CLASS_LARGE && owner && size > CORAL_CLASS_MAX_SIZE &&
+        size <= CORAL_LARGE_MAX_SIZE) {
+        void *q = coral_realloc_large_in_place(page, p, size);
+        if (q != NULL) return q;
+    } else if (size <= usable && size >= usable / 2) {
+        return p; /* shrinking by less than half: keep the block */
+    }
+    return realloc_move(p, usable, size);
+}
+
+void *coral_reallocarray(void *p, size_t n, size_t size) {
+    size_t total;
+    if (__builtin_mul_overflow(n, size, &total)) return enomem();
+    return coral_realloc(p, total);
+}
+
+/* ---- collection ---------------------------------------------------------------------------- */
+
+void coral_collect(int force) {
+    coral_heap_t *heap = coral_tls_heap;
+    if (heap != &coral_heap_empty) {
+        for (coral_heap_t *h = heap->tld->heaps; h != NULL; h = h->next_heap)
+            coral_heap_collect(h, force != 0);
+        if (force) {
+            coral_segments_adopt_all(heap);
+            coral_heap_collect(heap, true);
+        }
+    }
+    coral_segment_cache_purge(true);
+}

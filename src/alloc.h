@@ -1,0 +1,75 @@
+/* The malloc and free fast paths, inlined into every entry point.
+ *
+ * malloc: one TLS load, one table load (heap->direct), pop from the page's
+ * free list. free: the segment map says the pointer is ours, the segment and
+ * page come from arithmetic, and when the calling thread owns the segment
+ * the block is pushed on the page's local_free. No lock and no atomic
+ * read-modify-write on either path. */
+#ifndef CORAL_ALLOC_H
+#define CORAL_ALLOC_H
+
+#include <errno.h>
+#include <string.h>
+
+#include "internal.h"
+
+CORAL_INLINE void *coral_pop_small(coral_heap_t *heap, size_t size, bool zero) {
+    coral_page_t *page = heap->direct[(size + 15) >> 4];
+    coral_block_t *block = page->free;
+    if (coral_unlikely(block == NULL)) return coral_malloc_generic(heap, size, zero);
+    page->free = block->next;
+    page->used++;
+    if (zero) {
+        if (page->free_is_zero) block->next = NULL;
+        else memset(block, 0, size);
+    }
+    return block;
+}
+
+CORAL_INLINE void *coral_malloc_inline(size_t size) {
+    coral_heap_t *heap = coral_tls_heap;
+    if (coral_likely(size <= CORAL_DIRECT_MAX_SIZE)) return coral_pop_small(heap, size, false);
+    return coral_malloc_generic(heap, size, false);
+}
+
+CORAL_INLINE void *coral_calloc_inline(size_t n, size_t size) {
+    size_t total;
+    if (coral_unlikely(__builtin_mul_overflow(n, size, &total))) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    coral_heap_t *heap = coral_tls_heap;
+    if (coral_likely(total <= CORAL_DIRECT_MAX_SIZE)) return coral_pop_small(heap, total, true);
+    return coral_malloc_generic(heap, total, true);
+}
+
+CORAL_INLINE void coral_free_inline(void *p) {
+    uintptr_t a = (uintptr_t)p;
+    /* NULL lands here too: the first 4 MiB of the address space is never a
+     * segment. */
+    if (coral_unlikely(coral_map_kind(a) != CORAL_MAP_SEGMENT)) {
+        coral_free_slow(p);
+        return;
+    }
+    coral_segment_t *seg = coral_ptr_segment(p);
+    coral_page_t *page = coral_segment_page_of(seg, p);
+    coral_block_t *block = p;
+    if (coral_likely(atomic_load_explicit(&seg->thread_id, memory_order_relaxed) ==
+                     coral_thread_id())) {
+        /* Owner. Full or aligned pages and a block freed twice in a row
+         * take the generic path. A page that becomes empty is retired
+         * unless it is the first of its class queue (prev == NULL), which
+         * the next malloc of the class would take again at once. */
+        if (coral_likely(page->flags == 0 && block != page->local_free)) {
+            block->next = page->local_free;
+            page->local_free = block;
+            if (coral_unlikely(--page->used == 0) && page->prev != NULL) coral_page_retire(page);
+            return;
+        }
+        coral_free_local_generic(page, p);
+        return;
+    }
+    coral_free_remote(seg, page, p);
+}
+
+#endif

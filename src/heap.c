@@ -1,0 +1,236 @@
+/* Heaps: the per-thread allocation state. A heap owns pages, kept in one
+ * queue per size class (pages that may have free blocks, the first one the
+ * allocation target, reachable through direct[] for small sizes) and one
+ * queue of full pages. Everything here runs on the heap's owner thread, in
+ * the slow paths; only heap->delayed_free is written by other threads. */
+#include <string.h>
+
+#include "internal.h"
+
+/* ---- queues ------------------------------------------------------------------ */
+
+static unsigned queue_of(const coral_page_t *page) {
+    return (page->flags & CORAL_PAGE_IN_FULL) ? CORAL_QUEUE_FULL : page->class_idx;
+}
+
+/* Keep direct[] pointing at the first page of each small class. */
+static void direct_update(coral_heap_t *heap, unsigned q) {
+    if (q > CORAL_DIRECT_LAST_CLASS) return;
+    coral_page_t *page = heap->queues[q].first ? heap->queues[q].first : &coral_page_empty;
+    size_t lo = q == 1 ? 0 : coral_class_size(q - 1) / 16 + 1, hi = coral_class_size(q) / 16;
+    for (size_t w = lo; w <= hi; w++) heap->direct[w] = page;
+}
+
+void coral_queue_push_front(coral_heap_t *heap, unsigned q, coral_page_t *page) {
+    coral_page_queue_t *queue = &heap->queues[q];
+    page->prev = NULL;
+    page->next = queue->first;
+    if (queue->first) queue->first->prev = page;
+    else queue->last = page;
+    queue->first = page;
+    direct_update(heap, q);
+}
+
+static void queue_push_back(coral_heap_t *heap, unsigned q, coral_page_t *page) {
+    coral_page_queue_t *queue = &heap->queues[q];
+    if (queue->first == NULL) {
+        coral_queue_push_front(heap, q, page);
+        return;
+    }
+    page->next = NULL;
+    page->prev = queue->last;
+    queue->last->next = page;
+    queue->last = page;
+}
+
+void coral_queue_remove(coral_heap_t *heap, unsigned q, coral_page_t *page) {
+    coral_page_queue_t *queue = &heap->queues[q];
+    bool was_first = queue->first == page;
+    if (page->prev) page->prev->next = page->next;
+    else queue->first = page->next;
+    if (page->next) page->next->prev = page->prev;
+    else queue->last = page->prev;
+    page->next = page->prev = NULL;
+    if (was_first) direct_update(heap, q);
+}
+
+/* ---- full pages ---------------------------------------------------------------- */
+
+static void page_push_full(coral_heap_t *heap, coral_page_t *page) {
+    coral_page_set_delay(page, CORAL_DELAY_USE, false);
+    __atomic_store_n(&page->flags, page->flags | CORAL_PAGE_IN_FULL, __ATOMIC_RELAXED);
+    coral_queue_push_front(heap, CORAL_QUEUE_FULL, page);
+}
+
+/* The page has no free block: park it in the full queue, where remote frees
+ * notify the heap (delay state USE). Returns false, leaving the page where
+ * it is, when a remote free arrived just before the state changed. */
+static bool page_try_full(coral_heap_t *heap, coral_page_t *page) {
+    coral_page_set_delay(page, CORAL_DELAY_USE, false);
+    coral_page_collect(page);
+    if (page->free != NULL) {
+        coral_page_set_delay(page, CORAL_DELAY_NONE, false);
+        return false;
+    }
+    coral_queue_remove(heap, page->class_idx, page);
+    __atomic_store_n(&page->flags, page->flags | CORAL_PAGE_IN_FULL, __ATOMIC_RELAXED);
+    coral_queue_push_front(heap, CORAL_QUEUE_FULL, page);
+    return true;
+}
+
+void coral_page_to_full(coral_heap_t *heap, coral_page_t *page) { (void)page_try_full(heap, page); }
+
+/* A block of a full page was freed: back to its class queue. */
+void coral_page_unfull(coral_page_t *page) {
+    coral_heap_t *heap = atomic_load_explicit(&page->heap, memory_order_relaxed);
+    coral_queue_remove(heap, CORAL_QUEUE_FULL, page);
+    __atomic_store_n(&page->flags, page->flags & ~CORAL_PAGE_IN_FULL, __ATOMIC_RELAXED);
+    coral_page_set_delay(page, CORAL_DELAY_NONE, false);
+    queue_push_back(heap, page->class_idx, page);
+}
+
+/* ---- releasing pages --------------------------------------------------------------- */
+
+void coral_page_release(coral_page_t *page) {
+    coral_heap_t *heap = atomic_load_explicit(&page->heap, memory_order_relaxed);
+    coral_queue_remove(heap, queue_of(page), page);
+    coral_segment_page_free(page);
+}
+
+/* The page's last block was freed. Give its span back to the segment unless
+ * it is the first page of its class queue: the next malloc of the class takes
+ * that page, so releasing it would only make a new one at once. */
+void coral_page_retire(coral_page_t *page) {
+    if (page->class_idx != CORAL_CLASS_LARGE && page->prev == NULL &&
+        !(page->flags & CORAL_PAGE_IN_FULL))
+        return;
+    coral_page_release(page);
+}
+
+/* ---- finding a page with a free block ------------------------------------------------ */
+
+static size_t class_page_slices(size_t block_size) {
+    if (block_size <= CORAL_SLICE_SIZE / 8) return 1;
+    size_t slices = (block_size * 8 + CORAL_SLICE_SIZE - 1) / CORAL_SLICE_SIZE;
+    return slices > 16 ? 16 : slices;
+}
+
+static coral_page_t *page_new(coral_heap_t *heap, unsigned cls) {
+    size_t block_size = coral_class_size(cls);
+    coral_page_t *page = coral_segment_page_alloc(heap, class_page_slices(block_size));
+    if (page == NULL) return NULL;
+    coral_page_init(heap, page, cls, block_size);
+    coral_page_extend(page);
+    coral_queue_push_front(heap, cls, page);
+    return page;
+}
+
+/* The first page of class cls with a free block, made first in its queue
+ * (so direct[] points at it). Pages found full on the way move to the full
+ * queue: each page is passed over at most once before it has space again. */
+coral_page_t *coral_heap_find_page(coral_heap_t *heap, unsigned cls) {
+    coral_page_queue_t *queue = &heap->queues[cls];
+    coral_page_t *page = queue->first;
+    while (page != NULL) {
+        coral_page_t *next = page->next;
+        coral_page_collect(page);
+        if (coral_unlikely(page->used > page->reserved))
+            coral_fatal("double free detected in a page of %zu-byte blocks at %p",
+                        page->block_size, (void *)page->start);
+        if (page->free != NULL) break;
+        if (page->capacity < page->reserved) {
+            coral_page_extend(page);
+            break;
+        }
+        if (!page_try_full(heap, page)) break;
+        page = next;
+    }
+    if (page == NULL) return page_new(heap, cls);
+    if (queue->first != page) {
+        coral_queue_remove(heap, cls, page);
+        coral_queue_push_front(heap, cls, page);
+    }
+    return page;
+}
+
+/* Owner: free the blocks other threads freed into full pages. */
+void coral_heap_delayed_free_collect(coral_heap_t *heap) {
+    if (atomic_load_explicit(&heap->delayed_free, memory_order_relaxed) == NULL) return;
+    coral_block_t *block = atomic_exchange_explicit(&heap->delayed_free, NULL, memory_order_acquire);
+    while (block != NULL) {
+        coral_block_t *next = block->next;
+        coral_segment_t *seg = coral_ptr_segment(block);
+        coral_free_local_generic(coral_segment_page_of(seg, block), block);
+        block = next;
+    }
+}
+
+/* ---- whole-heap operations -------------------------------------------------------------- */
+
+void coral_heap_init(coral_heap_t *heap, coral_tld_t *tld) {
+    memset(heap->queues, 0, sizeof(heap->queues));
+    for (size_t w = 0; w < CORAL_DIRECT_COUNT; w++) heap->direct[w] = &coral_page_empty;
+    atomic_store_explicit(&heap->delayed_free, NULL, memory_order_relaxed);
+    heap->tld = tld;
+    heap->heartbeat = 0;
+}
+
+/* Collect every page's free blocks; with release_empty, give pages with no
+ * live block back to their segments (even the last of a class). */
+void coral_heap_collect(coral_heap_t *heap, bool release_empty) {
+    coral_heap_delayed_free_collect(heap);
+    for (unsigned q = 0; q < CORAL_QUEUE_COUNT; q++) {
+        coral_page_t *page = heap->queues[q].first;
+        while (page != NULL) {
+            coral_page_t *next = page->next;
+            coral_page_collect(page);
+            if (release_empty && page->used == 0) coral_page_release(page);
+            page = next;
+        }
+    }
+}
+
+/* The heap's thread exits: release what is free, and leave the rest for
+ * adoption. First every page is set to NEVER so no other thread pushes to
+ * heap->delayed_free any more (see page.c), then what was pushed is freed. */
+void coral_heap_abandon(coral_heap_t *heap) {
+    for (unsigned q = 0; q < CORAL_QUEUE_COUNT; q++)
+        for (coral_page_t *page = heap->queues[q].first; page != NULL; page = page->next)
+            coral_page_set_delay(page, CORAL_DELAY_NEVER, true);
+    coral_heap_collect(heap, true);
+    for (unsigned q = 0; q < CORAL_QUEUE_COUNT; q++) {
+        coral_page_t *page = heap->queues[q].first;
+        while (page != NULL) {
+            coral_page_t *next = page->next;
+            page->next = page->prev = NULL;
+            __atomic_store_n(&page->flags, page->flags & ~CORAL_PAGE_IN_FULL, __ATOMIC_RELAXED);
+            atomic_store_explicit(&page->heap, NULL, memory_order_release);
+            page = next;
+        }
+        heap->queues[q].first = heap->queues[q].last = NULL;
+    }
+    for (size_t w = 0; w < CORAL_DIRECT_COUNT; w++) heap->direct[w] = &coral_page_empty;
+}
+
+/* A page of an abandoned segment joins `heap` (segment.c's adoption). */
+void coral_heap_adopt_page(coral_heap_t *heap, coral_page_t *page) {
+    atomic_store_explicit(&page->heap, heap, memory_order_release);
+    coral_page_set_delay(page, CORAL_DELAY_NONE, true);
+    coral_page_collect(page);
+    if (page->used == 0) {
+        coral_segment_page_free(page);
+        return;
+    }
+    if (page->class_idx != CORAL_CLASS_LARGE) {
+        queue_push_back(heap, page->class_idx, page);
+        return;
+    }
+    /* A large block is live: full queue. Re-check for a remote free that came
+     * before the state was USE. */
+    page_push_full(heap, page);
+    coral_page_collect(page);
+    if (page->used == 0) coral_page_release(page);
+}
+
+/* A large page (one block, just allocated) joins the full queue. */
+void coral_heap_add_large_page(coral_heap_t *heap, coral_page_t *page) { page_push_full(heap, page); }

@@ -1,0 +1,174 @@
+/* Process and thread set-up, thread exit, fork, diagnostics.
+ *
+ * Start-up runs on the first allocation of the process, from static memory
+ * and without allocating: under LD_PRELOAD that call can come from the
+ * dynamic loader or libc before they are fully up. A thread's heap is made
+ * on its first allocation; a pthread key's destructor abandons it when the
+ * thread exits. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "options.h"
+#include "stats.h"
+
+__thread coral_heap_t *coral_tls_heap __attribute__((tls_model("initial-exec"))) =
+    &coral_heap_empty;
+
+coral_page_t coral_page_empty; /* free == NULL forever */
+coral_heap_t coral_heap_empty = {.direct = {[0 ... CORAL_DIRECT_COUNT - 1] = &coral_page_empty}};
+
+/* ---- diagnostics -------------------------------------------------------------- */
+
+static void write_line(const char *prefix, const char *fmt, va_list ap) {
+    char buf[512];
+    int n = snprintf(buf, sizeof buf, "%s", prefix);
+    int m = vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
+    size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
+    if (len > sizeof buf - 2) len = sizeof buf - 2;
+    buf[len++] = '\n';
+    ssize_t ignored = write(STDERR_FILENO, buf, len);
+    (void)ignored;
+}
+
+void coral_fatal(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    write_line("coralloc: error: ", fmt, ap);
+    va_end(ap);
+    abort();
+}
+
+void coral_message(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    write_line("coralloc: ", fmt, ap);
+    va_end(ap);
+}
+
+uint64_t coral_clock_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* ---- the heap pool: heap structs for threads (and user heaps) ---------------------- */
+
+static pthread_mutex_t heap_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static coral_heap_t *heap_pool_free;
+
+coral_heap_t *coral_heap_pool_get(void) {
+    pthread_mutex_lock(&heap_pool_lock);
+    if (heap_pool_free == NULL) {
+        /* Carve a fresh 64 KiB mapping into heaps. */
+        size_t chunk = 16 * CORAL_OS_PAGE_SIZE, each = (sizeof(coral_heap_t) + 63) & ~(size_t)63;
+        uint8_t *mem = coral_os_map(chunk);
+        for (size_t off = 0; mem != NULL && off + each <= chunk; off += each) {
+            coral_heap_t *h = (coral_heap_t *)(mem + off);
+            h->next_heap = heap_pool_free;
+            heap_pool_free = h;
+        }
+    }
+    coral_heap_t *heap = heap_pool_free;
+    if (heap) heap_pool_free = heap->next_heap;
+    pthread_mutex_unlock(&heap_pool_lock);
+    if (heap) memset(heap, 0, sizeof *heap);
+    return heap;
+}
+
+void coral_heap_pool_put(coral_heap_t *heap) {
+    pthread_mutex_lock(&heap_pool_lock);
+    heap->next_heap = heap_pool_free;
+    heap_pool_free = heap;
+    pthread_mutex_unlock(&heap_pool_lock);
+}
+
+/* ---- fork -------------------------------------------------------------------------------
+ * The child has one thread (the forking one); every lock must be free in it.
+ * The other threads' heaps stay as they were: their blocks remain valid and
+ * can be freed (as remote frees) in the child. */
+
+static void fork_prepare(void) {
+    pthread_mutex_lock(&heap_pool_lock);
+    coral_segment_locks_prefork();
+}
+
+static void fork_after(void) {
+    coral_segment_locks_postfork();
+    pthread_mutex_unlock(&heap_pool_lock);
+}
+
+/* ---- process start-up ------------------------------------------------------------------- */
+
+static pthread_key_t thread_key;
+static _Atomic(int) process_state; /* 0: not started, 1: starting, 2: ready */
+static _Atomic(int) fork_handlers_state;
+
+static void show_stats_at_exit(void) { coral_stats_print_to(stderr); }
+
+static void process_init(void) {
+    if (atomic_load_explicit(&process_state, memory_order_acquire) == 2) return;
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&process_state, &expected, 1)) {
+        while (atomic_load_explicit(&process_state, memory_order_acquire) != 2) sched_yield();
+        return;
+    }
+    coral_options_init(); /* reads the environment; does not allocate */
+    if (pthread_key_create(&thread_key, coral_thread_done) != 0)
+        coral_message("pthread_key_create failed: heaps of exiting threads are not reclaimed");
+    atomic_store_explicit(&process_state, 2, memory_order_release);
+}
+
+/* Set-up that may allocate: done once the first heap exists. */
+static void process_init_late(void) {
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&fork_handlers_state, &expected, 1)) return;
+    pthread_atfork(fork_prepare, fork_after, fork_after);
+    if (coral_option(CORAL_OPT_SHOW_STATS)) atexit(show_stats_at_exit);
+    if (coral_option(CORAL_OPT_VERBOSE)) coral_options_print();
+}
+
+/* ---- threads ----------------------------------------------------------------------------- */
+
+coral_heap_t *coral_thread_init(void) {
+    process_init();
+    coral_heap_t *heap = coral_heap_pool_get();
+    if (heap == NULL) return NULL;
+    coral_tld_t *tld = &heap->tld_storage;
+    tld->thread_id = coral_thread_id();
+    tld->heap_default = heap;
+    tld->heaps = heap;
+    coral_heap_init(heap, tld);
+    heap->is_default = true;
+    coral_tls_heap = heap;
+    pthread_setspecific(thread_key, heap);
+    coral_stat_gauge(&coral_gstats.threads, &coral_gstats.threads_peak, 1);
+    process_init_late();
+    return heap;
+}
+
+/* The pthread key's destructor: the thread is exiting. */
+void coral_thread_done(void *value) {
+    coral_heap_t *heap = value;
+    if (heap == NULL || heap != coral_tls_heap) return;
+    coral_tld_t *tld = heap->tld;
+    for (coral_heap_t *h = tld->heaps; h != NULL; h = h->next_heap) coral_heap_abandon(h);
+    coral_segments_abandon(tld);
+    coral_tls_heap = &coral_heap_empty;
+    coral_heap_t *h = tld->heaps;
+    while (h != NULL) {
+        coral_heap_t *next = h->next_heap;
+        if (h != heap) coral_heap_pool_put(h);
+        h = next;
+    }
+    coral_heap_pool_put(heap); /* last: it holds the tld */
+    coral_stat_count(&coral_gstats.threads, -1);
+}

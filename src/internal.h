@@ -1,0 +1,278 @@
+/* coralloc internals: the data structures every module shares.
+ *
+ * Memory comes from the OS in segments: 4 MiB, 4 MiB-aligned regions. A
+ * segment is cut into 64 slices of 64 KiB. Slice 0 holds the segment header
+ * (this struct and the page descriptors); the others are grouped into spans,
+ * and each span in use is a *page*: blocks of one size class, or one large
+ * block. A block's segment is its address rounded down to 4 MiB, and its page
+ * descriptor is found from the slice index: arithmetic, no lookup.
+ *
+ * Blocks larger than a segment can hold (huge blocks) get a segment of their
+ * own, bigger than 4 MiB, whose header describes the one block.
+ *
+ * Ownership: a segment belongs to one thread (segment->thread_id). That thread
+ * alone touches the owner-only fields of the segment and its pages. Any other
+ * thread that frees a block of the segment pushes it on the page's atomic
+ * thread_free list (page.c documents the protocol).
+ */
+#ifndef CORAL_INTERNAL_H
+#define CORAL_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "coralloc.h"
+
+#define CORAL_INLINE static inline __attribute__((always_inline))
+#define CORAL_NOINLINE __attribute__((noinline))
+#define CORAL_COLD __attribute__((cold, noinline))
+#define coral_likely(x) __builtin_expect(!!(x), 1)
+#define coral_unlikely(x) __builtin_expect(!!(x), 0)
+
+/* ---- geometry ------------------------------------------------------------ */
+#define CORAL_SEGMENT_SHIFT 22
+#define CORAL_SEGMENT_SIZE ((size_t)1 << CORAL_SEGMENT_SHIFT)
+#define CORAL_SEGMENT_MASK (CORAL_SEGMENT_SIZE - 1)
+#define CORAL_SLICE_SHIFT 16
+#define CORAL_SLICE_SIZE ((size_t)1 << CORAL_SLICE_SHIFT)
+#define CORAL_SLICES_PER_SEGMENT 64
+#define CORAL_OS_PAGE_SIZE ((size_t)4096)
+#define CORAL_ALIGNMENT 16 /* every malloc result is aligned to this */
+
+/* ---- size classes ----------------------------------------------------------
+ * Classes 1..8 are 16, 32, ..., 128 bytes (every result must be 16-aligned,
+ * so there is no 8-byte class). Above 128 each power of two is split in 8:
+ * 144, 160, ..., 256, 288, ..., 512, ... up to 512 KiB (class 104). The
+ * internal waste is at most 12.5% above 128 bytes. */
+#define CORAL_CLASS_SMALL_LAST 8
+#define CORAL_CLASS_COUNT 105 /* classes 1..104; 0 is unused */
+#define CORAL_CLASS_MAX_SIZE ((size_t)512 * 1024)
+#define CORAL_CLASS_LARGE 105 /* a span holding one block, within a segment */
+#define CORAL_QUEUE_FULL 106  /* heap queue of pages with no free block */
+#define CORAL_QUEUE_COUNT 107
+/* Blocks up to this size are served through heap->direct[] (fast path). */
+#define CORAL_DIRECT_MAX_SIZE ((size_t)1024)
+#define CORAL_DIRECT_COUNT (CORAL_DIRECT_MAX_SIZE / 16 + 1)
+#define CORAL_DIRECT_LAST_CLASS 32 /* coral_size_class(1024) */
+/* Largest block a normal segment holds: all slices but the header. */
+#define CORAL_LARGE_MAX_SIZE ((CORAL_SLICES_PER_SEGMENT - 1) * CORAL_SLICE_SIZE)
+/* Requests above this fail with ENOMEM (C says objects must fit ptrdiff_t). */
+#define CORAL_MAX_REQUEST ((size_t)PTRDIFF_MAX - 2 * CORAL_SEGMENT_SIZE)
+
+CORAL_INLINE unsigned coral_size_class(size_t size) {
+    if (size <= 128) return size <= 16 ? 1u : (unsigned)((size + 15) >> 4);
+    size_t s = size - 1;
+    unsigned bit = 63u - (unsigned)__builtin_clzl(s); /* >= 7 */
+    return 9u + (bit - 7u) * 8u + (unsigned)((s >> (bit - 3u)) & 7u);
+}
+
+CORAL_INLINE size_t coral_class_size(unsigned cls) {
+    if (cls <= CORAL_CLASS_SMALL_LAST) return (size_t)cls * 16;
+    unsigned group = (cls - 9u) / 8u, step = (cls - 9u) % 8u;
+    return (size_t)(9u + step) << (group + 4u);
+}
+
+/* ---- blocks, pages, segments, heaps --------------------------------------- */
+typedef struct coral_block_s {
+    struct coral_block_s *next;
+} coral_block_t;
+
+typedef struct coral_heap_s coral_heap_t;
+typedef struct coral_tld_s coral_tld_t;
+
+/* page->flags bits. Both make the free fast path step aside. */
+#define CORAL_PAGE_IN_FULL 1u     /* in the heap's full queue */
+#define CORAL_PAGE_HAS_ALIGNED 2u /* may hold pointers inside blocks */
+
+/* States in the low 2 bits of page->thread_free (see page.c). */
+#define CORAL_DELAY_NONE 0u     /* remote frees push on thread_free */
+#define CORAL_DELAY_USE 1u      /* next remote free goes to heap->delayed_free */
+#define CORAL_DELAY_FREEING 2u  /* a remote thread is pushing to the heap now */
+#define CORAL_DELAY_NEVER 3u    /* page is abandoned: never use the heap */
+#define CORAL_DELAY_MASK ((uintptr_t)3)
+
+/* A page descriptor is 128 bytes, a power of two so that finding it is a
+ * shift: the owner's fields fill the first cache line, the fields other
+ * threads write (thread_free) sit on the second, so remote frees do not
+ * bounce the line the owner's fast paths use. */
+typedef struct coral_page_s {
+    /* Owner-only fields: read and written by the segment's owner thread
+     * (remote frees read the ones set at page creation). */
+    coral_block_t *free;       /* blocks malloc pops */
+    coral_block_t *local_free; /* blocks the owner freed, moved to free later */
+    uint32_t used;             /* blocks handed out and not yet returned */
+    uint32_t slice_offset;     /* every descriptor: bytes back to the span's head */
+    uint8_t flags;             /* CORAL_PAGE_* */
+    uint8_t free_is_zero;      /* every block on `free` is zero but its link */
+    uint8_t is_fresh;          /* the span came zeroed from the OS */
+    uint8_t class_idx;         /* size class, or CORAL_CLASS_LARGE */
+    uint32_t capacity;         /* blocks carved out of the span so far */
+    uint32_t reserved;         /* blocks that fit in the span */
+    uint32_t slice_count;      /* head descriptor: slices in the span; 0 = free */
+    size_t block_size;
+    uint8_t *start;            /* first block */
+    struct coral_page_s *prev; /* in the owner heap's queue; NULL: first */
+    /* Second cache line. */
+    struct coral_page_s *next;
+    _Atomic(uintptr_t) thread_free; /* remote-freed blocks | delay state */
+    _Atomic(coral_heap_t *) heap;   /* owner heap; NULL while abandoned */
+    uint8_t padding[40];
+} coral_page_t;
+
+_Static_assert(sizeof(coral_page_t) == 128, "page descriptors are 128 bytes");
+
+#define CORAL_SEGMENT_NORMAL 1u
+#define CORAL_SEGMENT_HUGE 2u
+
+typedef struct coral_segment_s {
+    /* The owner thread's id, 0 while abandoned, cached, or huge. Written by
+     * the owner (or the adopter under the abandoned-list lock), read by any
+     * thread that frees into the segment. */
+    _Atomic(uintptr_t) thread_id;
+    uint32_t kind;       /* CORAL_SEGMENT_* */
+    uint32_t used_pages; /* owner-only: spans in use */
+    size_t size;         /* bytes mapped */
+    uint64_t used_slices;  /* owner-only: bit i = slice i in a span (bit 0: header) */
+    uint64_t dirty_slices; /* owner-only: bit i = slice i touched since mapped/purged */
+    coral_tld_t *tld;      /* owner thread data; NULL when not owned */
+    struct coral_segment_s *next, *prev; /* owner's list, or a global list */
+    uint64_t released_at_ms; /* when it entered the segment cache */
+    _Alignas(128) coral_page_t pages[CORAL_SLICES_PER_SEGMENT];
+} coral_segment_t;
+
+typedef struct coral_page_queue_s {
+    coral_page_t *first, *last;
+} coral_page_queue_t;
+
+/* Per-thread data shared by all heaps of a thread. */
+struct coral_tld_s {
+    uintptr_t thread_id;
+    coral_heap_t *heap_default;
+    coral_heap_t *heaps;         /* all heaps of the thread (list via next_heap) */
+    coral_segment_t *segments;   /* owned segments that have pages in use */
+};
+
+struct coral_heap_s {
+    /* direct[(size+15)/16]: the first page of the size class serving that
+     * size (or the empty page). The malloc fast path reads only this. */
+    coral_page_t *direct[CORAL_DIRECT_COUNT];
+    coral_page_queue_t queues[CORAL_QUEUE_COUNT];
+    /* Blocks freed by other threads into this heap's full pages. Many
+     * threads push (CAS), the owner takes the whole list (exchange). */
+    _Atomic(coral_block_t *) delayed_free;
+    coral_tld_t *tld;
+    coral_heap_t *next_heap; /* in tld->heaps, or the free pool */
+    bool is_default;
+    uint32_t heartbeat; /* slow-path calls, for periodic work */
+    coral_tld_t tld_storage; /* the thread's tld, in its default heap */
+};
+
+/* ---- the segment map ---------------------------------------------------------
+ * One byte per 4 MiB chunk of the 47-bit user address space: NONE, the start
+ * of a segment, or a later chunk of a huge segment. Written only while the
+ * segment is mapped and before any block of it is handed out; read by free. */
+#define CORAL_MAP_NONE 0
+#define CORAL_MAP_SEGMENT 1
+#define CORAL_MAP_HUGE_TAIL 2
+#define CORAL_MAP_CHUNKS ((size_t)1 << (47 - CORAL_SEGMENT_SHIFT))
+extern _Atomic(uint8_t) coral_segment_map[CORAL_MAP_CHUNKS];
+
+CORAL_INLINE uint8_t coral_map_kind(uintptr_t addr) {
+    size_t chunk = addr >> CORAL_SEGMENT_SHIFT;
+    if (coral_unlikely(chunk >= CORAL_MAP_CHUNKS)) return CORAL_MAP_NONE;
+    return atomic_load_explicit(&coral_segment_map[chunk], memory_order_relaxed);
+}
+
+/* ---- thread identity and the thread's heap ----------------------------------
+ * The thread pointer is unique among live threads; a dying thread clears it
+ * from every segment it owned before it exits. */
+CORAL_INLINE uintptr_t coral_thread_id(void) { return (uintptr_t)__builtin_thread_pointer(); }
+
+extern __thread coral_heap_t *coral_tls_heap __attribute__((tls_model("initial-exec")));
+extern coral_heap_t coral_heap_empty; /* every direct entry = coral_page_empty */
+extern coral_page_t coral_page_empty; /* never has a free block */
+
+CORAL_INLINE coral_segment_t *coral_ptr_segment(const void *p) {
+    return (coral_segment_t *)((uintptr_t)p & ~(uintptr_t)CORAL_SEGMENT_MASK);
+}
+
+CORAL_INLINE coral_page_t *coral_segment_page_of(coral_segment_t *seg, const void *p) {
+    coral_page_t *slice = &seg->pages[((uintptr_t)p - (uintptr_t)seg) >> CORAL_SLICE_SHIFT];
+    return (coral_page_t *)((uint8_t *)slice - slice->slice_offset);
+}
+
+CORAL_INLINE uint8_t *coral_segment_base(coral_segment_t *seg) { return (uint8_t *)seg; }
+
+/* ---- module interfaces ------------------------------------------------------ */
+
+/* diagnostics (init.c) */
+CORAL_COLD __attribute__((noreturn, format(printf, 1, 2))) void coral_fatal(const char *fmt, ...);
+CORAL_COLD __attribute__((format(printf, 1, 2))) void coral_message(const char *fmt, ...);
+uint64_t coral_clock_ms(void);
+
+/* os.c: every mmap/munmap/madvise/mremap goes through here. */
+void *coral_os_map(size_t size);
+void *coral_os_map_aligned(size_t size, size_t alignment);
+void coral_os_unmap(void *p, size_t size);
+bool coral_os_purge(void *p, size_t size);
+void *coral_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t alignment);
+
+/* segment.c */
+coral_page_t *coral_segment_page_alloc(coral_heap_t *heap, size_t slices);
+void coral_segment_page_free(coral_page_t *page);
+bool coral_segment_span_resize(coral_page_t *page, size_t slices);
+void coral_segment_map_set(void *start, size_t size, bool present);
+coral_segment_t *coral_segment_of_any(const void *p);
+void coral_segments_abandon(coral_tld_t *tld);
+void coral_segments_adopt_all(coral_heap_t *heap);
+void coral_segment_cache_purge(bool force);
+void coral_segment_locks_prefork(void);
+void coral_segment_locks_postfork(void);
+
+/* page.c */
+void coral_page_init(coral_heap_t *heap, coral_page_t *page, unsigned cls, size_t block_size);
+void coral_page_extend(coral_page_t *page);
+void coral_page_collect(coral_page_t *page);
+bool coral_page_thread_free_collect(coral_page_t *page);
+void coral_page_set_delay(coral_page_t *page, uintptr_t state, bool override_never);
+void coral_free_remote(coral_segment_t *seg, coral_page_t *page, void *p);
+void coral_free_local_generic(coral_page_t *page, void *p);
+uint8_t *coral_page_block_start(const coral_page_t *page, const void *p);
+
+/* heap.c */
+void coral_queue_push_front(coral_heap_t *heap, unsigned q, coral_page_t *page);
+void coral_queue_remove(coral_heap_t *heap, unsigned q, coral_page_t *page);
+void coral_page_to_full(coral_heap_t *heap, coral_page_t *page);
+void coral_page_unfull(coral_page_t *page);
+void coral_page_retire(coral_page_t *page);
+void coral_page_release(coral_page_t *page);
+coral_page_t *coral_heap_find_page(coral_heap_t *heap, unsigned cls);
+void coral_heap_delayed_free_collect(coral_heap_t *heap);
+void coral_heap_collect(coral_heap_t *heap, bool release_empty);
+void coral_heap_init(coral_heap_t *heap, coral_tld_t *tld);
+void coral_heap_adopt_page(coral_heap_t *heap, coral_page_t *page);
+void coral_heap_add_large_page(coral_heap_t *heap, coral_page_t *page);
+void coral_heap_abandon(coral_heap_t *heap);
+
+/* alloc.c: the slow paths of alloc.h */
+void *coral_malloc_generic(coral_heap_t *heap, size_t size, bool zero);
+void coral_free_slow(void *p);
+void *coral_malloc_aligned_in(coral_heap_t *heap, size_t size, size_t alignment, bool zero);
+
+/* large.c */
+void *coral_malloc_large(coral_heap_t *heap, size_t size, size_t alignment, bool zero);
+void *coral_huge_alloc(size_t size, size_t alignment, bool zero);
+void coral_huge_free(coral_segment_t *seg);
+void *coral_realloc_large_in_place(coral_page_t *page, void *p, size_t size);
+void *coral_huge_realloc(coral_segment_t *seg, void *p, size_t size);
+size_t coral_huge_usable(coral_segment_t *seg, const void *p);
+
+/* init.c */
+coral_heap_t *coral_thread_init(void);
+void coral_thread_done(void *value);
+coral_heap_t *coral_heap_pool_get(void);
+void coral_heap_pool_put(coral_heap_t *heap);
+
+#endif /* CORAL_INTERNAL_H */

@@ -1,0 +1,82 @@
+/* Options from the environment: CORALLOC_<NAME>=value, read once at start-up.
+ * Parsing uses no allocation (start-up may run before libc is fully up). A
+ * bad value prints one line naming the variable and what it accepts, and the
+ * default stays. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "options.h"
+
+typedef struct option_desc_s {
+    const char *name; /* after CORALLOC_ */
+    int64_t value;    /* default */
+    int64_t min, max;
+    bool is_bool;
+    const char *help;
+} option_desc_t;
+
+static const option_desc_t option_descs[CORAL_OPT_COUNT] = {
+    [CORAL_OPT_VERBOSE] = {"VERBOSE", 0, 0, 1, true, "print the options in force at start-up"},
+    [CORAL_OPT_SHOW_STATS] = {"SHOW_STATS", 0, 0, 1, true, "print statistics to stderr at exit"},
+    [CORAL_OPT_PURGE_DELAY_MS] = {"PURGE_DELAY_MS", 250, 0, 3600000, false,
+                                  "milliseconds an empty segment stays before it is purged"},
+    [CORAL_OPT_SEGMENT_CACHE] = {"SEGMENT_CACHE", 16, 0, 4096, false,
+                                 "empty segments (4 MiB each) kept mapped for reuse"},
+    [CORAL_OPT_FAIL_OS_AFTER] = {"FAIL_OS_AFTER", 0, 0, INT64_MAX, false,
+                                 "testing: make the Nth OS mapping call fail (0: never)"},
+};
+
+int64_t coral_options[CORAL_OPT_COUNT];
+
+static bool parse_bool(const char *s, int64_t *out) {
+    static const char *const yes[] = {"1", "true", "yes", "on"}, *const no[] = {"0", "false", "no",
+                                                                                "off"};
+    for (size_t i = 0; i < 4; i++) {
+        if (strcasecmp(s, yes[i]) == 0) return (*out = 1), true;
+        if (strcasecmp(s, no[i]) == 0) return (*out = 0), true;
+    }
+    return false;
+}
+
+static bool parse_int(const char *s, int64_t *out) {
+    if (*s == '\0') return false;
+    int64_t v = 0;
+    for (; *s >= '0' && *s <= '9'; s++) {
+        if (v > (INT64_MAX - (*s - '0')) / 10) return false;
+        v = v * 10 + (*s - '0');
+    }
+    if (*s != '\0') return false;
+    *out = v;
+    return true;
+}
+
+void coral_options_init(void) {
+    for (int i = 0; i < CORAL_OPT_COUNT; i++) {
+        const option_desc_t *d = &option_descs[i];
+        coral_options[i] = d->value;
+        char var[64];
+        snprintf(var, sizeof var, "CORALLOC_%s", d->name);
+        const char *s = getenv(var);
+        if (s == NULL) continue;
+        int64_t v;
+        bool ok = d->is_bool ? parse_bool(s, &v) : parse_int(s, &v);
+        if (ok && v >= d->min && v <= d->max) {
+            coral_options[i] = v;
+        } else if (d->is_bool) {
+            coral_message("%s=%s is not valid: use 1/0, true/false, yes/no or on/off; keeping %lld",
+                          var, s, (long long)d->value);
+        } else {
+            coral_message("%s=%s is not valid: use a whole number from %lld to %lld; keeping %lld",
+                          var, s, (long long)d->min, (long long)d->max, (long long)d->value);
+        }
+    }
+}
+
+void coral_options_print(void) {
+    for (int i = 0; i < CORAL_OPT_COUNT; i++)
+        coral_message("option CORALLOC_%s=%lld (%s)", option_descs[i].name,
+                      (long long)coral_options[i], option_descs[i].help);
+}

@@ -1,0 +1,109 @@
+/* The OS layer: every mmap, munmap, madvise and mremap coralloc makes goes
+ * through here, so each call and the bytes it touches are counted, and
+ * failures can be injected for testing (CORALLOC_FAIL_OS_AFTER). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "options.h"
+#include "stats.h"
+
+/* Failure injection: counts mapping calls; the Nth one fails. */
+static _Atomic(int64_t) os_map_calls_seen;
+
+static bool os_should_fail(void) {
+    int64_t fail_at = coral_option(CORAL_OPT_FAIL_OS_AFTER);
+    if (coral_likely(fail_at <= 0)) return false;
+    return atomic_fetch_add_explicit(&os_map_calls_seen, 1, memory_order_relaxed) + 1 == fail_at;
+}
+
+static void *os_mmap(void *hint, size_t size, int prot) {
+    if (os_should_fail()) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    void *p = mmap(hint, size, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    coral_stat_os_call(CORAL_OS_MMAP, size);
+    if (p == MAP_FAILED) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    coral_stat_mapped(+(int64_t)size);
+    return p;
+}
+
+void *coral_os_map(size_t size) { return os_mmap(NULL, size, PROT_READ | PROT_WRITE); }
+
+void coral_os_unmap(void *p, size_t size) {
+    if (p == NULL || size == 0) return;
+    coral_stat_os_call(CORAL_OS_MUNMAP, size);
+    if (munmap(p, size) != 0) coral_message("munmap(%p, %zu) failed: errno %d", p, size, errno);
+    else coral_stat_mapped(-(int64_t)size);
+}
+
+/* Map `size` bytes aligned to `alignment` (a power of two >= the OS page):
+ * map more, then unmap the unaligned head and the tail. */
+void *coral_os_map_aligned(size_t size, size_t alignment) {
+    /* Try a plain mapping first: when the kernel hands out addresses
+     * downwards from an aligned one, it often is aligned already. */
+    uint8_t *p = coral_os_map(size);
+    if (p == NULL) return NULL;
+    if (((uintptr_t)p & (alignment - 1)) == 0) return p;
+    coral_os_unmap(p, size);
+    if (size > SIZE_MAX - alignment) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    size_t over = size + alignment;
+    p = coral_os_map(over);
+    if (p == NULL) return NULL;
+    uint8_t *aligned = (uint8_t *)(((uintptr_t)p + alignment - 1) & ~(uintptr_t)(alignment - 1));
+    size_t head = (size_t)(aligned - p), tail = over - head - size;
+    if (head) coral_os_unmap(p, head);
+    if (tail) coral_os_unmap(aligned + size, tail);
+    return aligned;
+}
+
+/* Give the pages back to the OS; they read as zero afterwards. */
+bool coral_os_purge(void *p, size_t size) {
+    if (size == 0) return true;
+    coral_stat_os_call(CORAL_OS_PURGE, size);
+    if (madvise(p, size, MADV_DONTNEED) != 0) {
+        coral_message("madvise(%p, %zu, DONTNEED) failed: errno %d", p, size, errno);
+        return false;
+    }
+    return true;
+}
+
+/* Resize a mapping, keeping its pages (not its bytes: no copy) and the
+ * alignment. Grows in place when the addresses behind it are free, else
+ * moves the pages to a fresh aligned reservation. NULL (errno ENOMEM) leaves
+ * the old mapping as it was. */
+void *coral_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t alignment) {
+    if (os_should_fail()) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    coral_stat_os_call(CORAL_OS_REMAP, new_size);
+    void *q = mremap(p, old_size, new_size, 0);
+    if (q != MAP_FAILED) {
+        coral_stat_mapped((int64_t)new_size - (int64_t)old_size);
+        return q;
+    }
+    /* Reserve an aligned target, then move the pages onto it. */
+    void *target = coral_os_map_aligned(new_size, alignment);
+    if (target == NULL) return NULL;
+    coral_stat_os_call(CORAL_OS_REMAP, new_size);
+    q = mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+    if (q == MAP_FAILED) {
+        coral_os_unmap(target, new_size);
+        errno = ENOMEM;
+        return NULL;
+    }
+    /* The target's own pages were replaced; the old range is gone. */
+    coral_stat_mapped(-(int64_t)old_size);
+    return q;
+}

@@ -46,6 +46,16 @@ CORAL_API void coral_free_aligned_sized(void *p, size_t alignment, size_t size);
  * jemalloc's nallocx). 0 when size is too large to allocate. */
 CORAL_API size_t coral_good_size(size_t size);
 
+/* ---- bulk ------------------------------------------------------------------
+ * coral_malloc_bulk: up to n blocks of `size` bytes into out[0..n-1], taken a
+ * whole free list at a time. Returns how many it gave: n, unless memory ran
+ * out (then errno is ENOMEM and the blocks given are valid).
+ * coral_free_bulk: frees n blocks of any sizes, from any threads' heaps
+ * (NULL entries are skipped), touching each page's list once per group of
+ * its blocks. */
+CORAL_API size_t coral_malloc_bulk(size_t size, size_t n, void **out);
+CORAL_API void coral_free_bulk(void **ptrs, size_t n);
+
 /* True when p points into memory coralloc manages. */
 CORAL_API int coral_owns(const void *p);
 

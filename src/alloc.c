@@ -22,7 +22,7 @@ static void periodic_work(coral_heap_t *heap) {
     if ((++heap->heartbeat & 1023) == 0) coral_segment_cache_purge(false);
 }
 
-void *coral_malloc_generic(coral_heap_t *heap, size_t size, bool zero) {
+void *coral_malloc_generic(size_t size, coral_heap_t *heap, bool zero) {
     if (coral_unlikely(heap == &coral_heap_empty)) {
         heap = coral_thread_init();
         if (heap == NULL) return enomem();
@@ -124,11 +124,11 @@ void *coral_malloc_aligned_in(coral_heap_t *heap, size_t size, size_t alignment,
         size_t rounded = (size + alignment - 1) & ~(alignment - 1);
         if (rounded <= CORAL_CLASS_MAX_SIZE &&
             (coral_class_size(coral_size_class(rounded)) & (alignment - 1)) == 0)
-            return coral_malloc_generic(heap, rounded, zero);
+            return coral_malloc_generic(rounded, heap, zero);
         /* Else over-allocate in a class and point inside the block. */
         size_t padded = size + alignment - CORAL_ALIGNMENT;
         if (padded <= CORAL_CLASS_MAX_SIZE) {
-            uint8_t *p = coral_malloc_generic(heap, padded, false);
+            uint8_t *p = coral_malloc_generic(padded, heap, false);
             if (p == NULL) return NULL;
             uint8_t *aligned = (uint8_t *)(((uintptr_t)p + alignment - 1) & ~(alignment - 1));
             if (aligned != p) {
@@ -224,8 +224,9 @@ void *coral_reallocarray(void *p, size_t n, size_t size) {
 /* ---- collection ---------------------------------------------------------------------------- */
 
 void coral_collect(int force) {
-    coral_heap_t *heap = coral_tls_heap;
-    if (heap != &coral_heap_empty) {
+    /* A forced collect adopts abandoned segments, which needs a heap. */
+    coral_heap_t *heap = force ? heap_ready() : coral_tls_heap;
+    if (heap != NULL && heap != &coral_heap_empty) {
         for (coral_heap_t *h = heap->tld->heaps; h != NULL; h = h->next_heap)
             coral_heap_collect(h, force != 0);
         if (force) {

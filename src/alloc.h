@@ -16,7 +16,7 @@
 CORAL_INLINE void *coral_pop_small(coral_heap_t *heap, size_t size, bool zero) {
     coral_page_t *page = heap->direct[(size + 15) >> 4];
     coral_block_t *block = page->free;
-    if (coral_unlikely(block == NULL)) return coral_malloc_generic(heap, size, zero);
+    if (coral_unlikely(block == NULL)) return coral_malloc_generic(size, heap, zero);
     page->free = block->next;
     page->used++;
     if (zero) {
@@ -27,9 +27,8 @@ CORAL_INLINE void *coral_pop_small(coral_heap_t *heap, size_t size, bool zero) {
 }
 
 CORAL_INLINE void *coral_malloc_inline(size_t size) {
-    coral_heap_t *heap = coral_tls_heap;
-    if (coral_likely(size <= CORAL_DIRECT_MAX_SIZE)) return coral_pop_small(heap, size, false);
-    return coral_malloc_generic(heap, size, false);
+    if (coral_likely(size <= CORAL_DIRECT_MAX_SIZE)) return coral_pop_small(coral_tls_heap, size, false);
+    return coral_malloc_generic(size, coral_tls_heap, false);
 }
 
 CORAL_INLINE void *coral_calloc_inline(size_t n, size_t size) {
@@ -40,7 +39,7 @@ CORAL_INLINE void *coral_calloc_inline(size_t n, size_t size) {
     }
     coral_heap_t *heap = coral_tls_heap;
     if (coral_likely(total <= CORAL_DIRECT_MAX_SIZE)) return coral_pop_small(heap, total, true);
-    return coral_malloc_generic(heap, total, true);
+    return coral_malloc_generic(total, heap, true);
 }
 
 CORAL_INLINE void coral_free_inline(void *p) {
@@ -52,24 +51,27 @@ CORAL_INLINE void coral_free_inline(void *p) {
         return;
     }
     coral_segment_t *seg = coral_ptr_segment(p);
-    coral_page_t *page = coral_segment_page_of(seg, p);
+    /* The slice's own descriptor: the page's head unless its flags say
+     * INTERIOR (a later slice of a multi-slice page), which the generic
+     * paths resolve. */
+    coral_page_t *slice = coral_segment_slice_of(seg, p);
     coral_block_t *block = p;
     if (coral_likely(atomic_load_explicit(&seg->thread_id, memory_order_relaxed) ==
                      coral_thread_id())) {
-        /* Owner. Full or aligned pages and a block freed twice in a row
-         * take the generic path. A page that becomes empty is retired
+        /* Owner. Full, aligned or interior pages and a block freed twice in
+         * a row take the generic path. A page that becomes empty is retired
          * unless it is the first of its class queue (prev == NULL), which
          * the next malloc of the class would take again at once. */
-        if (coral_likely(page->flags == 0 && block != page->local_free)) {
-            block->next = page->local_free;
-            page->local_free = block;
-            if (coral_unlikely(--page->used == 0) && page->prev != NULL) coral_page_retire(page);
+        if (coral_likely(slice->flags == 0 && block != slice->local_free)) {
+            block->next = slice->local_free;
+            slice->local_free = block;
+            if (coral_unlikely(--slice->used == 0) && slice->prev != NULL) coral_page_retire(slice);
             return;
         }
-        coral_free_local_generic(page, p);
+        coral_free_local_generic(coral_slice_head(slice), p);
         return;
     }
-    coral_free_remote(seg, page, p);
+    coral_free_remote(seg, coral_slice_head(slice), p);
 }
 
 #endif

@@ -85,6 +85,7 @@ typedef struct coral_tld_s coral_tld_t;
 /* page->flags bits. Both make the free fast path step aside. */
 #define CORAL_PAGE_IN_FULL 1u     /* in the heap's full queue */
 #define CORAL_PAGE_HAS_ALIGNED 2u /* may hold pointers inside blocks */
+#define CORAL_PAGE_INTERIOR 4u    /* not a span's head: a later slice of it */
 
 /* States in the low 2 bits of page->thread_free (see page.c). */
 #define CORAL_DELAY_NONE 0u     /* remote frees push on thread_free */
@@ -177,12 +178,20 @@ struct coral_heap_s {
 #define CORAL_MAP_SEGMENT 1
 #define CORAL_MAP_HUGE_TAIL 2
 #define CORAL_MAP_CHUNKS ((size_t)1 << (47 - CORAL_SEGMENT_SHIFT))
-extern _Atomic(uint8_t) coral_segment_map[CORAL_MAP_CHUNKS];
+extern uint8_t coral_segment_map[CORAL_MAP_CHUNKS];
 
+/* Entries are written with atomic stores (segment.c) and read plainly here:
+ * an entry only changes while no block of its chunk is live, so no free can
+ * read the byte being written. (Under TSan the read is atomic too, which
+ * keeps the tool's model exact.) */
 CORAL_INLINE uint8_t coral_map_kind(uintptr_t addr) {
     size_t chunk = addr >> CORAL_SEGMENT_SHIFT;
     if (coral_unlikely(chunk >= CORAL_MAP_CHUNKS)) return CORAL_MAP_NONE;
-    return atomic_load_explicit(&coral_segment_map[chunk], memory_order_relaxed);
+#if defined(__SANITIZE_THREAD__)
+    return __atomic_load_n(&coral_segment_map[chunk], __ATOMIC_RELAXED);
+#else
+    return coral_segment_map[chunk];
+#endif
 }
 
 /* ---- thread identity and the thread's heap ----------------------------------
@@ -198,9 +207,22 @@ CORAL_INLINE coral_segment_t *coral_ptr_segment(const void *p) {
     return (coral_segment_t *)((uintptr_t)p & ~(uintptr_t)CORAL_SEGMENT_MASK);
 }
 
-CORAL_INLINE coral_page_t *coral_segment_page_of(coral_segment_t *seg, const void *p) {
-    coral_page_t *slice = &seg->pages[((uintptr_t)p - (uintptr_t)seg) >> CORAL_SLICE_SHIFT];
+/* The descriptor of p's page: the slice's descriptor, minus its offset back
+ * to the head of the span. (p >> 9) & 0x1f80 is the slice index times 128,
+ * the descriptor size, in one shift and one mask. */
+CORAL_INLINE coral_page_t *coral_segment_slice_of(coral_segment_t *seg, const void *p) {
+    _Static_assert(sizeof(coral_page_t) == (size_t)1 << (CORAL_SLICE_SHIFT - 9), "shift below");
+    uintptr_t slice_bytes = ((uintptr_t)p >> 9) & ((CORAL_SLICES_PER_SEGMENT - 1) << 7);
+    return (coral_page_t *)((uint8_t *)seg->pages + slice_bytes);
+}
+
+/* The head descriptor of a slice's span. */
+CORAL_INLINE coral_page_t *coral_slice_head(coral_page_t *slice) {
     return (coral_page_t *)((uint8_t *)slice - slice->slice_offset);
+}
+
+CORAL_INLINE coral_page_t *coral_segment_page_of(coral_segment_t *seg, const void *p) {
+    return coral_slice_head(coral_segment_slice_of(seg, p));
 }
 
 CORAL_INLINE uint8_t *coral_segment_base(coral_segment_t *seg) { return (uint8_t *)seg; }
@@ -223,6 +245,7 @@ void *coral_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t a
 coral_page_t *coral_segment_page_alloc(coral_heap_t *heap, size_t slices);
 void coral_segment_page_free(coral_page_t *page);
 bool coral_segment_span_resize(coral_page_t *page, size_t slices);
+void coral_slice_mark_interior(coral_page_t *slice, size_t i);
 void coral_segment_map_set(void *start, size_t size, bool present);
 coral_segment_t *coral_segment_of_any(const void *p);
 void coral_segments_abandon(coral_tld_t *tld);
@@ -257,7 +280,7 @@ void coral_heap_add_large_page(coral_heap_t *heap, coral_page_t *page);
 void coral_heap_abandon(coral_heap_t *heap);
 
 /* alloc.c: the slow paths of alloc.h */
-void *coral_malloc_generic(coral_heap_t *heap, size_t size, bool zero);
+void *coral_malloc_generic(size_t size, coral_heap_t *heap, bool zero);
 void coral_free_slow(void *p);
 void *coral_malloc_aligned_in(coral_heap_t *heap, size_t size, size_t alignment, bool zero);
 

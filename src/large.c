@@ -84,7 +84,7 @@ void *coral_huge_alloc(size_t size, size_t alignment, bool zero) {
     seg->size = total;
     atomic_store_explicit(&seg->thread_id, 0, memory_order_relaxed);
     /* Every slice descriptor of the first 4 MiB leads to pages[0]. */
-    for (size_t i = 0; i < CORAL_SLICES_PER_SEGMENT; i++) seg->pages[i].slice_offset = (uint32_t)(i * sizeof(coral_page_t));
+    for (size_t i = 1; i < CORAL_SLICES_PER_SEGMENT; i++) coral_slice_mark_interior(&seg->pages[i], i);
     coral_page_t *page = &seg->pages[0];
     page->slice_count = 1;
     page->class_idx = CORAL_CLASS_LARGE;

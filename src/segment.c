@@ -17,7 +17,7 @@
 #include "options.h"
 #include "stats.h"
 
-_Atomic(uint8_t) coral_segment_map[CORAL_MAP_CHUNKS];
+uint8_t coral_segment_map[CORAL_MAP_CHUNKS];
 
 typedef struct segment_list_s {
     pthread_mutex_t lock;
@@ -35,7 +35,7 @@ void coral_segment_map_set(void *start, size_t size, bool present) {
     size_t chunks = (size + CORAL_SEGMENT_SIZE - 1) >> CORAL_SEGMENT_SHIFT;
     for (size_t i = 0; i < chunks && first + i < CORAL_MAP_CHUNKS; i++) {
         uint8_t kind = !present ? CORAL_MAP_NONE : i == 0 ? CORAL_MAP_SEGMENT : CORAL_MAP_HUGE_TAIL;
-        atomic_store_explicit(&coral_segment_map[first + i], kind, memory_order_release);
+        __atomic_store_n(&coral_segment_map[first + i], kind, __ATOMIC_RELEASE);
     }
 }
 
@@ -184,10 +184,18 @@ static uint64_t slice_mask(size_t first, size_t n) {
     return (n >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << n) - 1)) << first;
 }
 
+/* Slice i (>= 1) of a span: leads back to the head; its INTERIOR flag sends
+ * the free fast path (which reads the slice's own descriptor) elsewhere. */
+void coral_slice_mark_interior(coral_page_t *slice, size_t i) {
+    slice->slice_offset = (uint32_t)(i * sizeof(coral_page_t));
+    __atomic_store_n(&slice->flags, CORAL_PAGE_INTERIOR, __ATOMIC_RELAXED);
+}
+
 static coral_page_t *segment_take_span(coral_segment_t *seg, size_t first, size_t n) {
     uint64_t mask = slice_mask(first, n);
     coral_page_t *page = &seg->pages[first];
-    for (size_t i = 0; i < n; i++) seg->pages[first + i].slice_offset = (uint32_t)(i * sizeof(coral_page_t));
+    for (size_t i = 1; i < n; i++) coral_slice_mark_interior(&seg->pages[first + i], i);
+    page->slice_offset = 0;
     page->slice_count = (uint32_t)n;
     page->is_fresh = (seg->dirty_slices & mask) == 0;
     page->start = coral_segment_base(seg) + first * CORAL_SLICE_SIZE;
@@ -327,7 +335,7 @@ bool coral_segment_span_resize(coral_page_t *page, size_t slices) {
         if (first + slices > CORAL_SLICES_PER_SEGMENT) return false;
         uint64_t grow = slice_mask(first + now, slices - now);
         if (seg->used_slices & grow) return false;
-        for (size_t i = now; i < slices; i++) seg->pages[first + i].slice_offset = (uint32_t)(i * sizeof(coral_page_t));
+        for (size_t i = now; i < slices; i++) coral_slice_mark_interior(&seg->pages[first + i], i);
         seg->used_slices |= grow;
         seg->dirty_slices |= grow;
     }

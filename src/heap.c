@@ -212,24 +212,27 @@ void coral_heap_abandon(coral_heap_t *heap) {
     for (size_t w = 0; w < CORAL_DIRECT_COUNT; w++) heap->direct[w] = &coral_page_empty;
 }
 
-/* A page of an abandoned segment joins `heap` (segment.c's adoption). */
-void coral_heap_adopt_page(coral_heap_t *heap, coral_page_t *page) {
+/* A page of an abandoned segment joins `heap` (segment.c's adoption).
+ * Returns true when the page turned out empty and was freed instead. */
+bool coral_heap_adopt_page(coral_heap_t *heap, coral_page_t *page) {
     atomic_store_explicit(&page->heap, heap, memory_order_release);
     coral_page_set_delay(page, CORAL_DELAY_NONE, true);
     coral_page_collect(page);
     if (page->used == 0) {
         coral_segment_page_free(page);
-        return;
+        return true;
     }
     if (page->class_idx != CORAL_CLASS_LARGE) {
         queue_push_back(heap, page->class_idx, page);
-        return;
+        return false;
     }
     /* A large block is live: full queue. Re-check for a remote free that came
      * before the state was USE. */
     page_push_full(heap, page);
     coral_page_collect(page);
-    if (page->used == 0) coral_page_release(page);
+    if (page->used != 0) return false;
+    coral_page_release(page);
+    return true;
 }
 
 /* A large page (one block, just allocated) joins the full queue. */

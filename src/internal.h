@@ -275,7 +275,7 @@ coral_page_t *coral_heap_find_page(coral_heap_t *heap, unsigned cls);
 void coral_heap_delayed_free_collect(coral_heap_t *heap);
 void coral_heap_collect(coral_heap_t *heap, bool release_empty);
 void coral_heap_init(coral_heap_t *heap, coral_tld_t *tld);
-void coral_heap_adopt_page(coral_heap_t *heap, coral_page_t *page);
+bool coral_heap_adopt_page(coral_heap_t *heap, coral_page_t *page);
 void coral_heap_add_large_page(coral_heap_t *heap, coral_page_t *page);
 void coral_heap_abandon(coral_heap_t *heap);
 

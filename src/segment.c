@@ -139,6 +139,9 @@ static coral_segment_t *segment_map_new(void) {
     coral_segment_t *seg = coral_os_map_aligned(CORAL_SEGMENT_SIZE, CORAL_SEGMENT_SIZE);
     if (seg == NULL) return NULL;
     _Static_assert(sizeof(coral_segment_t) <= CORAL_SLICE_SIZE, "segment header fits slice 0");
+    /* kind and size never change while the segment is mapped: other
+     * threads read them without synchronisation. */
+    seg->kind = CORAL_SEGMENT_NORMAL;
     seg->size = CORAL_SEGMENT_SIZE;
     seg->dirty_slices = 1; /* only the header slice is touched */
     coral_segment_map_set(seg, CORAL_SEGMENT_SIZE, true);
@@ -147,7 +150,6 @@ static coral_segment_t *segment_map_new(void) {
 }
 
 static void segment_own(coral_segment_t *seg, coral_tld_t *tld) {
-    seg->kind = CORAL_SEGMENT_NORMAL;
     seg->tld = tld;
     atomic_store_explicit(&seg->thread_id, tld->thread_id, memory_order_release);
     list_push_front(&tld->segments, NULL, seg);
@@ -284,8 +286,9 @@ static void segment_adopt(coral_heap_t *heap, coral_segment_t *seg) {
             continue;
         }
         bool last_page = seg->used_pages == 1;
-        coral_heap_adopt_page(heap, page); /* may free the page */
-        if (last_page && page->slice_count == 0) return; /* segment went to the cache */
+        /* Freeing the last page releases the segment to the cache, where
+         * another thread may take it at once: touch nothing of it then. */
+        if (coral_heap_adopt_page(heap, page) && last_page) return;
         i += n;
     }
 }

@@ -99,9 +99,11 @@ void coral_heap_pool_put(coral_heap_t *heap) {
 static void fork_prepare(void) {
     pthread_mutex_lock(&heap_pool_lock);
     coral_segment_locks_prefork();
+    coral_huge_locks_prefork();
 }
 
 static void fork_after(void) {
+    coral_huge_locks_postfork();
     coral_segment_locks_postfork();
     pthread_mutex_unlock(&heap_pool_lock);
 }

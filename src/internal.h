@@ -288,6 +288,9 @@ void *coral_malloc_aligned_in(coral_heap_t *heap, size_t size, size_t alignment,
 void *coral_malloc_large(coral_heap_t *heap, size_t size, size_t alignment, bool zero);
 void *coral_huge_alloc(size_t size, size_t alignment, bool zero);
 void coral_huge_free(coral_segment_t *seg);
+void coral_huge_cache_purge(bool force);
+void coral_huge_locks_prefork(void);
+void coral_huge_locks_postfork(void);
 void *coral_realloc_large_in_place(coral_page_t *page, void *p, size_t size);
 void *coral_huge_realloc(coral_segment_t *seg, void *p, size_t size);
 size_t coral_huge_usable(coral_segment_t *seg, const void *p);

@@ -11,9 +11,11 @@
  * (the segment header) before the block; realloc moves its pages with
  * mremap instead of copying bytes. */
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "internal.h"
+#include "options.h"
 #include "stats.h"
 
 static size_t align_up(size_t x, size_t a) { return (x + a - 1) & ~(a - 1); }
@@ -64,47 +66,160 @@ static size_t huge_offset(size_t alignment) {
     return alignment > CORAL_SLICE_SIZE ? alignment : CORAL_SLICE_SIZE;
 }
 
+/* ---- the huge block cache ----------------------------------------------------------
+ * Freed huge segments are kept mapped for a while, so a program that keeps
+ * allocating and freeing blocks of some MiB does not pay an mmap, a munmap
+ * and a page fault per 4 KiB each time. Kept at most CORALLOC_SEGMENT_CACHE x
+ * 4 MiB in all; purged (MADV_DONTNEED) after the purge delay, like cached
+ * segments. A cached segment has pages[0].used == 0 (a free of it then is a
+ * double free); dirty_slices != 0 means its pages may hold old data. */
+
+#define HUGE_CACHE_SLOTS 16
+
+static pthread_mutex_t huge_cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static coral_segment_t *huge_cache[HUGE_CACHE_SLOTS];
+static size_t huge_cache_bytes;
+
+static size_t huge_cache_limit(void) {
+    return (size_t)coral_option(CORAL_OPT_SEGMENT_CACHE) * CORAL_SEGMENT_SIZE;
+}
+
+static void huge_unmap(coral_segment_t *seg) {
+    coral_segment_map_set(seg, seg->size, false);
+    coral_stat_count(&coral_gstats.segments, -1);
+    coral_os_unmap(seg, seg->size);
+}
+
+/* The cached segment of the closest size in [total, total * 5/4], or NULL. */
+static coral_segment_t *huge_cache_take(size_t total) {
+    if (__atomic_load_n(&huge_cache_bytes, __ATOMIC_RELAXED) == 0) return NULL;
+    pthread_mutex_lock(&huge_cache_lock);
+    int best = -1;
+    for (int i = 0; i < HUGE_CACHE_SLOTS; i++) {
+        coral_segment_t *s = huge_cache[i];
+        if (s && s->size >= total && s->size - total <= total / 4 &&
+            (best < 0 || s->size < huge_cache[best]->size))
+            best = i;
+    }
+    coral_segment_t *seg = NULL;
+    if (best >= 0) {
+        seg = huge_cache[best];
+        huge_cache[best] = NULL;
+        __atomic_store_n(&huge_cache_bytes, huge_cache_bytes - seg->size, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&huge_cache_lock);
+    return seg;
+}
+
+/* Keep seg for reuse; false when it does not fit (the caller unmaps it). */
+static bool huge_cache_put(coral_segment_t *seg) {
+    if (seg->size > huge_cache_limit() / 2) return false;
+    seg->released_at_ms = coral_clock_ms();
+    coral_segment_t *evict[HUGE_CACHE_SLOTS];
+    int evicted = 0;
+    bool kept = false;
+    pthread_mutex_lock(&huge_cache_lock);
+    /* Make room: the oldest go first. */
+    while (huge_cache_bytes + seg->size > huge_cache_limit()) {
+        int oldest = -1;
+        for (int i = 0; i < HUGE_CACHE_SLOTS; i++)
+            if (huge_cache[i] && (oldest < 0 || huge_cache[i]->released_at_ms <
+                                                    huge_cache[oldest]->released_at_ms))
+                oldest = i;
+        evict[evicted++] = huge_cache[oldest];
+        __atomic_store_n(&huge_cache_bytes, huge_cache_bytes - huge_cache[oldest]->size,
+                         __ATOMIC_RELAXED);
+        huge_cache[oldest] = NULL;
+    }
+    for (int i = 0; i < HUGE_CACHE_SLOTS && !kept; i++) {
+        if (huge_cache[i] == NULL) {
+            huge_cache[i] = seg;
+            __atomic_store_n(&huge_cache_bytes, huge_cache_bytes + seg->size, __ATOMIC_RELAXED);
+            kept = true;
+        }
+    }
+    pthread_mutex_unlock(&huge_cache_lock);
+    for (int i = 0; i < evicted; i++) huge_unmap(evict[i]);
+    return kept;
+}
+
+/* Purge cached huge segments older than the purge delay (all when force). */
+void coral_huge_cache_purge(bool force) {
+    if (__atomic_load_n(&huge_cache_bytes, __ATOMIC_RELAXED) == 0) return;
+    uint64_t now = coral_clock_ms();
+    int64_t delay = coral_option(CORAL_OPT_PURGE_DELAY_MS);
+    pthread_mutex_lock(&huge_cache_lock);
+    for (int i = 0; i < HUGE_CACHE_SLOTS; i++) {
+        coral_segment_t *s = huge_cache[i];
+        if (s == NULL || s->dirty_slices == 0) continue;
+        if (!force && (int64_t)(now - s->released_at_ms) < delay) continue;
+        coral_os_purge(coral_segment_base(s) + CORAL_SLICE_SIZE, s->size - CORAL_SLICE_SIZE);
+        s->dirty_slices = 0;
+    }
+    pthread_mutex_unlock(&huge_cache_lock);
+}
+
+void coral_huge_locks_prefork(void) { pthread_mutex_lock(&huge_cache_lock); }
+void coral_huge_locks_postfork(void) { pthread_mutex_unlock(&huge_cache_lock); }
+
+/* ---- huge blocks ------------------------------------------------------------------------- */
+
+static coral_segment_t *huge_map_new(size_t total, size_t alignment) {
+    /* The block starts `offset` (>= the alignment) after the segment: align
+     * the segment to the alignment too when that is more than 4 MiB. */
+    size_t seg_align = alignment > CORAL_SEGMENT_SIZE ? alignment : CORAL_SEGMENT_SIZE;
+    coral_segment_t *seg = coral_os_map_aligned(total, seg_align);
+    if (seg == NULL) return NULL;
+    seg->kind = CORAL_SEGMENT_HUGE;
+    seg->size = total;
+    seg->dirty_slices = 0;
+    atomic_store_explicit(&seg->thread_id, 0, memory_order_relaxed);
+    /* Every slice descriptor of the first 4 MiB leads to pages[0]. */
+    for (size_t i = 1; i < CORAL_SLICES_PER_SEGMENT; i++) coral_slice_mark_interior(&seg->pages[i], i);
+    seg->pages[0].slice_count = 1;
+    seg->pages[0].class_idx = CORAL_CLASS_LARGE;
+    coral_segment_map_set(seg, total, true);
+    coral_stat_gauge(&coral_gstats.segments, &coral_gstats.segments_peak, 1);
+    return seg;
+}
+
 void *coral_huge_alloc(size_t size, size_t alignment, bool zero) {
-    (void)zero; /* fresh mappings read as zero */
     size_t offset = huge_offset(alignment);
     if (size > CORAL_MAX_REQUEST - offset) {
         errno = ENOMEM;
         return NULL;
     }
     size_t total = align_up(offset + size, CORAL_OS_PAGE_SIZE);
-    /* The block starts `offset` (>= the alignment) after the segment: align
-     * the segment to the alignment too when that is more than 4 MiB. */
-    size_t seg_align = alignment > CORAL_SEGMENT_SIZE ? alignment : CORAL_SEGMENT_SIZE;
-    coral_segment_t *seg = coral_os_map_aligned(total, seg_align);
+    coral_segment_t *seg = offset == CORAL_SLICE_SIZE ? huge_cache_take(total) : NULL;
+    bool dirty = seg != NULL && seg->dirty_slices != 0;
+    if (seg == NULL) seg = huge_map_new(total, alignment);
     if (seg == NULL) {
         errno = ENOMEM;
         return NULL;
     }
-    seg->kind = CORAL_SEGMENT_HUGE;
-    seg->size = total;
-    atomic_store_explicit(&seg->thread_id, 0, memory_order_relaxed);
-    /* Every slice descriptor of the first 4 MiB leads to pages[0]. */
-    for (size_t i = 1; i < CORAL_SLICES_PER_SEGMENT; i++) coral_slice_mark_interior(&seg->pages[i], i);
     coral_page_t *page = &seg->pages[0];
-    page->slice_count = 1;
-    page->class_idx = CORAL_CLASS_LARGE;
     page->start = coral_segment_base(seg) + offset;
+    /* A cached segment may be up to 1/4 bigger: the block still ends where
+     * coral_good_size says, the rest waits for a realloc. */
     page->block_size = total - offset;
     page->used = page->capacity = page->reserved = 1;
-    coral_segment_map_set(seg, total, true);
+    seg->dirty_slices = ~(uint64_t)0;
     coral_stat_count(&coral_gstats.huge_allocs, 1);
-    coral_stat_gauge(&coral_gstats.segments, &coral_gstats.segments_peak, 1);
+    if (zero && dirty) memset(page->start, 0, size);
     return page->start;
 }
 
 void coral_huge_free(coral_segment_t *seg) {
-    coral_segment_map_set(seg, seg->size, false);
-    coral_stat_count(&coral_gstats.segments, -1);
-    coral_os_unmap(seg, seg->size);
+    coral_page_t *page = &seg->pages[0];
+    if (page->used != 1)
+        coral_fatal("double free detected: huge block %p was already free", (void *)page->start);
+    page->used = 0;
+    if (!huge_cache_put(seg)) huge_unmap(seg);
 }
 
 size_t coral_huge_usable(coral_segment_t *seg, const void *p) {
-    return (size_t)(coral_segment_base(seg) + seg->size - (const uint8_t *)p);
+    coral_page_t *page = &seg->pages[0];
+    return (size_t)(page->start + page->block_size - (const uint8_t *)p);
 }
 
 /* Resize a huge block: the pages move (mremap), the bytes are not copied.
@@ -117,7 +232,11 @@ void *coral_huge_realloc(coral_segment_t *seg, void *p, size_t size) {
         return NULL;
     }
     size_t old_total = seg->size, total = align_up(offset + size, CORAL_OS_PAGE_SIZE);
-    if (total == old_total) return p;
+    if (total <= old_total && total + old_total / 4 >= old_total) {
+        /* Within the mapping and not much smaller: keep it. */
+        seg->pages[0].block_size = total - offset;
+        return p;
+    }
     coral_segment_map_set(seg, old_total, false);
     if (total < old_total) {
         coral_os_unmap(coral_segment_base(seg) + total, old_total - total);

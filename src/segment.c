@@ -89,6 +89,7 @@ static void segment_purge(coral_segment_t *seg) {
 /* Purge cached segments released longer than the purge delay ago (all of
  * them when force). Caller holds no lock. */
 void coral_segment_cache_purge(bool force) {
+    coral_huge_cache_purge(force);
     if (atomic_load_explicit(&segment_cache.count, memory_order_relaxed) == 0)
         return;
     uint64_t now = coral_clock_ms();

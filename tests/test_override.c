@@ -1,0 +1,290 @@
+/* test_override: the standard names, served by libcoralloc.so (release
+ * build only; the test links the shared coralloc, which replaces malloc & co).
+ *
+ * Checks that every standard entry point is coralloc's (coral_owns on its
+ * results, malloc_usable_size agreeing with coral_malloc_usable_size), that
+ * blocks cross between the standard and the coral_ names, the key contract
+ * through the standard names (alignment, errno on overflow, usable size,
+ * realloc(p, 0)), pvalloc + malloc_usable_size + free, and that blocks glibc
+ * allocates internally (strdup, getline, asprintf, fopen...) are coralloc's.
+ * Built with -fno-builtin so that the compiler calls the functions.
+ */
+#define _GNU_SOURCE
+#include "coralloc.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <malloc.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "testutil.h"
+
+#define KiB ((size_t)1024)
+#define MiB (1024 * KiB)
+
+static volatile size_t v_size_max = SIZE_MAX;
+
+#define EXPECT_ERRNO_NULL(expr, err)                                                               \
+    do {                                                                                           \
+        errno = 0;                                                                                 \
+        void *r_ = (expr);                                                                         \
+        int e_ = errno;                                                                            \
+        CHECK_MSG(r_ == NULL, "%s returned %p, not NULL\n", #expr, r_);                            \
+        CHECK_MSG(e_ == (err), "%s: errno is %d (%s), not %s\n", #expr, e_, strerror(e_), #err);   \
+    } while (0)
+
+/* p came from coralloc: aligned, owned, usable size as coral_ says, writable.
+ */
+static size_t check_ours(void *p, size_t req, size_t align, const char *what) {
+    CHECK_MSG(p != NULL, "%s (%zu bytes) returned NULL\n", what, req);
+    p = opaque(p);
+    CHECK_MSG(coral_owns(p),
+              "%s: %p is not coralloc's: the standard name is "
+              "not served by coralloc\n",
+              what, p);
+    CHECK_ALIGNED(p, align < 16 ? 16 : align);
+    size_t us = malloc_usable_size(p);
+    CHECK_MSG(us == coral_malloc_usable_size(p),
+              "%s: malloc_usable_size %zu != coral_malloc_usable_size %zu\n", what, us,
+              coral_malloc_usable_size(p));
+    CHECK_MSG(us >= req, "%s: usable size %zu < %zu\n", what, us, req);
+    fill_pattern(p, us, req);
+    CHECK_PATTERN(p, us, req);
+    return us;
+}
+
+static void test_entry_points(void) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    static const size_t sizes[] = {0, 1, 15, 16, 100, 4096, 70000, 700 * KiB, 3 * MiB, 20 * MiB};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        size_t n = sizes[i];
+        void *p = malloc(n);
+        check_ours(p, n, 16, "malloc");
+        free(p);
+
+        p = calloc(1, n);
+        CHECK_NOT_NULL(p);
+        CHECK_BYTES(p, n, 0);
+        check_ours(p, n, 16, "calloc");
+        free(p);
+
+        p = realloc(NULL, n);
+        check_ours(p, n, 16, "realloc(NULL)");
+        p = realloc(p, n + 1000);
+        check_ours(p, n + 1000, 16, "realloc");
+        free(p);
+
+        p = reallocarray(NULL, 1, n);
+        check_ours(p, n, 16, "reallocarray");
+        free(p);
+
+        void *sentinel = &p;
+        p = sentinel;
+        CHECK_EQ(posix_memalign(&p, 256, n), 0);
+        check_ours(p, n, 256, "posix_memalign");
+        free(p);
+
+        p = aligned_alloc(4096, n);
+        check_ours(p, n, 4096, "aligned_alloc");
+        free(p);
+
+        p = memalign(64 * KiB, n);
+        check_ours(p, n, 64 * KiB, "memalign");
+        free(p);
+
+        p = valloc(n ? n : 1);
+        check_ours(p, n, page, "valloc");
+        free(p);
+
+        /* jemalloc 5.3.0 crashes here: pvalloc + malloc_usable_size + free */
+        size_t want = n ? (n + page - 1) / page * page : page;
+        p = pvalloc(n);
+        size_t us = check_ours(p, want, page, "pvalloc");
+        CHECK_GE(us, want);
+        free(p);
+    }
+
+    /* Blocks cross between the two sets of names. */
+    void *a = coral_malloc(100);
+    CHECK_NOT_NULL(a);
+    CHECK_EQ(malloc_usable_size(a), coral_malloc_usable_size(a));
+    a = realloc(a, 5000);
+    CHECK_NOT_NULL(a);
+    free(a);
+    void *b = malloc(100);
+    CHECK_NOT_NULL(b);
+    b = coral_realloc(b, 5000);
+    CHECK_NOT_NULL(b);
+    coral_free(b);
+    CHECK_EQ(malloc_usable_size(NULL), 0);
+    free(NULL);
+}
+
+static void test_contract(void) {
+    size_t max = v_size_max, half = max / 2 + 1, big = (size_t)1 << 40;
+
+    /* alignment of everything malloc gives */
+    for (size_t n = 0; n <= 2048; n++) {
+        void *p = opaque(malloc(n));
+        CHECK_NOT_NULL(p);
+        CHECK_ALIGNED(p, 16);
+        free(p);
+    }
+    /* every power-of-two alignment */
+    for (size_t al = sizeof(void *); al <= 16 * MiB; al <<= 1) {
+        void *p = NULL;
+        CHECK_EQ(posix_memalign(&p, al, al + 1), 0);
+        check_ours(p, al + 1, al, "posix_memalign");
+        free(p);
+        p = aligned_alloc(al, 3 * al);
+        check_ours(p, 3 * al, al, "aligned_alloc");
+        free(p);
+    }
+    /* bad alignments */
+    void *sentinel = &sentinel, *out = sentinel;
+    CHECK_EQ(posix_memalign(&out, 24, 64), EINVAL);
+    CHECK(out == sentinel);
+    CHECK_EQ(posix_memalign(&out, 0, 64), EINVAL);
+    CHECK(out == sentinel);
+    CHECK_EQ(posix_memalign(&out, 4, 64), EINVAL);
+    CHECK(out == sentinel);
+    size_t bad[] = {0, 3, 24};
+    for (int i = 0; i < 3; i++) {
+        EXPECT_ERRNO_NULL(aligned_alloc(bad[i], 64), EINVAL);
+        EXPECT_ERRNO_NULL(memalign(bad[i], 64), EINVAL);
+    }
+
+    /* overflow: NULL and ENOMEM */
+    EXPECT_ERRNO_NULL(malloc(max), ENOMEM);
+    EXPECT_ERRNO_NULL(malloc((size_t)PTRDIFF_MAX + 1), ENOMEM);
+    EXPECT_ERRNO_NULL(calloc(half, 2), ENOMEM);
+    EXPECT_ERRNO_NULL(calloc(big, big), ENOMEM);
+    EXPECT_ERRNO_NULL(reallocarray(NULL, half, 2), ENOMEM);
+    EXPECT_ERRNO_NULL(aligned_alloc(64, max), ENOMEM);
+    EXPECT_ERRNO_NULL(memalign(64, max), ENOMEM);
+    EXPECT_ERRNO_NULL(valloc(max), ENOMEM);
+    EXPECT_ERRNO_NULL(pvalloc(max), ENOMEM);
+    CHECK_EQ(posix_memalign(&out, 64, max), ENOMEM);
+    CHECK(out == sentinel);
+
+    /* a failed realloc keeps the block */
+    char *p = malloc(1000);
+    size_t us = check_ours(p, 1000, 16, "malloc");
+    EXPECT_ERRNO_NULL(realloc(p, max), ENOMEM);
+    EXPECT_ERRNO_NULL(reallocarray(p, half, 2), ENOMEM);
+    CHECK_PATTERN(p, us, 1000);
+    free(p);
+
+    /* malloc(0) unique; realloc(p, 0) frees and returns NULL */
+    void *z1 = opaque(malloc(0)), *z2 = opaque(malloc(0));
+    CHECK_NOT_NULL(z1);
+    CHECK_NOT_NULL(z2);
+    CHECK(z1 != z2);
+    free(z1);
+    CHECK_NULL(realloc(z2, 0));
+    p = malloc(3 * MiB);
+    CHECK_NOT_NULL(p);
+    CHECK_NULL(realloc(p, 0));
+
+    /* realloc keeps content */
+    p = malloc(10);
+    fill_pattern(p, 10, 3);
+    static const size_t steps[] = {100, 10000, 300 * KiB, 5 * MiB, 30 * MiB, 2 * MiB, 100, 7};
+    size_t cur = 10;
+    for (size_t i = 0; i < sizeof steps / sizeof *steps; i++) {
+        p = realloc(p, steps[i]);
+        CHECK_NOT_NULL(p);
+        CHECK_PATTERN(p, cur < steps[i] ? cur : steps[i], 3 + i);
+        fill_pattern(p, steps[i], 4 + i);
+        cur = steps[i];
+    }
+    free(p);
+}
+
+static void test_glibc_internal(void) {
+    char *s = strdup("coralloc strdup");
+    CHECK_NOT_NULL(s);
+    CHECK_MSG(coral_owns(s), "strdup's block is not coralloc's\n");
+    CHECK(strcmp(s, "coralloc strdup") == 0);
+    free(s);
+
+    s = strndup("0123456789", 4);
+    CHECK_NOT_NULL(s);
+    CHECK(coral_owns(s));
+    CHECK(strcmp(s, "0123") == 0);
+    free(s);
+
+    char *a = NULL;
+    int n = asprintf(&a, "%s-%d-%0500d", "asprintf", 42, 7);
+    CHECK_EQ(n, 8 + 1 + 2 + 1 + 500);
+    CHECK_NOT_NULL(a);
+    CHECK_MSG(coral_owns(a), "asprintf's block is not coralloc's\n");
+    CHECK(strncmp(a, "asprintf-42-000", 15) == 0);
+    free(a);
+
+    /* getline: the buffer is malloc'ed and grown with realloc by glibc */
+    char tmpl[] = "/tmp/coral_test_override_XXXXXX";
+    int fd = mkstemp(tmpl);
+    CHECK(fd >= 0);
+    FILE *f = fdopen(fd, "w+");
+    CHECK_NOT_NULL(f);
+    for (int i = 0; i < 50; i++) {
+        for (int j = 0; j < 40 * i; j++)
+            fputc('a' + (i + j) % 26, f);
+        fputc('\n', f);
+    }
+    rewind(f);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int lines = 0;
+    while ((len = getline(&line, &cap, f)) >= 0) {
+        CHECK_EQ((size_t)len, (size_t)40 * lines + 1);
+        CHECK_MSG(coral_owns(line), "getline's buffer is not coralloc's\n");
+        CHECK_GE(malloc_usable_size(line), cap);
+        lines++;
+    }
+    CHECK_EQ(lines, 50);
+    free(line);
+    /* fopen allocates its FILE with malloc inside glibc */
+    FILE *g = fopen(tmpl, "r");
+    CHECK_NOT_NULL(g);
+    CHECK_MSG(coral_owns(g), "fopen's FILE is not coralloc's\n");
+    CHECK_EQ(fclose(g), 0);
+    CHECK_EQ(fclose(f), 0);
+    CHECK_EQ(unlink(tmpl), 0);
+
+    char *rp = realpath("/tmp", NULL);
+    CHECK_NOT_NULL(rp);
+    CHECK(coral_owns(rp));
+    free(rp);
+
+    char *mbuf = NULL;
+    size_t msize = 0;
+    FILE *m = open_memstream(&mbuf, &msize);
+    CHECK_NOT_NULL(m);
+    for (int i = 0; i < 10000; i++)
+        fprintf(m, "%d,", i);
+    CHECK_EQ(fclose(m), 0);
+    CHECK_NOT_NULL(mbuf);
+    CHECK(coral_owns(mbuf));
+    CHECK(strncmp(mbuf, "0,1,2,", 6) == 0);
+    free(mbuf);
+}
+
+int main(void) {
+    double t0 = now_seconds();
+    test_entry_points();
+    printf("entry points ok\n");
+    test_contract();
+    printf("contract ok\n");
+    test_glibc_internal();
+    printf("glibc-internal allocations ok\n");
+    printf("test_override: all passed in %.2f s\n", now_seconds() - t0);
+    return 0;
+}

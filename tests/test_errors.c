@@ -1,0 +1,158 @@
+/* Bad input and out-of-memory: each scenario runs in a child process (the
+ * test runs itself with the scenario's name, and options in the
+ * environment, since coralloc reads them at start-up) and the parent checks
+ * how the child ended and what it printed:
+ *   double-free / double-free-huge / invalid-pointer: abort with a message;
+ *   bad-option: one clear line naming the variable, then a normal run;
+ *   fail-os: the first OS mapping fails -> NULL with ENOMEM, the next works;
+ *   rlimit: under RLIMIT_AS, a large request fails cleanly and the allocator
+ *   stays usable (release build only: sanitizers reserve terabytes). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "coralloc.h"
+#include "testutil.h"
+
+static int child_double_free(void) {
+    void *keep = coral_malloc(32); /* so the page is not the page's last block */
+    void *p = opaque(coral_malloc(32));
+    coral_free(p);
+    coral_free(p);
+    coral_free(keep);
+    return 0; /* not reached */
+}
+
+static int child_double_free_huge(void) {
+    void *p = opaque(coral_malloc(10u << 20));
+    coral_free(p);
+    coral_free(p);
+    return 0;
+}
+
+static int child_invalid_pointer(void) {
+    int on_stack;
+    coral_free(opaque(&on_stack));
+    return 0;
+}
+
+static int child_bad_option(void) {
+    void *p = coral_malloc(100);
+    CHECK_NOT_NULL(p);
+    coral_free(p);
+    return 0;
+}
+
+static int child_fail_os(void) {
+    errno = 0;
+    void *p = coral_malloc(64); /* the first mapping (the thread's heap) fails */
+    CHECK_NULL(p);
+    CHECK_EQ(errno, ENOMEM);
+    p = coral_malloc(64);
+    CHECK_NOT_NULL(p);
+    memset(p, 1, 64);
+    coral_free(p);
+    return 0;
+}
+
+static __attribute__((unused)) int child_rlimit(void) {
+    void *warm = coral_malloc(64); /* set the thread up before the limit */
+    CHECK_NOT_NULL(warm);
+    struct rlimit lim = {(rlim_t)1 << 30, (rlim_t)1 << 30}; /* 1 GiB of address space */
+    CHECK_EQ(setrlimit(RLIMIT_AS, &lim), 0);
+    errno = 0;
+    void *big = coral_malloc((size_t)2 << 30);
+    CHECK_NULL(big);
+    CHECK_EQ(errno, ENOMEM);
+    /* Fill what is left with 1 MiB blocks until the kernel says no. */
+    enum { MAX = 2048 };
+    static void *blocks[MAX];
+    size_t n = 0;
+    errno = 0;
+    while (n < MAX && (blocks[n] = coral_malloc(1u << 20)) != NULL) memset(blocks[n++], 7, 64);
+    CHECK_LT(n, MAX);
+    CHECK_EQ(errno, ENOMEM);
+    for (size_t i = 0; i < n; i++) coral_free(blocks[i]);
+    coral_collect(1);
+    /* Consistent afterwards: memory can be had again. */
+    for (size_t i = 0; i < n / 2; i++) {
+        blocks[i] = coral_malloc(1u << 20);
+        CHECK_NOT_NULL(blocks[i]);
+    }
+    for (size_t i = 0; i < n / 2; i++) coral_free(blocks[i]);
+    coral_free(warm);
+    return 0;
+}
+
+typedef struct {
+    const char *name;
+    int (*run)(void);
+    const char *env;    /* NAME=value for the child, or NULL */
+    int signal;         /* expected terminating signal, 0 for a normal exit */
+    const char *stderr_has;
+} scenario_t;
+
+static const scenario_t scenarios[] = {
+    {"double-free", child_double_free, NULL, SIGABRT, "double free"},
+    {"double-free-huge", child_double_free_huge, NULL, SIGABRT, "double free"},
+    {"invalid-pointer", child_invalid_pointer, NULL, SIGABRT, "invalid pointer"},
+    {"bad-option", child_bad_option, "CORALLOC_PURGE_DELAY_MS=soon", 0,
+     "CORALLOC_PURGE_DELAY_MS=soon is not valid"},
+    {"bad-bool", child_bad_option, "CORALLOC_VERBOSE=maybe", 0,
+     "CORALLOC_VERBOSE=maybe is not valid"},
+    {"fail-os", child_fail_os, "CORALLOC_FAIL_OS_AFTER=1", 0, NULL},
+#ifdef CORAL_TEST_RELEASE
+    {"rlimit", child_rlimit, NULL, 0, NULL},
+#endif
+};
+
+static void run_scenario(const char *self, const scenario_t *s) {
+    int err[2];
+    CHECK_EQ(pipe(err), 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        dup2(err[1], STDERR_FILENO);
+        close(err[0]);
+        if (s->env) putenv((char *)s->env);
+        execl(self, self, s->name, (char *)NULL);
+        _exit(127);
+    }
+    close(err[1]);
+    char out[4096];
+    size_t len = 0;
+    ssize_t n;
+    while ((n = read(err[0], out + len, sizeof out - 1 - len)) > 0) len += (size_t)n;
+    out[len] = '\0';
+    close(err[0]);
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    if (s->signal) {
+        CHECK_MSG(WIFSIGNALED(status) && WTERMSIG(status) == s->signal,
+                  "%s: expected signal %d, status 0x%x; stderr:\n%s\n", s->name, s->signal,
+                  status, out);
+    } else {
+        CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "%s: expected a clean exit, status 0x%x; stderr:\n%s\n", s->name, status, out);
+    }
+    if (s->stderr_has)
+        CHECK_MSG(strstr(out, s->stderr_has) != NULL, "%s: stderr lacks \"%s\":\n%s\n", s->name,
+                  s->stderr_has, out);
+    printf("%-18s ok\n", s->name);
+}
+
+int main(int argc, char **argv) {
+    size_t count = sizeof scenarios / sizeof *scenarios;
+    if (argc == 2) {
+        for (size_t i = 0; i < count; i++)
+            if (strcmp(argv[1], scenarios[i].name) == 0) return scenarios[i].run();
+        return 2;
+    }
+    for (size_t i = 0; i < count; i++) run_scenario("/proc/self/exe", &scenarios[i]);
+    return 0;
+}

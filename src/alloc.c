@@ -19,7 +19,8 @@ static void *enomem(void) {
 }
 
 static void periodic_work(coral_heap_t *heap) {
-    if ((++heap->heartbeat & 1023) == 0) coral_segment_cache_purge(false);
+    coral_purger_start_if_wanted();
+    if ((++heap->heartbeat & 255) == 0) coral_purge_tick();
 }
 
 void *coral_malloc_generic(size_t size, coral_heap_t *heap, bool zero) {
@@ -234,5 +235,5 @@ void coral_collect(int force) {
             coral_heap_collect(heap, true);
         }
     }
-    coral_segment_cache_purge(true);
+    coral_purge_now();
 }

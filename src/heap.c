@@ -105,6 +105,9 @@ void coral_page_retire(coral_page_t *page) {
         !(page->flags & CORAL_PAGE_IN_FULL))
         return;
     coral_page_release(page);
+    /* The end of a free: a safe point to start the purge thread if the
+     * release left memory to purge (see purge.c). */
+    coral_purger_start_if_wanted();
 }
 
 /* ---- finding a page with a free block ------------------------------------------------ */

@@ -97,16 +97,21 @@ void coral_heap_pool_put(coral_heap_t *heap) {
  * can be freed (as remote frees) in the child. */
 
 static void fork_prepare(void) {
+    coral_purger_prefork();
     pthread_mutex_lock(&heap_pool_lock);
     coral_segment_locks_prefork();
     coral_huge_locks_prefork();
 }
 
-static void fork_after(void) {
+static void fork_unlock(bool child) {
     coral_huge_locks_postfork();
     coral_segment_locks_postfork();
     pthread_mutex_unlock(&heap_pool_lock);
+    coral_purger_postfork(child);
 }
+
+static void fork_parent(void) { fork_unlock(false); }
+static void fork_child(void) { fork_unlock(true); }
 
 /* ---- process start-up ------------------------------------------------------------------- */
 
@@ -133,7 +138,7 @@ static void process_init(void) {
 static void process_init_late(void) {
     int expected = 0;
     if (!atomic_compare_exchange_strong(&fork_handlers_state, &expected, 1)) return;
-    pthread_atfork(fork_prepare, fork_after, fork_after);
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
     if (coral_option(CORAL_OPT_SHOW_STATS)) atexit(show_stats_at_exit);
     if (coral_option(CORAL_OPT_VERBOSE)) coral_options_print();
 }
@@ -173,4 +178,5 @@ void coral_thread_done(void *value) {
     }
     coral_heap_pool_put(heap); /* last: it holds the tld */
     coral_stat_count(&coral_gstats.threads, -1);
+    coral_purger_start_if_wanted();
 }

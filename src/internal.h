@@ -135,11 +135,20 @@ typedef struct coral_segment_s {
     uint32_t kind;       /* CORAL_SEGMENT_* */
     uint32_t used_pages; /* owner-only: spans in use */
     size_t size;         /* bytes mapped */
-    uint64_t used_slices;  /* owner-only: bit i = slice i in a span (bit 0: header) */
-    uint64_t dirty_slices; /* owner-only: bit i = slice i touched since mapped/purged */
+    /* Slice bitmaps (bit i = slice i; bit 0 is the header).
+     * used_slices: in a span. Written by the owner only; the purger reads it.
+     * dirty_slices: touched since mapped or purged. Written only under
+     * span_lock: by the owner when it takes slices, by the purger when it
+     * purges free ones. Taking slices also needs span_lock, so a slice the
+     * purger saw free stays free until it is done. */
+    _Atomic(uint64_t) used_slices;
+    _Atomic(uint64_t) dirty_slices;
+    _Atomic(int) span_lock;       /* try-lock, never held across a wait */
+    _Atomic(uint64_t) purge_due_ms; /* 0: nothing to purge; else when to purge */
     coral_tld_t *tld;      /* owner thread data; NULL when not owned */
     struct coral_segment_s *next, *prev; /* owner's list, or a global list */
-    uint64_t released_at_ms; /* when it entered the segment cache */
+    struct coral_segment_s *all_next, *all_prev; /* registry of mapped segments */
+    uint64_t released_at_ms; /* when it entered a cache */
     _Alignas(128) coral_page_t pages[CORAL_SLICES_PER_SEGMENT];
 } coral_segment_t;
 
@@ -250,7 +259,18 @@ void coral_segment_map_set(void *start, size_t size, bool present);
 coral_segment_t *coral_segment_of_any(const void *p);
 void coral_segments_abandon(coral_tld_t *tld);
 void coral_segments_adopt_all(coral_heap_t *heap);
-void coral_segment_cache_purge(bool force);
+void coral_segment_registry_add(coral_segment_t *seg);
+void coral_segment_registry_remove(coral_segment_t *seg);
+uint64_t coral_segments_purge_due(uint64_t now, bool force);
+void coral_segment_mark_purgeable(coral_segment_t *seg);
+
+/* purge.c: delayed purging, by the allocating threads or a background one */
+void coral_purge_tick(void);
+void coral_purge_now(void);
+void coral_purger_notify(void);
+void coral_purger_start_if_wanted(void);
+void coral_purger_prefork(void);
+void coral_purger_postfork(bool child);
 void coral_segment_locks_prefork(void);
 void coral_segment_locks_postfork(void);
 
@@ -288,7 +308,7 @@ void *coral_malloc_aligned_in(coral_heap_t *heap, size_t size, size_t alignment,
 void *coral_malloc_large(coral_heap_t *heap, size_t size, size_t alignment, bool zero);
 void *coral_huge_alloc(size_t size, size_t alignment, bool zero);
 void coral_huge_free(coral_segment_t *seg);
-void coral_huge_cache_purge(bool force);
+uint64_t coral_huge_cache_purge(uint64_t now, bool force);
 void coral_huge_locks_prefork(void);
 void coral_huge_locks_postfork(void);
 void *coral_realloc_large_in_place(coral_page_t *page, void *p, size_t size);

@@ -140,23 +140,30 @@ static bool huge_cache_put(coral_segment_t *seg) {
     }
     pthread_mutex_unlock(&huge_cache_lock);
     for (int i = 0; i < evicted; i++) huge_unmap(evict[i]);
+    if (kept) coral_purger_notify();
     return kept;
 }
 
-/* Purge cached huge segments older than the purge delay (all when force). */
-void coral_huge_cache_purge(bool force) {
-    if (__atomic_load_n(&huge_cache_bytes, __ATOMIC_RELAXED) == 0) return;
-    uint64_t now = coral_clock_ms();
-    int64_t delay = coral_option(CORAL_OPT_PURGE_DELAY_MS);
+/* Purge cached huge segments older than the purge delay (all when force).
+ * Returns when the next one is due, or 0 if none waits. */
+uint64_t coral_huge_cache_purge(uint64_t now, bool force) {
+    if (__atomic_load_n(&huge_cache_bytes, __ATOMIC_RELAXED) == 0) return 0;
+    uint64_t delay = (uint64_t)coral_option(CORAL_OPT_PURGE_DELAY_MS), next = 0;
     pthread_mutex_lock(&huge_cache_lock);
     for (int i = 0; i < HUGE_CACHE_SLOTS; i++) {
         coral_segment_t *s = huge_cache[i];
-        if (s == NULL || s->dirty_slices == 0) continue;
-        if (!force && (int64_t)(now - s->released_at_ms) < delay) continue;
+        if (s == NULL || atomic_load_explicit(&s->dirty_slices, memory_order_relaxed) == 0)
+            continue;
+        uint64_t due = s->released_at_ms + delay;
+        if (!force && due > now) {
+            if (next == 0 || due < next) next = due;
+            continue;
+        }
         coral_os_purge(coral_segment_base(s) + CORAL_SLICE_SIZE, s->size - CORAL_SLICE_SIZE);
-        s->dirty_slices = 0;
+        atomic_store_explicit(&s->dirty_slices, 0, memory_order_relaxed);
     }
     pthread_mutex_unlock(&huge_cache_lock);
+    return next;
 }
 
 void coral_huge_locks_prefork(void) { pthread_mutex_lock(&huge_cache_lock); }
@@ -172,7 +179,7 @@ static coral_segment_t *huge_map_new(size_t total, size_t alignment) {
     if (seg == NULL) return NULL;
     seg->kind = CORAL_SEGMENT_HUGE;
     seg->size = total;
-    seg->dirty_slices = 0;
+    atomic_store_explicit(&seg->dirty_slices, 0, memory_order_relaxed);
     atomic_store_explicit(&seg->thread_id, 0, memory_order_relaxed);
     /* Every slice descriptor of the first 4 MiB leads to pages[0]. */
     for (size_t i = 1; i < CORAL_SLICES_PER_SEGMENT; i++) coral_slice_mark_interior(&seg->pages[i], i);
@@ -191,7 +198,7 @@ void *coral_huge_alloc(size_t size, size_t alignment, bool zero) {
     }
     size_t total = align_up(offset + size, CORAL_OS_PAGE_SIZE);
     coral_segment_t *seg = offset == CORAL_SLICE_SIZE ? huge_cache_take(total) : NULL;
-    bool dirty = seg != NULL && seg->dirty_slices != 0;
+    bool dirty = seg != NULL && atomic_load_explicit(&seg->dirty_slices, memory_order_relaxed) != 0;
     if (seg == NULL) seg = huge_map_new(total, alignment);
     if (seg == NULL) {
         errno = ENOMEM;
@@ -203,7 +210,7 @@ void *coral_huge_alloc(size_t size, size_t alignment, bool zero) {
      * coral_good_size says, the rest waits for a realloc. */
     page->block_size = total - offset;
     page->used = page->capacity = page->reserved = 1;
-    seg->dirty_slices = ~(uint64_t)0;
+    atomic_store_explicit(&seg->dirty_slices, ~(uint64_t)0, memory_order_relaxed);
     coral_stat_count(&coral_gstats.huge_allocs, 1);
     if (zero && dirty) memset(page->start, 0, size);
     return page->start;
@@ -215,6 +222,7 @@ void coral_huge_free(coral_segment_t *seg) {
         coral_fatal("double free detected: huge block %p was already free", (void *)page->start);
     page->used = 0;
     if (!huge_cache_put(seg)) huge_unmap(seg);
+    coral_purger_start_if_wanted(); /* the end of a free: a safe point */
 }
 
 size_t coral_huge_usable(coral_segment_t *seg, const void *p) {

@@ -22,9 +22,11 @@ static const option_desc_t option_descs[CORAL_OPT_COUNT] = {
     [CORAL_OPT_VERBOSE] = {"VERBOSE", 0, 0, 1, true, "print the options in force at start-up"},
     [CORAL_OPT_SHOW_STATS] = {"SHOW_STATS", 0, 0, 1, true, "print statistics to stderr at exit"},
     [CORAL_OPT_PURGE_DELAY_MS] = {"PURGE_DELAY_MS", 250, 0, 3600000, false,
-                                  "milliseconds an empty segment stays before it is purged"},
-    [CORAL_OPT_SEGMENT_CACHE] = {"SEGMENT_CACHE", 16, 0, 4096, false,
+                                  "milliseconds freed memory stays before it is returned to the OS"},
+    [CORAL_OPT_SEGMENT_CACHE] = {"SEGMENT_CACHE", 64, 0, 4096, false,
                                  "empty segments (4 MiB each) kept mapped for reuse"},
+    [CORAL_OPT_PURGE_THREAD] = {"PURGE_THREAD", 1, 0, 1, true,
+                                "purge from a background thread (else from allocating threads)"},
     [CORAL_OPT_FAIL_OS_AFTER] = {"FAIL_OS_AFTER", 0, 0, INT64_MAX, false,
                                  "testing: make the Nth OS mapping call fail (0: never)"},
 };

@@ -11,6 +11,7 @@ typedef enum coral_option_e {
     CORAL_OPT_SHOW_STATS,     /* print statistics at exit */
     CORAL_OPT_PURGE_DELAY_MS, /* unused memory is returned after this delay */
     CORAL_OPT_SEGMENT_CACHE,  /* empty segments kept mapped for reuse */
+    CORAL_OPT_PURGE_THREAD,   /* purge from a background thread */
     CORAL_OPT_FAIL_OS_AFTER,  /* testing: the Nth OS mapping call fails (0: off) */
     CORAL_OPT_COUNT
 } coral_option_t;

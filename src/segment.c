@@ -48,7 +48,11 @@ coral_segment_t *coral_segment_of_any(const void *p) {
         a -= CORAL_SEGMENT_SIZE;
         kind = coral_map_kind(a);
     }
-    return kind == CORAL_MAP_SEGMENT ? coral_ptr_segment((void *)a) : NULL;
+    if (kind != CORAL_MAP_SEGMENT) return NULL;
+    /* A huge segment's last chunk may be only partly its own: the rest of
+     * that 4 MiB can be anybody's mapping. */
+    coral_segment_t *seg = coral_ptr_segment((void *)a);
+    return (uintptr_t)p - (uintptr_t)seg < seg->size ? seg : NULL;
 }
 
 /* ---- intrusive segment lists ---------------------------------------------- */
@@ -69,38 +73,95 @@ static void list_remove(coral_segment_t **first, coral_segment_t **last, coral_s
     s->next = s->prev = NULL;
 }
 
+/* ---- the registry: every mapped normal segment, for the purger ------------------ */
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static coral_segment_t *registry;
+
+void coral_segment_registry_add(coral_segment_t *seg) {
+    pthread_mutex_lock(&registry_lock);
+    seg->all_prev = NULL;
+    seg->all_next = registry;
+    if (registry) registry->all_prev = seg;
+    registry = seg;
+    pthread_mutex_unlock(&registry_lock);
+}
+
+void coral_segment_registry_remove(coral_segment_t *seg) {
+    pthread_mutex_lock(&registry_lock);
+    if (seg->all_prev) seg->all_prev->all_next = seg->all_next;
+    else registry = seg->all_next;
+    if (seg->all_next) seg->all_next->all_prev = seg->all_prev;
+    pthread_mutex_unlock(&registry_lock);
+}
+
+/* ---- purging free slices ------------------------------------------------------------ */
+
+static bool span_trylock(coral_segment_t *seg) {
+    return atomic_exchange_explicit(&seg->span_lock, 1, memory_order_acquire) == 0;
+}
+
+static void span_unlock(coral_segment_t *seg) {
+    atomic_store_explicit(&seg->span_lock, 0, memory_order_release);
+}
+
+/* Owner: slices were freed; they may be purged after the purge delay. */
+void coral_segment_mark_purgeable(coral_segment_t *seg) {
+    if (atomic_load_explicit(&seg->purge_due_ms, memory_order_relaxed) != 0) return;
+    uint64_t due = coral_clock_ms() + (uint64_t)coral_option(CORAL_OPT_PURGE_DELAY_MS);
+    atomic_store_explicit(&seg->purge_due_ms, due, memory_order_relaxed);
+    coral_purger_notify();
+}
+
+/* Give the free, dirty slices of seg back to the OS (madvise, in runs). */
+static void segment_purge_free(coral_segment_t *seg) {
+    uint64_t used = atomic_load_explicit(&seg->used_slices, memory_order_relaxed);
+    uint64_t dirty = atomic_load_explicit(&seg->dirty_slices, memory_order_relaxed);
+    uint64_t purge = dirty & ~used & ~(uint64_t)1;
+    uint64_t left = purge;
+    while (left) {
+        unsigned first = (unsigned)__builtin_ctzll(left);
+        uint64_t run = left >> first;
+        unsigned n = run == ~(uint64_t)0 ? 64 - first : (unsigned)__builtin_ctzll(~run);
+        coral_os_purge(coral_segment_base(seg) + (size_t)first * CORAL_SLICE_SIZE,
+                       (size_t)n * CORAL_SLICE_SIZE);
+        left &= ~(n >= 64 ? ~(uint64_t)0 : ((((uint64_t)1 << n) - 1) << first));
+    }
+    atomic_store_explicit(&seg->dirty_slices, dirty & ~purge, memory_order_relaxed);
+}
+
+/* Purge every registered segment whose purge is due (all that have free
+ * dirty slices, when force). Returns the earliest time a purge is still
+ * pending, or 0 if none. Any thread may call it. */
+uint64_t coral_segments_purge_due(uint64_t now, bool force) {
+    uint64_t next = 0;
+    pthread_mutex_lock(&registry_lock);
+    for (coral_segment_t *seg = registry; seg != NULL; seg = seg->all_next) {
+        uint64_t due = atomic_load_explicit(&seg->purge_due_ms, memory_order_relaxed);
+        if (due == 0) continue;
+        if ((force || due <= now) && span_trylock(seg)) {
+            /* Cleared before reading used_slices: a page freed from here on
+             * marks the segment again. */
+            atomic_store_explicit(&seg->purge_due_ms, 0, memory_order_relaxed);
+            segment_purge_free(seg);
+            span_unlock(seg);
+            continue;
+        }
+        if (due <= now) due = now + 1; /* busy: try again soon */
+        if (next == 0 || due < next) next = due;
+    }
+    pthread_mutex_unlock(&registry_lock);
+    return next;
+}
+
 /* ---- the segment cache ------------------------------------------------------ */
 
 static void segment_unmap(coral_segment_t *seg) {
     size_t size = seg->size;
+    coral_segment_registry_remove(seg);
     coral_segment_map_set(seg, size, false);
     coral_stat_count(&coral_gstats.segments, -1);
     coral_os_unmap(seg, size);
-}
-
-/* Slices 1..63 of a cached segment back to the OS: they read as zero after. */
-static void segment_purge(coral_segment_t *seg) {
-    if (seg->dirty_slices <= 1) return;
-    coral_os_purge(coral_segment_base(seg) + CORAL_SLICE_SIZE,
-                   CORAL_SEGMENT_SIZE - CORAL_SLICE_SIZE);
-    seg->dirty_slices = 1;
-}
-
-/* Purge cached segments released longer than the purge delay ago (all of
- * them when force). Caller holds no lock. */
-void coral_segment_cache_purge(bool force) {
-    coral_huge_cache_purge(force);
-    if (atomic_load_explicit(&segment_cache.count, memory_order_relaxed) == 0)
-        return;
-    uint64_t now = coral_clock_ms();
-    int64_t delay = coral_option(CORAL_OPT_PURGE_DELAY_MS);
-    pthread_mutex_lock(&segment_cache.lock);
-    /* Oldest at the back. */
-    for (coral_segment_t *s = segment_cache.last; s != NULL; s = s->prev) {
-        if (!force && (int64_t)(now - s->released_at_ms) < delay) break;
-        segment_purge(s);
-    }
-    pthread_mutex_unlock(&segment_cache.lock);
 }
 
 static void segment_cache_put(coral_segment_t *seg) {
@@ -118,7 +179,6 @@ static void segment_cache_put(coral_segment_t *seg) {
     }
     pthread_mutex_unlock(&segment_cache.lock);
     if (evict) segment_unmap(evict);
-    coral_segment_cache_purge(false);
 }
 
 static coral_segment_t *segment_cache_take(void) {
@@ -144,7 +204,9 @@ static coral_segment_t *segment_map_new(void) {
      * threads read them without synchronisation. */
     seg->kind = CORAL_SEGMENT_NORMAL;
     seg->size = CORAL_SEGMENT_SIZE;
-    seg->dirty_slices = 1; /* only the header slice is touched */
+    atomic_store_explicit(&seg->used_slices, 1, memory_order_relaxed);
+    atomic_store_explicit(&seg->dirty_slices, 1, memory_order_relaxed); /* the header */
+    coral_segment_registry_add(seg);
     coral_segment_map_set(seg, CORAL_SEGMENT_SIZE, true);
     coral_stat_gauge(&coral_gstats.segments, &coral_gstats.segments_peak, 1);
     return seg;
@@ -161,8 +223,7 @@ static coral_segment_t *segment_acquire_empty(coral_tld_t *tld) {
     coral_segment_t *seg = segment_cache_take();
     if (seg == NULL) seg = segment_map_new();
     if (seg == NULL) return NULL;
-    seg->used_slices = 1;
-    seg->used_pages = 0;
+    seg->used_pages = 0; /* used_slices is 1: the header only */
     segment_own(seg, tld);
     return seg;
 }
@@ -194,25 +255,38 @@ void coral_slice_mark_interior(coral_page_t *slice, size_t i) {
     __atomic_store_n(&slice->flags, CORAL_PAGE_INTERIOR, __ATOMIC_RELAXED);
 }
 
+/* Take slices [first, first+n) as a span. Caller holds seg's span_lock. */
 static coral_page_t *segment_take_span(coral_segment_t *seg, size_t first, size_t n) {
     uint64_t mask = slice_mask(first, n);
     coral_page_t *page = &seg->pages[first];
     for (size_t i = 1; i < n; i++) coral_slice_mark_interior(&seg->pages[first + i], i);
     page->slice_offset = 0;
     page->slice_count = (uint32_t)n;
-    page->is_fresh = (seg->dirty_slices & mask) == 0;
     page->start = coral_segment_base(seg) + first * CORAL_SLICE_SIZE;
-    seg->used_slices |= mask;
-    seg->dirty_slices |= mask;
+    uint64_t used = atomic_load_explicit(&seg->used_slices, memory_order_relaxed);
+    uint64_t dirty = atomic_load_explicit(&seg->dirty_slices, memory_order_relaxed);
+    page->is_fresh = (dirty & mask) == 0;
+    atomic_store_explicit(&seg->used_slices, used | mask, memory_order_relaxed);
+    atomic_store_explicit(&seg->dirty_slices, dirty | mask, memory_order_relaxed);
     seg->used_pages++;
+    return page;
+}
+
+/* A run of n free slices in seg, taken; NULL if none (or the purger is at
+ * work on seg right now: then the caller looks elsewhere, never waits). */
+static coral_page_t *segment_try_span(coral_segment_t *seg, size_t n) {
+    uint64_t used = atomic_load_explicit(&seg->used_slices, memory_order_relaxed);
+    int first = find_free_run(used, n);
+    if (first <= 0 || !span_trylock(seg)) return NULL;
+    coral_page_t *page = segment_take_span(seg, (size_t)first, n);
+    span_unlock(seg);
     return page;
 }
 
 static coral_page_t *segments_find_span(coral_tld_t *tld, size_t n) {
     for (coral_segment_t *seg = tld->segments; seg != NULL; seg = seg->next) {
-        if (seg->used_slices == ~(uint64_t)0) continue;
-        int first = find_free_run(seg->used_slices, n);
-        if (first > 0) return segment_take_span(seg, (size_t)first, n);
+        coral_page_t *page = segment_try_span(seg, n);
+        if (page) return page;
     }
     return NULL;
 }
@@ -233,16 +307,25 @@ coral_page_t *coral_segment_page_alloc(coral_heap_t *heap, size_t n) {
     }
     coral_segment_t *seg = segment_acquire_empty(tld);
     if (seg == NULL) return NULL;
-    return segment_take_span(seg, 1, n);
+    /* A segment just out of the cache may be under the purger's hand for
+     * the time of one madvise. */
+    while (!span_trylock(seg)) __builtin_ia32_pause();
+    page = segment_take_span(seg, 1, n);
+    span_unlock(seg);
+    return page;
 }
 
 /* Return a page's slices to its segment (owner thread only). */
 void coral_segment_page_free(coral_page_t *page) {
     coral_segment_t *seg = coral_ptr_segment(page);
     size_t first = (size_t)(page - seg->pages);
-    seg->used_slices &= ~slice_mask(first, page->slice_count);
+    uint64_t used = atomic_load_explicit(&seg->used_slices, memory_order_relaxed);
+    atomic_store_explicit(&seg->used_slices, used & ~slice_mask(first, page->slice_count),
+                          memory_order_relaxed);
     page->slice_count = 0;
     page->block_size = 0;
+    /* Marked before the release: after it the segment may be someone else's. */
+    coral_segment_mark_purgeable(seg);
     if (--seg->used_pages == 0) segment_release(seg);
 }
 
@@ -317,12 +400,15 @@ void coral_segments_adopt_all(coral_heap_t *heap) {
 
 /* ---- fork ---------------------------------------------------------------------- */
 
+/* Holding the registry lock also means the purger holds no span lock. */
 void coral_segment_locks_prefork(void) {
     pthread_mutex_lock(&segment_abandoned.lock);
     pthread_mutex_lock(&segment_cache.lock);
+    pthread_mutex_lock(&registry_lock);
 }
 
 void coral_segment_locks_postfork(void) {
+    pthread_mutex_unlock(&registry_lock);
     pthread_mutex_unlock(&segment_cache.lock);
     pthread_mutex_unlock(&segment_abandoned.lock);
 }
@@ -333,16 +419,22 @@ bool coral_segment_span_resize(coral_page_t *page, size_t slices) {
     coral_segment_t *seg = coral_ptr_segment(page);
     size_t first = (size_t)(page - seg->pages), now = page->slice_count;
     if (slices == now) return true;
+    uint64_t used = atomic_load_explicit(&seg->used_slices, memory_order_relaxed);
     if (slices < now) {
-        seg->used_slices &= ~slice_mask(first + slices, now - slices);
-    } else {
-        if (first + slices > CORAL_SLICES_PER_SEGMENT) return false;
-        uint64_t grow = slice_mask(first + now, slices - now);
-        if (seg->used_slices & grow) return false;
-        for (size_t i = now; i < slices; i++) coral_slice_mark_interior(&seg->pages[first + i], i);
-        seg->used_slices |= grow;
-        seg->dirty_slices |= grow;
+        atomic_store_explicit(&seg->used_slices, used & ~slice_mask(first + slices, now - slices),
+                              memory_order_relaxed);
+        page->slice_count = (uint32_t)slices;
+        coral_segment_mark_purgeable(seg);
+        return true;
     }
+    if (first + slices > CORAL_SLICES_PER_SEGMENT) return false;
+    uint64_t grow = slice_mask(first + now, slices - now);
+    if ((used & grow) || !span_trylock(seg)) return false;
+    for (size_t i = now; i < slices; i++) coral_slice_mark_interior(&seg->pages[first + i], i);
+    uint64_t dirty = atomic_load_explicit(&seg->dirty_slices, memory_order_relaxed);
+    atomic_store_explicit(&seg->used_slices, used | grow, memory_order_relaxed);
+    atomic_store_explicit(&seg->dirty_slices, dirty | grow, memory_order_relaxed);
+    span_unlock(seg);
     page->slice_count = (uint32_t)slices;
     return true;
 }

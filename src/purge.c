@@ -1,0 +1,132 @@
+/* Delayed purging: freed memory goes back to the OS (MADV_DONTNEED) only once
+ * it has stayed unused for CORALLOC_PURGE_DELAY_MS, so memory that is freed
+ * and soon reused is never purged and refaulted.
+ *
+ * Who purges: a background thread (CORALLOC_PURGE_THREAD=1, the default),
+ * so that memory goes back even when every thread of the program is idle;
+ * or, without it, the allocating threads, every so often in their slow
+ * paths. The thread is started on the first free that leaves memory to
+ * purge (never at start-up: short-lived processes do not pay for it), from
+ * the start of a malloc slow path where the allocator holds no lock. It
+ * sleeps on a condition variable when nothing is pending.
+ *
+ * Wake-up protocol: `pending` is set by whoever leaves something to purge
+ * (coral_purger_notify); the thread clears it *before* each pass, and waits
+ * only when a pass found nothing and `pending` is still clear. So a
+ * notification is never lost, and the futex wake (a system call) happens
+ * only on the idle -> busy transition. A new purge is never due earlier than
+ * the ones already pending (its delay starts now), so a sleeping thread need
+ * not be woken for it. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
+
+#include "internal.h"
+#include "options.h"
+
+enum { PURGER_OFF, PURGER_WANTED, PURGER_STARTING, PURGER_RUNNING, PURGER_FAILED };
+
+static pthread_mutex_t purger_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t purger_cond = PTHREAD_COND_INITIALIZER;
+static _Atomic(int) purger_pending;
+static _Atomic(int) purger_state;
+static _Atomic(uint64_t) next_tick_ms; /* throttles purging from slow paths */
+
+/* One purge pass over the caches and segments; returns when the next purge
+ * is due (0: nothing pending). */
+static uint64_t purge_pass(bool force) {
+    uint64_t now = coral_clock_ms();
+    uint64_t a = coral_huge_cache_purge(now, force);
+    uint64_t b = coral_segments_purge_due(now, force);
+    return a == 0 ? b : b == 0 ? a : (a < b ? a : b);
+}
+
+static void sleep_until_ms(uint64_t due) {
+    uint64_t now = coral_clock_ms();
+    if (due <= now) return;
+    struct timespec ts = {(time_t)((due - now) / 1000), (long)((due - now) % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void *purger_main(void *arg) {
+    (void)arg;
+    for (;;) {
+        atomic_store_explicit(&purger_pending, 0, memory_order_seq_cst);
+        uint64_t next = purge_pass(false);
+        if (next != 0) {
+            sleep_until_ms(next);
+            continue;
+        }
+        pthread_mutex_lock(&purger_lock);
+        while (!atomic_load_explicit(&purger_pending, memory_order_seq_cst))
+            pthread_cond_wait(&purger_cond, &purger_lock);
+        pthread_mutex_unlock(&purger_lock);
+    }
+    return NULL;
+}
+
+void coral_purger_notify(void) {
+    if (atomic_load_explicit(&purger_pending, memory_order_relaxed)) return;
+    if (atomic_exchange_explicit(&purger_pending, 1, memory_order_seq_cst)) return;
+    int state = atomic_load_explicit(&purger_state, memory_order_acquire);
+    if (state == PURGER_RUNNING) {
+        pthread_mutex_lock(&purger_lock);
+        pthread_cond_signal(&purger_cond);
+        pthread_mutex_unlock(&purger_lock);
+    } else if (state == PURGER_OFF && coral_option(CORAL_OPT_PURGE_THREAD)) {
+        int off = PURGER_OFF;
+        atomic_compare_exchange_strong(&purger_state, &off, PURGER_WANTED);
+    }
+}
+
+/* Called at the start of malloc's slow path, where no allocator lock is
+ * held: pthread_create may allocate, and does so through us. */
+void coral_purger_start_if_wanted(void) {
+    int wanted = PURGER_WANTED;
+    if (atomic_load_explicit(&purger_state, memory_order_relaxed) != PURGER_WANTED ||
+        !atomic_compare_exchange_strong(&purger_state, &wanted, PURGER_STARTING))
+        return;
+    pthread_attr_t attr;
+    pthread_t thread;
+    sigset_t all, old;
+    sigfillset(&all);
+    /* The thread inherits this mask: no signal meant for the program is
+     * ever delivered to it. */
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 64 * 1024);
+    int rc = pthread_create(&thread, &attr, purger_main, NULL);
+    pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) coral_message("cannot start the purge thread (error %d): purging from slow paths", rc);
+    atomic_store_explicit(&purger_state, rc == 0 ? PURGER_RUNNING : PURGER_FAILED,
+                          memory_order_release);
+}
+
+/* From malloc's slow path, every so often: purge what is due, unless the
+ * background thread does it. At most one pass per quarter purge delay. */
+void coral_purge_tick(void) {
+    if (atomic_load_explicit(&purger_state, memory_order_relaxed) == PURGER_RUNNING) return;
+    uint64_t now = coral_clock_ms(), due = atomic_load_explicit(&next_tick_ms, memory_order_relaxed);
+    if (now < due) return;
+    uint64_t step = (uint64_t)coral_option(CORAL_OPT_PURGE_DELAY_MS) / 4 + 1;
+    if (!atomic_compare_exchange_strong(&next_tick_ms, &due, now + step)) return;
+    (void)purge_pass(false);
+}
+
+/* Purge everything purgeable now (coral_collect, malloc_trim). */
+void coral_purge_now(void) { (void)purge_pass(true); }
+
+void coral_purger_prefork(void) { pthread_mutex_lock(&purger_lock); }
+
+/* The child has no purge thread: it starts a new one when it needs it. */
+void coral_purger_postfork(bool child) {
+    pthread_mutex_unlock(&purger_lock);
+    if (!child) return;
+    int state = atomic_load_explicit(&purger_state, memory_order_relaxed);
+    if (state == PURGER_RUNNING || state == PURGER_STARTING)
+        atomic_store_explicit(&purger_state, PURGER_OFF, memory_order_relaxed);
+    atomic_store_explicit(&purger_pending, 0, memory_order_relaxed);
+}

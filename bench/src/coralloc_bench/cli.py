@@ -1,0 +1,350 @@
+"""coralloc-bench: run / list / compare.
+
+  coralloc-bench run [--profile quick|full] [--workloads A,B] [--allocs A,B]
+                     [--alloc NAME=/path/lib.so] [--reps N] [--threads N] [--out DIR]
+  coralloc-bench list
+  coralloc-bench compare OLD.json NEW.json
+
+Errors in what the user gave (an unknown workload or allocator, a path that
+is not a shared library, a bad number) are one line on stderr and exit 2.
+`run` exits 1 when a run of coralloc failed, 130 when interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+import platform
+import shlex
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, NoReturn, Optional, Sequence
+
+from coralloc_bench import __version__
+from coralloc_bench import allocators as allocs_mod
+from coralloc_bench import workloads as wl_mod
+from coralloc_bench.execute import FAILED, Progress, RunContext, RunRecord, run_matrix
+from coralloc_bench.util import BenchError, repo_root
+
+PROG = "coralloc-bench"
+DEFAULT_REPS = {"quick": 3, "full": 5}
+PROBE = "alloc-probe"
+LAUNCHER = "run-measured"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line (no usage dump), via BenchError."""
+
+    def error(self, message: str) -> NoReturn:
+        raise BenchError(f"{message} (see `{self.prog} --help`)")
+
+
+def _positive_int(what: str):  # type: ignore[no-untyped-def]
+    def parse(s: str) -> int:
+        try:
+            v = int(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be a positive integer, not '{s}'")
+        if v < 1:
+            raise argparse.ArgumentTypeError(f"{what} must be a positive integer, not '{s}'")
+        return v
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description="coralloc's benchmark suite: our own workloads and "
+                "real programs under every allocator, interleaved, with tables and charts.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="{run,list,compare}", parser_class=_Parser)
+    sub.required = True
+
+    r = sub.add_parser("run", help="run the benchmarks and write the report")
+    r.add_argument("--profile", choices=wl_mod.PROFILES, default="quick",
+                   help="quick (default, under 10 minutes on 2 cores) or full")
+    r.add_argument("--workloads", metavar="A,B",
+                   help="workloads or groups to run (default: the profile's; see `list`)")
+    r.add_argument("--allocs", metavar="A,B",
+                   help="allocators to run (default: every one found)")
+    r.add_argument("--alloc", metavar="NAME=/path/lib.so", action="append", default=[],
+                   help="one more allocator to preload (repeatable)")
+    r.add_argument("--coralloc-lib", metavar="PATH",
+                   help="coralloc's library (default: <repo>/build/libcoralloc.so)")
+    r.add_argument("--reps", type=_positive_int("--reps"),
+                   help="repetitions (default: 3 quick, 5 full)")
+    r.add_argument("--threads", type=_positive_int("--threads"),
+                   help="base thread count (default: the cores this process may use); "
+                        "-x2 workloads run twice as many")
+    r.add_argument("--out", metavar="DIR",
+                   help="output directory (default: bench/results/<date-time>/)")
+    r.add_argument("--baseline", default=allocs_mod.DEFAULT_BASELINE,
+                   help="allocator the ratios are to (default: mimalloc)")
+    r.add_argument("--build-dir", metavar="DIR",
+                   help="where the workloads are built (default: <repo>/build/bench, "
+                        "else <repo>/build-bench)")
+    r.add_argument("--no-install", action="store_true",
+                   help="do not apt-get install missing allocators or programs")
+    r.add_argument("--no-charts", action="store_true", help="do not draw PNG charts")
+    r.add_argument("--quiet", action="store_true", help="no progress output")
+    r.set_defaults(func=cmd_run)
+
+    ls = sub.add_parser("list", help="name the workloads and the allocators found")
+    ls.add_argument("--alloc", metavar="NAME=/path/lib.so", action="append", default=[])
+    ls.add_argument("--coralloc-lib", metavar="PATH")
+    ls.add_argument("--build-dir", metavar="DIR")
+    ls.set_defaults(func=cmd_list)
+
+    c = sub.add_parser("compare", help="ratios between two results.json files (NEW/OLD)")
+    c.add_argument("old", metavar="OLD.json")
+    c.add_argument("new", metavar="NEW.json")
+    c.add_argument("--metrics", default="time,rss,figure",
+                   help="figures to compare (time,figure,rss,user,sys,minflt,majflt)")
+    c.set_defaults(func=cmd_compare)
+    return p
+
+
+def _log(msg: str) -> None:
+    print(f"{PROG}: {msg}", file=sys.stderr, flush=True)
+
+
+def threads_default() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def bin_dir(build_dir: Optional[str], root: Path) -> Path:
+    """The directory with the built workloads."""
+    if build_dir:
+        cands = [Path(build_dir) / "bench", Path(build_dir)]
+    else:
+        env = os.environ.get("CORALLOC_BENCH_BUILD")
+        cands = ([Path(env)] if env else []) + [root / "build" / "bench", root / "build-bench"]
+    for c in cands:
+        if (c / PROBE).is_file():
+            return c.resolve()
+    raise BenchError(f"the workloads are not built (no {PROBE} in "
+                     f"{', '.join(str(c) for c in cands)}): run `make build`, or "
+                     f"`cmake -S bench -B build-bench && cmake --build build-bench`")
+
+
+def _coralloc_build_root(root: Path, build_dir: Optional[str]) -> Path:
+    if build_dir and (Path(build_dir) / "libcoralloc.so").is_file():
+        return Path(build_dir)
+    return root / "build"
+
+
+def machine_info() -> Dict[str, object]:
+    info: Dict[str, object] = {}
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info["cores"] = os.cpu_count() or 0
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemTotal"):
+                info["memory_gib"] = round(int(line.split()[1]) / 1048576, 1)
+                break
+    except OSError:
+        pass
+    try:
+        for line in open("/etc/os-release"):
+            if line.startswith("PRETTY_NAME="):
+                info["os"] = line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        pass
+    info["kernel"] = platform.release()
+    info["glibc"] = allocs_mod.glibc_version()
+    try:
+        thp = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text().strip()
+        info["thp"] = thp.split("[")[1].split("]")[0] if "[" in thp else thp
+    except (OSError, IndexError):
+        pass
+    return info
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    t_start = time.monotonic()
+    root = repo_root()
+    profile: str = args.profile
+    chosen = wl_mod.select(args.workloads, profile)
+    threads: int = args.threads or threads_default()
+    reps: int = args.reps or DEFAULT_REPS[profile]
+    if args.baseline not in allocs_mod.KNOWN and not any(
+            s.partition("=")[0] == args.baseline for s in args.alloc):
+        raise BenchError(f"unknown baseline allocator '{args.baseline}'")
+    bdir = bin_dir(args.build_dir, root)
+    missing = sorted({w.program for w in chosen if not w.is_real
+                      and not (bdir / w.program).is_file()})
+    if missing:
+        raise BenchError(f"workload programs missing in {bdir}: {', '.join(missing)} "
+                         f"(rebuild: `make build`)")
+    user_names = [s.partition("=")[0] for s in args.alloc]
+    install = not args.no_install
+    found = allocs_mod.discover(args.coralloc_lib, args.alloc,
+                                _coralloc_build_root(root, args.build_dir), install, _log)
+    alloc_list = allocs_mod.select(args.allocs, found, user_names, _log)
+
+    real = [w.program for w in chosen if w.is_real]
+    if real and install:
+        from coralloc_bench import realprogs
+        need = realprogs.missing_packages(real)
+        if need and not allocs_mod.apt_install(need, _log):
+            _log(f"missing programs ({' '.join(need)}): their workloads are skipped")
+
+    # prove each allocator serves the calls before trusting its numbers
+    blocked: Dict[str, str] = {}
+    for a in alloc_list:
+        res = allocs_mod.verify(a, bdir / PROBE)
+        if res.ok:
+            extra = f" ({'; '.join(res.notes)})" if res.notes else ""
+            _log(f"{a.name}: verified, malloc is {res.symbols.get('malloc', '?')}{extra}")
+        else:
+            _log(f"{a.name}: NOT verified: {res.reason}; its runs are reported as failed")
+            blocked[a.name] = f"allocator not verified: {res.reason}"
+
+    out_dir = Path(args.out) if args.out else \
+        root / "bench" / "results" / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "work").mkdir(exist_ok=True)
+    except OSError as e:
+        raise BenchError(f"cannot create {out_dir}: {e}") from None
+    baseline = args.baseline if args.baseline in [a.name for a in alloc_list] else \
+        next((n for n in ("mimalloc", "system") if n in [a.name for a in alloc_list]),
+             alloc_list[0].name)
+    if baseline != args.baseline:
+        _log(f"baseline {args.baseline} is not run; ratios are to {baseline}")
+
+    meta: Dict[str, object] = {
+        "tool": f"{PROG} {__version__}",
+        "command": " ".join(shlex.quote(a) for a in [PROG, *sys.argv[1:]])
+        if sys.argv and sys.argv[0] else PROG,
+        "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "profile": profile, "reps": reps, "threads": threads, "baseline": baseline,
+        "machine": machine_info(),
+        "allocators": {a.name: a.to_json() for a in alloc_list},
+        "workloads": {w.name: {"description": w.description, "program": w.program,
+                               "threads": w.threads_used(threads),
+                               "args": w.argv_tail(profile, threads)} for w in chosen},
+    }
+    launcher = bdir / LAUNCHER
+    ctx = RunContext(bdir, profile, threads, out_dir / "work",
+                     launcher if launcher.is_file() else None)
+    if ctx.launcher is None:
+        _log(f"{launcher} is not built: peak RSS will include the runner's own size")
+    records: List[RunRecord] = []
+
+    from coralloc_bench import report
+
+    def save(rec: Optional[RunRecord] = None) -> None:
+        if rec is not None:
+            records.append(rec)
+        report.write_json(out_dir / "results.json", meta, records)
+
+    total = len(chosen) * len(alloc_list) * reps
+    _log(f"{profile} profile: {len(chosen)} workloads x {len(alloc_list)} allocators "
+         f"({', '.join(a.name for a in alloc_list)}) x {reps} reps = {total} runs, "
+         f"{threads} threads; writing {out_dir}")
+    progress = Progress(total, quiet=args.quiet)
+    interrupted = False
+    try:
+        run_matrix(chosen, alloc_list, reps, ctx, progress, on_record=save, blocked=blocked)
+    except KeyboardInterrupt:
+        interrupted = True
+        _log("interrupted: writing what has run so far")
+    finally:
+        progress.close()
+    meta["total_seconds"] = round(time.monotonic() - t_start, 1)
+    save()
+    report.write_csv(out_dir / "results.csv", records)
+    charts: List[str] = []
+    if not args.no_charts and records:
+        from coralloc_bench import charts as charts_mod
+        if charts_mod.available():
+            charts = charts_mod.draw(records, meta, baseline, out_dir)
+        else:
+            _log("matplotlib is not installed: no charts (pip install matplotlib)")
+    (out_dir / "report.md").write_text(report.markdown_report(records, meta, baseline, charts))
+    shutil.rmtree(out_dir / "work", ignore_errors=True)
+    if records:
+        print(report.terminal_report(records, meta, baseline))
+    print(f"\n{len(records)} runs in {meta['total_seconds']} s; report: {out_dir / 'report.md'}"
+          f"; results: {out_dir / 'results.json'}")
+    if interrupted:
+        return 130
+    code = exit_code_for(records)
+    if code:
+        _log(f"{code_failures(records)} run(s) of coralloc failed")
+    return code
+
+
+def code_failures(records: Sequence[RunRecord]) -> int:
+    return sum(1 for r in records if r.allocator == "coralloc" and r.status == FAILED)
+
+
+def exit_code_for(records: Sequence[RunRecord]) -> int:
+    """1 when a run of coralloc failed (crash, wrong result, not verified)."""
+    return 1 if code_failures(records) else 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    root = repo_root()
+    print("workloads (profiles; threads: T = --threads, default the cores):")
+    width = max(len(w.name) for w in wl_mod.WORKLOADS)
+    for w in wl_mod.WORKLOADS:
+        th = {0: "1", 1: "T", 2: "2T"}[w.thread_factor]
+        print(f"  {w.name:<{width}}  {'+'.join(w.profiles):<10}  {th:>2}  {w.description}")
+    print(f"  groups: {', '.join(sorted(wl_mod.GROUPS))}")
+    found = allocs_mod.discover(args.coralloc_lib, args.alloc,
+                                _coralloc_build_root(root, args.build_dir), False, _log)
+    try:
+        probe: Optional[Path] = bin_dir(args.build_dir, root) / PROBE
+    except BenchError:
+        probe = None
+    print("allocators:")
+    for name in allocs_mod.order(list(found)):
+        a = found[name]
+        state = "not verified (workloads not built)"
+        if probe is not None:
+            res = allocs_mod.verify(a, probe)
+            state = "verified" if res.ok else f"NOT verified: {res.reason}"
+        ver = f" {a.version}" if a.version else ""
+        print(f"  {name:<10} {a.path or 'glibc (no preload)'}{ver}  [{state}]")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from coralloc_bench import report
+    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
+    for m in metrics:
+        if m not in report.METRIC_BY_KEY:
+            raise BenchError(f"unknown metric '{m}' (known: {', '.join(report.METRIC_BY_KEY)})")
+    print(report.compare(args.old, args.new, metrics))
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        return int(args.func(args))
+    except BenchError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,373 @@
+"""Turning run records into tables (one per figure: rows workloads, columns
+allocators, each cell with its ratio to the baseline, and a geometric-mean
+row), results.json, results.csv, report.md, and the comparison of two
+result files."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from coralloc_bench.execute import FAILED, OK, SKIPPED, RunRecord
+from coralloc_bench.util import BenchError, geomean, median
+
+
+def _fmt_num(v: float) -> str:
+    """3 significant digits, k/M suffixes for big numbers."""
+    a = abs(v)
+    if a >= 1e9:
+        return f"{v / 1e9:.3g}G"
+    if a >= 1e6:
+        return f"{v / 1e6:.3g}M"
+    if a >= 1e4:
+        return f"{v / 1e3:.3g}k"
+    if a >= 100:
+        return f"{v:.0f}"
+    if a >= 1:
+        return f"{v:.3g}"
+    return f"{v:.3f}"
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str
+    title: str
+    unit: str
+    lower_better: bool
+    get: Callable[[RunRecord], Optional[float]]
+    fmt: Callable[[float], str] = _fmt_num
+
+
+def _f(v: Optional[float], scale: float = 1.0) -> Optional[float]:
+    return None if v is None else float(v) * scale
+
+
+METRICS: List[Metric] = [
+    Metric("time", "wall time", "s", True, lambda r: _f(r.wall_s), lambda v: f"{v:.3f}"),
+    Metric("figure", "the workload's own figure (ops/s; sqlite: rows/s)", "", False,
+           lambda r: _f(r.figure)),
+    Metric("rss", "peak RSS", "MiB", True, lambda r: _f(r.max_rss_kib, 1 / 1024),
+           lambda v: f"{v:.1f}"),
+    Metric("user", "user CPU time", "s", True, lambda r: _f(r.user_s), lambda v: f"{v:.3f}"),
+    Metric("sys", "system CPU time", "s", True, lambda r: _f(r.sys_s), lambda v: f"{v:.3f}"),
+    Metric("minflt", "minor page faults", "", True, lambda r: _f(r.minor_faults)),
+    Metric("majflt", "major page faults", "", True, lambda r: _f(r.major_faults)),
+]
+METRIC_BY_KEY = {m.key: m for m in METRICS}
+TERMINAL_METRICS = ("time", "figure", "rss")
+
+
+@dataclass
+class Cell:
+    status: str  # ok / failed / skipped / missing
+    reason: str = ""
+    values: Dict[str, float] = field(default_factory=dict)  # medians of the ok runs
+    runs: int = 0
+    ok_runs: int = 0
+
+
+def aggregate(records: Sequence[RunRecord]) -> Dict[Tuple[str, str], Cell]:
+    """One cell per (workload, allocator): failed if any run failed (a broken
+    allocator posts no time), skipped if skipped, else the medians."""
+    groups: Dict[Tuple[str, str], List[RunRecord]] = {}
+    for r in records:
+        groups.setdefault((r.workload, r.allocator), []).append(r)
+    cells: Dict[Tuple[str, str], Cell] = {}
+    for key, runs in groups.items():
+        failed = [r for r in runs if r.status == FAILED]
+        ok = [r for r in runs if r.status == OK]
+        if failed:
+            reasons = sorted({r.reason for r in failed})
+            cells[key] = Cell(FAILED, "; ".join(reasons), {}, len(runs), len(ok))
+        elif not ok:
+            cells[key] = Cell(SKIPPED, runs[0].reason, {}, len(runs), 0)
+        else:
+            values: Dict[str, float] = {}
+            for m in METRICS:
+                vs = [v for v in (m.get(r) for r in ok) if v is not None]
+                if vs:
+                    values[m.key] = median(vs)
+            cells[key] = Cell(OK, "", values, len(runs), len(ok))
+    return cells
+
+
+def _ordered(items: Sequence[str]) -> List[str]:
+    seen: List[str] = []
+    for i in items:
+        if i not in seen:
+            seen.append(i)
+    return seen
+
+
+def ratio(cells: Dict[Tuple[str, str], Cell], metric: str, workload: str, alloc: str,
+          baseline: str) -> Optional[float]:
+    c, b = cells.get((workload, alloc)), cells.get((workload, baseline))
+    if not c or not b or c.status != OK or b.status != OK:
+        return None
+    v, bv = c.values.get(metric), b.values.get(metric)
+    if v is None or bv is None or bv <= 0 or v <= 0:
+        return None
+    return v / bv
+
+
+def geomean_ratios(cells: Dict[Tuple[str, str], Cell], metric: str, workloads: Sequence[str],
+                   alloc: str, baseline: str) -> Tuple[Optional[float], int]:
+    rs = [r for r in (ratio(cells, metric, w, alloc, baseline) for w in workloads)
+          if r is not None]
+    return geomean(rs), len(rs)
+
+
+@dataclass
+class Table:
+    title: str
+    header: List[str]
+    rows: List[List[str]]
+    notes: List[str]
+
+
+def build_table(metric: Metric, cells: Dict[Tuple[str, str], Cell], workloads: Sequence[str],
+                allocs: Sequence[str], baseline: str) -> Table:
+    better = "lower is better" if metric.lower_better else "higher is better"
+    unit = f" ({metric.unit})" if metric.unit else ""
+    title = f"{metric.title}{unit}: median, and ratio to {baseline} ({better})"
+    rows: List[List[str]] = []
+    for w in workloads:
+        row = [w]
+        for a in allocs:
+            c = cells.get((w, a))
+            if c is None:
+                row.append("-")
+            elif c.status == FAILED:
+                row.append("FAILED")
+            elif c.status == SKIPPED:
+                row.append("skipped")
+            elif metric.key not in c.values:
+                row.append("-")
+            else:
+                v = metric.fmt(c.values[metric.key])
+                r = ratio(cells, metric.key, w, a, baseline)
+                row.append(f"{v} ({r:.2f}x)" if r is not None else v)
+        rows.append(row)
+    geo = [f"geomean vs {baseline}"]
+    for a in allocs:
+        g, n = geomean_ratios(cells, metric.key, workloads, a, baseline)
+        usable = sum(1 for w in workloads if (w, a) in cells)
+        if g is None:
+            geo.append("-")
+        else:
+            geo.append(f"{g:.2f}x" + (f" (n={n})" if n < usable else ""))
+    rows.append(geo)
+    fails = ["failed runs"] + [str(sum(1 for w in workloads
+                                       if cells.get((w, a), Cell("missing")).status == FAILED))
+                               for a in allocs]
+    rows.append(fails)
+    return Table(title, ["workload", *allocs], rows, [])
+
+
+def render_text(t: Table, footer: int = 2) -> str:
+    """An aligned text table; a rule above the last `footer` rows."""
+    widths = [max(len(t.header[i]), *(len(r[i]) for r in t.rows)) for i in range(len(t.header))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join([cells[0].ljust(widths[0])] +
+                         [c.rjust(widths[i + 1]) for i, c in enumerate(cells[1:])])
+    out = [t.title, line(t.header), "  ".join("-" * w for w in widths)]
+    for i, r in enumerate(t.rows):
+        if footer and i == len(t.rows) - footer:
+            out.append("  ".join("-" * w for w in widths))
+        out.append(line(r))
+    return "\n".join(out)
+
+
+def render_markdown(t: Table) -> str:
+    out = [f"**{t.title}**", "", "| " + " | ".join(t.header) + " |",
+           "|" + "|".join(["---"] + ["---:"] * (len(t.header) - 1)) + "|"]
+    for i, r in enumerate(t.rows):
+        cells = r if i < len(t.rows) - 2 else [f"**{r[0]}**", *r[1:]]
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def failures(records: Sequence[RunRecord]) -> List[str]:
+    out = []
+    for r in records:
+        if r.status == FAILED:
+            out.append(f"{r.workload} / {r.allocator} rep {r.rep}: {r.reason}")
+    return out
+
+
+def layout(records: Sequence[RunRecord], meta: Dict[str, object]) -> Tuple[List[str], List[str]]:
+    workloads = _ordered([r.workload for r in records])
+    alloc_meta = meta.get("allocators")
+    allocs_present = _ordered([r.allocator for r in records])
+    if isinstance(alloc_meta, dict):
+        allocs = [a for a in alloc_meta if a in allocs_present]
+        allocs += [a for a in allocs_present if a not in allocs]
+    else:
+        allocs = allocs_present
+    return workloads, allocs
+
+
+def pick_baseline(requested: Optional[str], allocs: Sequence[str]) -> str:
+    if requested and requested in allocs:
+        return requested
+    for b in ("mimalloc", "system"):
+        if b in allocs:
+            return b
+    return allocs[0]
+
+
+def terminal_report(records: Sequence[RunRecord], meta: Dict[str, object], baseline: str,
+                    metrics: Sequence[str] = TERMINAL_METRICS) -> str:
+    cells = aggregate(records)
+    workloads, allocs = layout(records, meta)
+    parts = [render_text(build_table(METRIC_BY_KEY[m], cells, workloads, allocs, baseline))
+             for m in metrics]
+    f = failures(records)
+    if f:
+        parts.append("failures:\n" + "\n".join("  " + x for x in f))
+    return "\n\n".join(parts)
+
+
+# ---- files -------------------------------------------------------------------
+
+CSV_FIELDS = ["workload", "allocator", "rep", "status", "reason", "exit_status", "wall_s",
+              "user_s", "sys_s", "max_rss_kib", "minor_faults", "major_faults", "figure_name",
+              "figure", "threads", "profile", "served_by", "command"]
+
+
+def write_json(path: Path, meta: Dict[str, object], records: Sequence[RunRecord]) -> None:
+    data = {"meta": meta, "runs": [r.to_json() for r in records]}
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def write_csv(path: Path, records: Sequence[RunRecord]) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(CSV_FIELDS)
+        for r in records:
+            d = r.to_json()
+            w.writerow([" ".join(map(str, d["command"])) if k == "command"  # type: ignore[call-overload]
+                        else ("" if d.get(k) is None else d.get(k)) for k in CSV_FIELDS])
+
+
+def load_results(path: str) -> Tuple[Dict[str, object], List[RunRecord]]:
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise BenchError(f"{path}: no such file") from None
+    except (OSError, ValueError) as e:
+        raise BenchError(f"{path}: not a results file ({e})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
+        raise BenchError(f"{path}: not a results file (no 'runs' list)")
+    try:
+        records = [RunRecord.from_json(d) for d in data["runs"]]
+    except (TypeError, AttributeError) as e:
+        raise BenchError(f"{path}: bad run record ({e})") from None
+    meta = data.get("meta") if isinstance(data.get("meta"), dict) else {}
+    return meta, records  # type: ignore[return-value]
+
+
+def markdown_report(records: Sequence[RunRecord], meta: Dict[str, object], baseline: str,
+                    charts: Sequence[str]) -> str:
+    cells = aggregate(records)
+    workloads, allocs = layout(records, meta)
+    out = ["# coralloc benchmark report", ""]
+    out.append(f"- command: `{meta.get('command', '')}`")
+    for k in ("date", "profile", "reps", "threads", "total_seconds"):
+        if k in meta:
+            out.append(f"- {k.replace('_', ' ')}: {meta[k]}")
+    machine = meta.get("machine")
+    if isinstance(machine, dict):
+        out.append("- machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()))
+    out += ["", "## Allocators", "", "| name | library | version | verified | notes |",
+            "|---|---|---|---|---|"]
+    am = meta.get("allocators")
+    if isinstance(am, dict):
+        for name, a in am.items():
+            if isinstance(a, dict):
+                notes = "; ".join(str(n) for n in a.get("notes") or [])
+                out.append(f"| {name} | {a.get('path') or 'glibc (no preload)'} | "
+                           f"{a.get('version') or ''} | {'yes' if a.get('verified') else 'NO'} | "
+                           f"{notes} |")
+    out += ["", "Cells are medians over the repetitions; a cell with any failed run is "
+            "FAILED (a crash, a non-zero exit or a wrong result never counts as a time). "
+            f"Ratios are to {baseline}; the geomean row is over the workloads both "
+            "completed.", ""]
+    wl = meta.get("workloads")
+    if isinstance(wl, dict):
+        out += ["## Workloads", "", "| workload | threads | what |", "|---|---:|---|"]
+        for w in workloads:
+            d = wl.get(w)
+            if isinstance(d, dict):
+                out.append(f"| {w} | {d.get('threads', '')} | {d.get('description', '')} |")
+        out.append("")
+    if charts:
+        out += ["## Charts", ""]
+        out += [f"![{c}]({c})" for c in charts]
+        out.append("")
+    out += ["## Tables", ""]
+    for m in METRICS:
+        out += [render_markdown(build_table(m, cells, workloads, allocs, baseline)), ""]
+    f = failures(records)
+    out += ["## Failures", ""]
+    out += [f"- {x}" for x in f] if f else ["none"]
+    out.append("")
+    return "\n".join(out)
+
+
+# ---- compare -------------------------------------------------------------------
+
+def compare(old_path: str, new_path: str, metrics: Sequence[str] = ("time", "rss", "figure")
+            ) -> str:
+    """Ratios NEW/OLD of the medians, per workload and allocator present in
+    both files, and their geometric means."""
+    _, old = load_results(old_path)
+    meta_new, new = load_results(new_path)
+    co, cn = aggregate(old), aggregate(new)
+    workloads, allocs = layout(new, meta_new)
+    pairs = [(w, a) for w in workloads for a in allocs if (w, a) in co and (w, a) in cn]
+    if not pairs:
+        raise BenchError("the two result files have no workload/allocator in common")
+    parts = []
+    for key in metrics:
+        m = METRIC_BY_KEY[key]
+        better = "lower is better" if m.lower_better else "higher is better"
+        header = ["workload", *[a for a in allocs if any(p[1] == a for p in pairs)]]
+        rows: List[List[str]] = []
+        per_alloc: Dict[str, List[float]] = {a: [] for a in header[1:]}
+        for w in workloads:
+            if not any((w, a) in co and (w, a) in cn for a in header[1:]):
+                continue
+            row = [w]
+            for a in header[1:]:
+                o, n = co.get((w, a)), cn.get((w, a))
+                if o is None or n is None:
+                    row.append("-")
+                elif n.status != OK or o.status != OK:
+                    row.append(f"{o.status}->{n.status}" if n.status != o.status else n.status)
+                else:
+                    ov, nv = o.values.get(key), n.values.get(key)
+                    if ov and nv and ov > 0:
+                        r = nv / ov
+                        per_alloc[a].append(r)
+                        row.append(f"{m.fmt(ov)} -> {m.fmt(nv)} ({r:.2f}x)")
+                    else:
+                        row.append("-")
+            rows.append(row)
+        geo = ["geomean new/old"]
+        for a in header[1:]:
+            g = geomean(per_alloc[a])
+            geo.append("-" if g is None else f"{g:.2f}x")
+        rows.append(geo)
+        unit = f" ({m.unit})" if m.unit else ""
+        t = Table(f"{m.title}{unit}: old -> new (new/old, {better})", header, rows, [])
+        parts.append(render_text(t, footer=1))
+    return "\n\n".join(parts)

@@ -1,0 +1,263 @@
+"""The workloads: which program runs with which arguments in each profile.
+
+Sizes are set so that one run takes about 0.3-1.5 s in the quick profile on a
+2-core machine under the usual allocators (slower ones are the finding), and
+3-4x that in the full profile. `threads` is the base thread count (the
+machine's cores unless --threads says otherwise); `-x2` workloads run twice
+as many threads (oversubscribed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Sequence
+
+from coralloc_bench.util import BenchError
+
+ArgsFn = Callable[[int], List[str]]
+
+PROFILES = ("quick", "full")
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    group: str
+    description: str
+    # C workloads: the program's name in the build's bench/ directory.
+    # Real programs: "real:python", "real:sqlite", "real:redis".
+    program: str
+    args: Dict[str, ArgsFn]
+    profiles: Sequence[str] = PROFILES
+    # 0: single-threaded, 1: `threads` threads, 2: oversubscribed (2x)
+    thread_factor: int = 0
+    timeout: Dict[str, float] = field(default_factory=lambda: {"quick": 60.0, "full": 300.0})
+
+    @property
+    def is_real(self) -> bool:
+        return self.program.startswith("real:")
+
+    def argv_tail(self, profile: str, threads: int) -> List[str]:
+        return list(self.args[profile](threads))
+
+    def threads_used(self, threads: int) -> int:
+        return max(1, threads * self.thread_factor) if self.thread_factor else 1
+
+
+def _a(quick: ArgsFn, full: ArgsFn) -> Dict[str, ArgsFn]:
+    return {"quick": quick, "full": full}
+
+
+def _s(*args: object) -> List[str]:
+    return [str(a) for a in args]
+
+
+def _larson(maxsize: int, factor: int, quick_ops: int, full_ops: int) -> Dict[str, ArgsFn]:
+    # total work independent of the thread count: ops per thread scaled down
+    def make(ops: int, rounds: int) -> ArgsFn:
+        return lambda t: _s("--threads", t * factor, "--min", 8, "--max", maxsize,
+                            "--chunks", 1024, "--rounds", rounds,
+                            "--ops", max(1000, ops * 2 // max(1, t * factor)))
+    return _a(make(quick_ops, 10), make(full_ops, 20))
+
+
+def _xthread(factor: int) -> Dict[str, ArgsFn]:
+    def make(total: int) -> ArgsFn:
+        def f(t: int) -> List[str]:
+            n = t * factor
+            pairs = max(1, n // 2)
+            return _s("--threads", n, "--blocks", total // pairs, "--batch", 100,
+                      "--min", 16, "--max", 256)
+        return f
+    return _a(make(2_000_000), make(8_000_000))
+
+
+def _cache(factor: int) -> Dict[str, ArgsFn]:
+    def make(total: int) -> ArgsFn:
+        return lambda t: _s("--threads", t * factor, "--iters", total // max(1, t * factor),
+                            "--writes", 100, "--size", 8)
+    return _a(make(1_500_000), make(6_000_000))
+
+
+def _bulk(size: str, release: str, memset: int, api: str, quick_outer: int) -> Dict[str, ArgsFn]:
+    lo, hi = size.split("-") if "-" in size else (size, size)
+
+    def make(outer: int) -> ArgsFn:
+        return lambda t: _s("--outer", outer, "--inner", 1000, "--min", lo, "--max", hi,
+                            "--release", release, "--memset", memset, "--api", api)
+    return _a(make(quick_outer), make(quick_outer * 4))
+
+
+def _glibc(size: int, thread: int, quick_ops: int) -> Dict[str, ArgsFn]:
+    def make(ops: int) -> ArgsFn:
+        return lambda t: _s("--size", size, "--counts", "25,100,400,1600", "--ops", ops,
+                            "--thread", thread)
+    return _a(make(quick_ops), make(quick_ops * 4))
+
+
+def _zero(size: str, count: int, quick_rounds: int, calloc: int = 0) -> Dict[str, ArgsFn]:
+    def make(rounds: int) -> ArgsFn:
+        return lambda t: _s("--size", size, "--count", count, "--rounds", rounds,
+                            "--calloc", calloc)
+    return _a(make(quick_rounds), make(quick_rounds * 4))
+
+
+def _fixed(quick: Sequence[object], full: Sequence[object]) -> Dict[str, ArgsFn]:
+    return _a(lambda t: _s(*quick), lambda t: _s(*full))
+
+
+def _threaded(quick: Sequence[object], full: Sequence[object], factor: int = 1) -> Dict[str, ArgsFn]:
+    return _a(lambda t: _s("--threads", t * factor, *quick),
+              lambda t: _s("--threads", t * factor, *full))
+
+
+FULL_ONLY = ("full",)
+
+WORKLOADS: List[Workload] = [
+    # 1. Larson server pattern
+    Workload("larson-128", "larson", "Larson, 8-128 B (tiny contention), 1024 chunks/thread",
+             "larson", _larson(128, 1, 400_000, 1_500_000), thread_factor=1),
+    Workload("larson-1000", "larson", "Larson, 8-1000 B, 1024 chunks/thread",
+             "larson", _larson(1000, 1, 300_000, 1_200_000), thread_factor=1),
+    Workload("larson-128-x2", "larson", "Larson 8-128 B, 2x oversubscribed",
+             "larson", _larson(128, 2, 400_000, 1_500_000), thread_factor=2),
+    Workload("larson-1000-x2", "larson", "Larson 8-1000 B, 2x oversubscribed",
+             "larson", _larson(1000, 2, 300_000, 1_200_000), thread_factor=2, profiles=FULL_ONLY),
+    # 2. producer/consumer
+    Workload("xthread", "xthread", "producer/consumer pairs, every block freed remotely",
+             "xthread", _xthread(1), thread_factor=1),
+    Workload("xthread-x2", "xthread", "producer/consumer, 2x oversubscribed",
+             "xthread", _xthread(2), thread_factor=2),
+    # 3. false sharing
+    Workload("cache-scratch", "cache", "passive false sharing (blocks freed near others')",
+             "cache-scratch", _cache(1), thread_factor=1),
+    Workload("cache-thrash", "cache", "active false sharing (neighbouring small blocks)",
+             "cache-thrash", _cache(1), thread_factor=1),
+    Workload("cache-scratch-x2", "cache", "passive false sharing, 2x oversubscribed",
+             "cache-scratch", _cache(2), thread_factor=2, profiles=FULL_ONLY),
+    Workload("cache-thrash-x2", "cache", "active false sharing, 2x oversubscribed",
+             "cache-thrash", _cache(2), thread_factor=2, profiles=FULL_ONLY),
+    # 4. thread churn
+    Workload("churn", "churn", "threads created and destroyed while allocating",
+             "churn", _threaded(["--total", 1500, "--blocks", 2000],
+                                ["--total", 6000, "--blocks", 2000]), thread_factor=1),
+    Workload("churn-x2", "churn", "thread churn, 2x oversubscribed",
+             "churn", _threaded(["--total", 1500, "--blocks", 2000],
+                                ["--total", 6000, "--blocks", 2000], 2),
+             thread_factor=2, profiles=FULL_ONLY),
+    # 5. bulk-test patterns (1000 x 1000 loops, repeated)
+    Workload("bulk-64", "bulk", "1000-block batches of 64 B, memset, released in order",
+             "bulk", _bulk("64", "all", 1, "plain", 5_000)),
+    Workload("bulk-rand", "bulk", "1000-block batches of 1-1024 B, memset, released in order",
+             "bulk", _bulk("1-1024", "all", 1, "plain", 2_000)),
+    Workload("bulk-1700", "bulk", "1000-block batches of 1700 B, memset, released in order",
+             "bulk", _bulk("1700", "all", 1, "plain", 800)),
+    Workload("bulk-rand-subset", "bulk", "1-1024 B, memset, a random half released per round",
+             "bulk", _bulk("1-1024", "subset", 1, "plain", 5_000)),
+    Workload("bulk-64-touch", "bulk", "64 B batches, tag only (no memset), released in order",
+             "bulk", _bulk("64", "all", 0, "plain", 15_000), profiles=FULL_ONLY),
+    Workload("bulk-rand-touch", "bulk", "1-1024 B batches, tag only, released in order",
+             "bulk", _bulk("1-1024", "all", 0, "plain", 6_000), profiles=FULL_ONLY),
+    Workload("bulk-1700-subset", "bulk", "1700 B, memset, a random half released per round",
+             "bulk", _bulk("1700", "subset", 1, "plain", 3_000), profiles=FULL_ONLY),
+    Workload("bulk-64-subset", "bulk", "64 B, memset, a random half released per round",
+             "bulk", _bulk("64", "subset", 1, "plain", 20_000), profiles=FULL_ONLY),
+    Workload("bulk-64-api", "bulk", "64 B batches through coral_malloc_bulk/coral_free_bulk "
+             "(plain malloc/free under other allocators)",
+             "bulk", _bulk("64", "all", 1, "bulk", 5_000), profiles=FULL_ONLY),
+    Workload("bulk-rand-subset-api", "bulk", "1-1024 B subset through the bulk API "
+             "(plain malloc/free under other allocators)",
+             "bulk", _bulk("1-1024", "subset", 1, "bulk", 5_000), profiles=FULL_ONLY),
+    # 6. glibc benchtest
+    Workload("glibc-simple-16", "glibc-simple", "N=25..1600 blocks of 16 B, main thread",
+             "glibc-simple", _glibc(16, 0, 3_000_000)),
+    Workload("glibc-simple-16-thread", "glibc-simple", "N=25..1600 blocks of 16 B, second thread",
+             "glibc-simple", _glibc(16, 1, 3_000_000)),
+    Workload("glibc-simple-64k", "glibc-simple", "N=25..1600 blocks of 65535 B, main thread",
+             "glibc-simple", _glibc(65535, 0, 60_000)),
+    Workload("glibc-simple-64k-thread", "glibc-simple",
+             "N=25..1600 blocks of 65535 B, second thread",
+             "glibc-simple", _glibc(65535, 1, 60_000)),
+    # 7. zero-fill / page faults
+    Workload("zero-fill-4k", "zero-fill", "64 blocks of 1 page, every page touched, freed",
+             "zero-fill", _zero("4096", 64, 5_000)),
+    Workload("zero-fill-8k", "zero-fill", "64 blocks of 2 pages, touched, freed",
+             "zero-fill", _zero("8192", 64, 2_500)),
+    Workload("zero-fill-64k", "zero-fill", "16 blocks of 64 KiB, touched, freed",
+             "zero-fill", _zero("65536", 16, 1_200)),
+    Workload("zero-fill-2m", "zero-fill", "8 blocks of 2 MiB, touched, freed",
+             "zero-fill", _zero("2m", 8, 30)),
+    Workload("zero-fill-2m-calloc", "zero-fill", "8 blocks of 2 MiB from calloc, checked zero",
+             "zero-fill", _zero("2m", 8, 25, calloc=1), profiles=FULL_ONLY),
+    Workload("zero-fill-64k-calloc", "zero-fill", "16 blocks of 64 KiB from calloc, checked zero",
+             "zero-fill", _zero("65536", 16, 1_200, calloc=1), profiles=FULL_ONLY),
+    # 8. large blocks
+    Workload("large-window", "large", "window of 16 blocks of 64 KiB-32 MiB replaced",
+             "large", _fixed(["--mode", "window", "--window", 16, "--iters", 200],
+                             ["--mode", "window", "--window", 32, "--iters", 1600])),
+    Workload("large-realloc", "large", "one block grown 1 MiB -> 64 MiB by 1 MiB reallocs",
+             "large", _fixed(["--mode", "realloc", "--min", "1m", "--max", "64m",
+                              "--step", "1m", "--reps", 1],
+                             ["--mode", "realloc", "--min", "1m", "--max", "128m",
+                              "--step", "1m", "--reps", 2])),
+    # 9. long-lived tree and leak
+    Workload("tree", "tree", "AVL tree of 50k nodes of mixed sizes, delete+insert",
+             "tree", _fixed(["--threads", 1, "--nodes", 50_000, "--ops", 150_000],
+                            ["--threads", 1, "--nodes", 300_000, "--ops", 1_000_000])),
+    Workload("tree-mt", "tree", "one AVL tree per thread",
+             "tree", _threaded(["--nodes", 50_000, "--ops", 100_000],
+                               ["--nodes", 150_000, "--ops", 400_000]),
+             thread_factor=1, profiles=FULL_ONLY),
+    Workload("leak", "leak", "keeps leaking 1 block in 100 of 32-4096 B",
+             "leak", _fixed(["--iters", 1000, "--batch", 1000, "--every", 100],
+                            ["--iters", 8000, "--batch", 1000, "--every", 100])),
+    # 10. strings / json
+    Workload("json", "json", "JSON build, print, parse, flatten, compare (small strings)",
+             "json", _fixed(["--docs", 100, "--nodes", 2000], ["--docs", 400, "--nodes", 2000])),
+    # real programs from Debian
+    Workload("python", "real", "python3 (PYTHONMALLOC=malloc) running an allocation-heavy script",
+             "real:python", _fixed(["25000"], ["100000"])),
+    Workload("sqlite", "real", "sqlite3 CLI: 200k rows inserted, indexed, queried, updated",
+             "real:sqlite", _fixed(["200000"], ["800000"])),
+    Workload("redis", "real", "redis-server under the allocator, redis-benchmark on 127.0.0.1",
+             "real:redis", _fixed(["25000"], ["100000"]),
+             timeout={"quick": 90.0, "full": 400.0}),
+]
+
+BY_NAME: Dict[str, Workload] = {w.name: w for w in WORKLOADS}
+GROUPS: Dict[str, List[Workload]] = {}
+for _w in WORKLOADS:
+    GROUPS.setdefault(_w.group, []).append(_w)
+
+
+def in_profile(profile: str) -> List[Workload]:
+    return [w for w in WORKLOADS if profile in w.profiles]
+
+
+def select(spec: str | None, profile: str, registry: Sequence[Workload] = WORKLOADS) -> List[Workload]:
+    """--workloads A,B: names, or group names (all of that group's workloads
+    in the profile, e.g. `larson`, `bulk`, `real`). None: the profile's list."""
+    if profile not in PROFILES:
+        raise BenchError(f"unknown profile '{profile}' (known: {', '.join(PROFILES)})")
+    if not spec:
+        return [w for w in registry if profile in w.profiles]
+    by_name = {w.name: w for w in registry}
+    groups: Dict[str, List[Workload]] = {}
+    for w in registry:
+        groups.setdefault(w.group, []).append(w)
+    chosen: List[Workload] = []
+    for item in (s.strip() for s in spec.split(",")):
+        if not item:
+            continue
+        if item in by_name:
+            found = [by_name[item]]
+        elif item in groups:
+            found = [w for w in groups[item] if profile in w.profiles] or groups[item]
+        else:
+            raise BenchError(f"unknown workload '{item}' (see `coralloc-bench list`)")
+        for w in found:
+            if w not in chosen:
+                chosen.append(w)
+    if not chosen:
+        raise BenchError("--workloads names no workload")
+    return chosen

@@ -1,0 +1,120 @@
+"""Statistics and reports: geomean, ratios, tables, result files, compare."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+
+from coralloc_bench.cli import main
+from coralloc_bench.execute import FAILED, OK, RunRecord
+from coralloc_bench.report import (METRIC_BY_KEY, aggregate, build_table, compare, load_results,
+                                   markdown_report, render_markdown, render_text,
+                                   terminal_report, write_csv, write_json)
+from coralloc_bench.util import BenchError, geomean
+
+
+def rec(w: str, a: str, wall: Optional[float], rep: int = 1, status: str = OK,
+        rss: int = 1024, fig: Optional[float] = None, reason: str = "") -> RunRecord:
+    return RunRecord(workload=w, allocator=a, rep=rep, status=status, reason=reason,
+                     exit_status=0 if status == OK else -11, wall_s=wall, user_s=wall,
+                     sys_s=0.0, max_rss_kib=rss, minor_faults=100, major_faults=0,
+                     figure_name="ops_per_sec",
+                     figure=(fig if fig is not None else (1 / wall if wall else None))
+                     if status == OK else None,
+                     figures={}, threads=1, profile="quick", command=["x"], started=0.0)
+
+
+def test_geomean() -> None:
+    assert geomean([1.0, 4.0]) == pytest.approx(2.0)
+    assert geomean([2.0, 8.0, 4.0]) == pytest.approx(4.0)
+    assert geomean([]) is None
+    assert geomean([0.0, -1.0, math.nan]) is None
+    assert geomean([0.0, 9.0]) == pytest.approx(9.0)  # non-positive values are left out
+
+
+def sample() -> List[RunRecord]:
+    out = []
+    for rep, (a, b, c) in enumerate([(1.0, 2.0, 0.5), (1.2, 2.2, 0.5), (0.8, 1.8, 0.5)], 1):
+        out += [rec("w1", "mimalloc", a, rep), rec("w1", "coralloc", b, rep),
+                rec("w1", "system", c, rep)]
+    for rep in (1, 2, 3):
+        out += [rec("w2", "mimalloc", 4.0, rep, rss=2048), rec("w2", "coralloc", 1.0, rep),
+                rec("w2", "system", 4.0, rep,
+                    status=FAILED if rep == 2 else OK, reason="killed by SIGSEGV")]
+    return out
+
+
+def test_medians_ratios_and_geomean_row() -> None:
+    records = sample()
+    cells = aggregate(records)
+    assert cells[("w1", "mimalloc")].values["time"] == pytest.approx(1.0)  # median
+    assert cells[("w1", "coralloc")].values["time"] == pytest.approx(2.0)
+    assert cells[("w2", "system")].status == FAILED
+    t = build_table(METRIC_BY_KEY["time"], cells, ["w1", "w2"],
+                    ["system", "coralloc", "mimalloc"], "mimalloc")
+    rows = {r[0]: r[1:] for r in t.rows}
+    assert rows["w1"] == ["0.500 (0.50x)", "2.000 (2.00x)", "1.000 (1.00x)"]
+    assert rows["w2"] == ["FAILED", "1.000 (0.25x)", "4.000 (1.00x)"]
+    # coralloc: geomean(2.0, 0.25) = sqrt(0.5); system only over w1
+    assert rows["geomean vs mimalloc"] == ["0.50x (n=1)", "0.71x", "1.00x"]
+    assert rows["failed runs"] == ["1", "0", "0"]
+    assert "lower is better" in t.title
+    fig = build_table(METRIC_BY_KEY["figure"], cells, ["w1", "w2"],
+                      ["system", "coralloc", "mimalloc"], "mimalloc")
+    assert "higher is better" in fig.title
+    text = render_text(t)
+    assert "FAILED" in text and "geomean vs mimalloc" in text
+    md = render_markdown(t)
+    assert md.count("\n|") >= 5 and "**geomean vs mimalloc**" in md
+
+
+def test_terminal_and_markdown_reports() -> None:
+    records = sample()
+    meta: Dict[str, object] = {"allocators": {"system": {"path": None, "verified": True},
+                                              "coralloc": {"path": "/x.so", "verified": True},
+                                              "mimalloc": {"path": "/m.so", "verified": True}},
+                               "command": "coralloc-bench run", "profile": "quick"}
+    out = terminal_report(records, meta, "mimalloc")
+    header = out.splitlines()[1].split()
+    assert header == ["workload", "system", "coralloc", "mimalloc"]
+    assert "w2 / system rep 2: killed by SIGSEGV" in out
+    md = markdown_report(records, meta, "mimalloc", ["time.png"])
+    assert "![time.png](time.png)" in md and "## Failures" in md and "SIGSEGV" in md
+
+
+def test_result_files_round_trip(tmp_path: Path) -> None:
+    records = sample()
+    write_json(tmp_path / "results.json", {"profile": "quick"}, records)
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert len(data["runs"]) == len(records)
+    need = {"workload", "allocator", "rep", "status", "reason", "exit_status", "wall_s",
+            "user_s", "sys_s", "max_rss_kib", "minor_faults", "major_faults", "figure"}
+    assert need <= set(data["runs"][0])
+    meta, back = load_results(str(tmp_path / "results.json"))
+    assert meta == {"profile": "quick"} and back == records
+    write_csv(tmp_path / "results.csv", records)
+    lines = (tmp_path / "results.csv").read_text().splitlines()
+    assert len(lines) == len(records) + 1 and lines[0].startswith("workload,allocator,rep")
+
+
+def test_compare(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    old = [rec("w1", "coralloc", 2.0), rec("w2", "coralloc", 1.0), rec("w1", "mimalloc", 1.0),
+           rec("w3", "coralloc", 1.0)]
+    new = [rec("w1", "coralloc", 1.0), rec("w2", "coralloc", 1.0), rec("w1", "mimalloc", 1.0),
+           rec("w3", "coralloc", None, status=FAILED, reason="exit 3")]
+    write_json(tmp_path / "old.json", {}, old)
+    write_json(tmp_path / "new.json", {}, new)
+    text = compare(str(tmp_path / "old.json"), str(tmp_path / "new.json"), ["time"])
+    rows = {ln.split()[0]: ln for ln in text.splitlines()[1:] if ln and ln[0] != "-"}
+    assert "2.000 -> 1.000 (0.50x)" in rows["w1"]
+    assert "ok->failed" in rows["w3"]
+    assert "0.71x" in rows["geomean"]  # sqrt(0.5 * 1.0)
+    assert main(["compare", str(tmp_path / "old.json"), str(tmp_path / "new.json")]) == 0
+    assert "old -> new" in capsys.readouterr().out
+    write_json(tmp_path / "other.json", {}, [rec("zz", "x", 1.0)])
+    with pytest.raises(BenchError):
+        compare(str(tmp_path / "old.json"), str(tmp_path / "other.json"))

@@ -1,0 +1,72 @@
+"""The workload table and the real programs' expected outputs."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import BENCH
+from coralloc_bench import realprogs
+from coralloc_bench.util import BenchError
+from coralloc_bench.workloads import BY_NAME, PROFILES, WORKLOADS, in_profile, select
+
+
+def test_names_and_args() -> None:
+    assert len(BY_NAME) == len(WORKLOADS)
+    cmake = (BENCH / "CMakeLists.txt").read_text()
+    for w in WORKLOADS:
+        assert re.match(r"^[a-z0-9-]+$", w.name)
+        for p in PROFILES:
+            args = w.argv_tail(p, 2)
+            assert all(isinstance(a, str) for a in args)
+        if not w.is_real:
+            assert (BENCH / "workloads" / f"{w.program}.c").is_file()
+            assert w.program in cmake
+        if w.name.endswith("-x2"):
+            assert w.thread_factor == 2
+    # the issue's list is covered by the quick profile
+    quick = {w.name for w in in_profile("quick")}
+    for need in ("larson-128", "larson-1000", "xthread", "cache-scratch", "cache-thrash",
+                 "churn", "bulk-64", "bulk-rand", "bulk-1700", "bulk-rand-subset",
+                 "glibc-simple-16", "glibc-simple-64k-thread", "zero-fill-4k", "zero-fill-8k",
+                 "zero-fill-64k", "zero-fill-2m", "large-window", "large-realloc", "tree",
+                 "leak", "json", "python", "sqlite", "redis"):
+        assert need in quick
+    assert any(w.thread_factor == 2 for w in in_profile("quick"))
+    assert {w.name for w in in_profile("quick")} < {w.name for w in in_profile("full")}
+
+
+def test_threads_follow_the_option() -> None:
+    larson = BY_NAME["larson-128"]
+    assert larson.argv_tail("quick", 3)[:2] == ["--threads", "3"]
+    assert BY_NAME["larson-128-x2"].argv_tail("quick", 3)[:2] == ["--threads", "6"]
+    assert BY_NAME["xthread-x2"].threads_used(4) == 8
+
+
+def test_select() -> None:
+    assert [w.name for w in select("larson-128,json", "quick")] == ["larson-128", "json"]
+    assert {w.name for w in select("larson", "quick")} == {"larson-128", "larson-1000",
+                                                          "larson-128-x2"}
+    assert "larson-1000-x2" in {w.name for w in select("larson", "full")}
+    # a full-only workload can be named in the quick profile
+    assert [w.name for w in select("tree-mt", "quick")] == ["tree-mt"]
+    assert select(None, "quick") == in_profile("quick")
+    with pytest.raises(BenchError, match="unknown workload 'nope'"):
+        select("nope", "quick")
+    with pytest.raises(BenchError, match="unknown profile"):
+        select(None, "slow")
+
+
+def test_sqlite_expected_output() -> None:
+    """The independently computed answer matches sqlite3 itself (small n)."""
+    exe = shutil.which("sqlite3")
+    if exe is None:
+        pytest.skip("sqlite3 not installed")
+    n = 1000
+    r = subprocess.run([exe, "-batch", ":memory:"], input=realprogs.sqlite_script(n),
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines() == realprogs.sqlite_expected(n)

@@ -1,0 +1,170 @@
+/* bulk: batches of allocations released in full or in part.
+ *
+ * --outer rounds of --inner blocks (1000 x 1000 by default). Sizes are fixed
+ * (--min == --max: 64 or 1700 bytes) or random in [--min, --max]. Each
+ * round allocates the empty slots of an --inner array, touches each block
+ * (--memset=1: fills all of it, else writes a tag only), then releases all of
+ * them in order (--release=all) or a random half of them (--release=subset:
+ * the rest stay for the next rounds). The end frees everything.
+ *
+ * All allocation and release goes through bench_alloc() / bench_free() so
+ * that --api=bulk swaps in coralloc's bulk calls
+ *     size_t coral_malloc_bulk(size_t size, size_t n, void **out);
+ *     void coral_free_bulk(void **ptrs, size_t n);
+ * resolved with dlsym, so the program still runs under any other allocator
+ * (it then says api=plain and uses malloc/free).
+ *
+ * Figure: ops_per_sec, one op = one block allocated and freed.
+ */
+#include "common.h"
+
+typedef size_t (*bulk_alloc_fn)(size_t size, size_t n, void **out);
+typedef void (*bulk_free_fn)(void **ptrs, size_t n);
+
+static bulk_alloc_fn g_bulk_alloc;
+static bulk_free_fn g_bulk_free;
+
+/* n blocks of `size` bytes into out[0..n) */
+static void bench_alloc(size_t size, size_t n, void **out) {
+    if (g_bulk_alloc) {
+        size_t got = g_bulk_alloc(size, n, out);
+        if (got != n) out_of_memory(size);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        out[i] = malloc(size);
+        if (out[i] == NULL) out_of_memory(size);
+    }
+}
+
+/* free ptrs[0..n) (any sizes) */
+static void bench_free(void **ptrs, size_t n) {
+    if (g_bulk_free) {
+        g_bulk_free(ptrs, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        free(ptrs[i]);
+}
+
+static long g_memset = 1;
+
+static void touch(void *p, size_t size, uint64_t tag) {
+    if (g_memset)
+        block_fill(p, size, tag);
+    else
+        tag_put(p, size, tag);
+}
+
+static int touched_ok(const void *p, size_t size, uint64_t tag, int full) {
+    return g_memset ? block_ok(p, size, tag, full) : tag_ok(p, size, tag);
+}
+
+int main(int argc, char **argv) {
+    long outer = 1000, inner = 1000, min = 64, max = 64, seed = 1;
+    const char *release = "all", *api = "plain";
+    opt_t opts[] = {
+        {"outer", "rounds", &outer, NULL},
+        {"inner", "blocks per round", &inner, NULL},
+        {"min", "smallest block size (bytes)", &min, NULL},
+        {"max", "largest block size (bytes; = min for fixed sizes)", &max, NULL},
+        {"release", "all | subset (a random half each round)", NULL, &release},
+        {"memset", "1: fill every block, 0: write a tag only", &g_memset, NULL},
+        {"api", "plain (malloc/free) | bulk (coral_malloc_bulk/coral_free_bulk)", NULL, &api},
+        {"seed", "random seed", &seed, NULL},
+    };
+    OPTS_PARSE(argc, argv, "Batches of allocations released in full or in part.", opts);
+    int subset;
+    if (strcmp(release, "all") == 0)
+        subset = 0;
+    else if (strcmp(release, "subset") == 0)
+        subset = 1;
+    else
+        usage_error("bulk: --release must be all or subset, not '%s'", release);
+    if (strcmp(api, "bulk") == 0) {
+        g_bulk_alloc = (bulk_alloc_fn)(uintptr_t)dlsym(RTLD_DEFAULT, "coral_malloc_bulk");
+        g_bulk_free = (bulk_free_fn)(uintptr_t)dlsym(RTLD_DEFAULT, "coral_free_bulk");
+        if (!g_bulk_alloc || !g_bulk_free) g_bulk_alloc = NULL, g_bulk_free = NULL;
+    } else if (strcmp(api, "plain") != 0) {
+        usage_error("bulk: --api must be plain or bulk, not '%s'", api);
+    }
+    if (inner < 1 || min < 1 || max < min) usage_error("bulk: need inner >= 1, 1 <= min <= max");
+
+    rng_t rng;
+    rng_seed(&rng, (uint64_t)seed);
+    size_t n = (size_t)inner;
+    void **slot = (void **)xmalloc(sizeof(void *) * n);
+    uint32_t *sizes = (uint32_t *)xmalloc(sizeof(uint32_t) * n);
+    uint64_t *tags = (uint64_t *)xmalloc(sizeof(uint64_t) * n);
+    size_t *empty = (size_t *)xmalloc(sizeof(size_t) * n);
+    void **tmp = (void **)xmalloc(sizeof(void *) * n);
+    memset(slot, 0, sizeof(void *) * n);
+    uint64_t counter = 0, allocs = 0, frees = 0, alloc_sum = 0, free_sum = 0;
+    int fixed = (min == max);
+
+    double t0 = now_sec();
+    for (long r = 0; r < outer; r++) {
+        /* allocate every empty slot */
+        size_t ne = 0;
+        for (size_t i = 0; i < n; i++)
+            if (slot[i] == NULL) empty[ne++] = i;
+        if (fixed) {
+            bench_alloc((size_t)min, ne, tmp);
+            for (size_t k = 0; k < ne; k++)
+                slot[empty[k]] = tmp[k], sizes[empty[k]] = (uint32_t)min;
+        } else {
+            for (size_t k = 0; k < ne; k++) {
+                size_t size = (size_t)rng_range(&rng, (uint64_t)min, (uint64_t)max);
+                bench_alloc(size, 1, &slot[empty[k]]);
+                sizes[empty[k]] = (uint32_t)size;
+            }
+        }
+        for (size_t k = 0; k < ne; k++) {
+            size_t i = empty[k];
+            tags[i] = tag_make((uint64_t)r, ++counter);
+            touch(slot[i], sizes[i], tags[i]);
+            alloc_sum += tags[i];
+        }
+        allocs += ne;
+        /* release all, or a random subset, checking each block */
+        size_t nf = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (subset && (rng_next(&rng) & 1)) continue;
+            if (!touched_ok(slot[i], sizes[i], tags[i], (i & 63) == 0))
+                check_failed("bulk: round %ld block %zu (%u bytes) was overwritten", r, i,
+                             sizes[i]);
+            free_sum += tags[i];
+            tmp[nf++] = slot[i];
+            slot[i] = NULL;
+        }
+        bench_free(tmp, nf);
+        frees += nf;
+    }
+    size_t nf = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (slot[i] == NULL) continue;
+        if (!touched_ok(slot[i], sizes[i], tags[i], 1))
+            check_failed("bulk: block %zu was overwritten at the end", i);
+        free_sum += tags[i];
+        tmp[nf++] = slot[i];
+    }
+    bench_free(tmp, nf);
+    frees += nf;
+    double elapsed = now_sec() - t0;
+
+    if (allocs != frees || alloc_sum != free_sum)
+        check_failed("bulk: %llu allocated, %llu freed, checksums %s", (unsigned long long)allocs,
+                     (unsigned long long)frees, alloc_sum == free_sum ? "equal" : "differ");
+    free(slot);
+    free(sizes);
+    free(tags);
+    free(empty);
+    free(tmp);
+    report_malloc_lib();
+    printf("info: api=%s outer=%ld inner=%ld sizes=%ld-%ld release=%s memset=%ld blocks=%llu "
+           "seconds=%.4f\n",
+           g_bulk_alloc ? "bulk" : "plain", outer, inner, min, max, release, g_memset,
+           (unsigned long long)allocs, elapsed);
+    printf("result: ops_per_sec=%.1f\n", (double)allocs / elapsed);
+    return 0;
+}

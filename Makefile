@@ -1,6 +1,7 @@
 # Top-level driver. `make` builds build/libcoralloc.{so,a}; `make test` builds
-# the normal, ASan+UBSan and TSan configurations and runs every test through
-# ctest; `make bench` runs the default benchmark comparison.
+# the normal, ASan+UBSan (with per-class statistics compiled in, so their
+# tests run too) and TSan configurations and runs every test through ctest;
+# `make bench` runs the default benchmark comparison.
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE ?= cmake
 
@@ -13,7 +14,7 @@ build:
 	$(CMAKE) --build build -j$(JOBS)
 
 build-asan/.configured:
-	$(CMAKE) -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCORAL_SANITIZE=address >/dev/null
+	$(CMAKE) -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCORAL_SANITIZE=address -DCORAL_STATS=ON >/dev/null
 	touch $@
 
 build-tsan/.configured:

@@ -56,6 +56,24 @@ CORAL_API size_t coral_good_size(size_t size);
 CORAL_API size_t coral_malloc_bulk(size_t size, size_t n, void **out);
 CORAL_API void coral_free_bulk(void **ptrs, size_t n);
 
+/* ---- heaps -------------------------------------------------------------------
+ * A heap belongs to the thread that creates it: only that thread allocates
+ * from it, resets or destroys it. Any thread may free its blocks (with
+ * coral_heap_free, coral_free or plain free). coral_heap_destroy frees every
+ * block of the heap at once, in time proportional to its pages, and the heap;
+ * coral_heap_reset frees the blocks and keeps the heap. Blocks of a destroyed
+ * or reset heap must not be used again. When the owner thread exits, its
+ * heaps go with it: their blocks stay valid (and freeable by any thread), the
+ * handles do not. A NULL heap means the calling thread's own heap. */
+typedef struct coral_heap_s coral_heap_t;
+CORAL_API coral_heap_t *coral_heap_new(void);
+CORAL_API void coral_heap_destroy(coral_heap_t *heap);
+CORAL_API void coral_heap_reset(coral_heap_t *heap);
+CORAL_API CORAL_MALLOC_ATTR void *coral_heap_malloc(coral_heap_t *heap, size_t size);
+CORAL_API CORAL_MALLOC_ATTR void *coral_heap_calloc(coral_heap_t *heap, size_t n, size_t size);
+CORAL_API void *coral_heap_realloc(coral_heap_t *heap, void *p, size_t size);
+CORAL_API void coral_heap_free(coral_heap_t *heap, void *p);
+
 /* True when p points into memory coralloc manages. */
 CORAL_API int coral_owns(const void *p);
 
@@ -64,8 +82,23 @@ CORAL_API int coral_owns(const void *p);
  * memory first. */
 CORAL_API void coral_collect(int force);
 
-/* Print the allocator's statistics (OS calls, mapped memory, segments). */
+/* ---- statistics -------------------------------------------------------------
+ * coral_stats_print: a readable table (OS calls and bytes, mapped, resident
+ * and in-page memory with their peaks, segments, threads, huge blocks, and
+ * per size class allocated/freed/live/peak in builds with -DCORAL_STATS=ON).
+ * coral_stats_json: the same as one JSON object into buf (at most len bytes,
+ * NUL-terminated when len > 0); returns the full length, like snprintf, so
+ * a call with len 0 sizes the buffer. CORALLOC_SHOW_STATS=1 prints the table
+ * at exit; malloc_stats() and mallinfo2() answer from the same counters. */
 CORAL_API void coral_stats_print(FILE *out);
+CORAL_API size_t coral_stats_json(char *buf, size_t len);
+
+/* ---- options ----------------------------------------------------------------
+ * By name, with or without the CORALLOC_ prefix (docs/OPTIONS.md). Return 0,
+ * or EINVAL for an unknown name or a value out of range, or EPERM for an
+ * option that is read at start-up only. */
+CORAL_API int coral_option_get(const char *name, long long *value);
+CORAL_API int coral_option_set(const char *name, long long value);
 
 #ifdef __cplusplus
 }

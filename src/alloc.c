@@ -4,6 +4,7 @@
 
 #include "alloc.h"
 #include "internal.h"
+#include "stats.h"
 
 /* The calling thread's heap, set up on first use. NULL only when the OS
  * has no memory for it. */
@@ -38,6 +39,7 @@ void *coral_malloc_generic(size_t size, coral_heap_t *heap, bool zero) {
     coral_block_t *block = page->free;
     page->free = block->next;
     page->used++;
+    coral_stat_inc(heap->stat_allocs[cls]);
     if (zero) {
         if (page->free_is_zero) block->next = NULL;
         else memset(block, 0, size);
@@ -54,6 +56,7 @@ void coral_free_slow(void *p) {
     coral_segment_t *seg = coral_segment_of_any(p);
     if (seg == NULL)
         coral_fatal("free(): invalid pointer %p (not allocated by coralloc)", p);
+    coral_count_free(CORAL_CLASS_LARGE);
     coral_free_remote(seg, &seg->pages[0], p); /* huge segments only get here */
 }
 

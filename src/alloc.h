@@ -12,6 +12,18 @@
 #include <string.h>
 
 #include "internal.h"
+#include "stats.h"
+
+/* CORAL_STATS builds: count a free of class cls on the calling thread. */
+CORAL_INLINE void coral_count_free(unsigned cls) {
+#if CORAL_STATS_ENABLED
+    coral_heap_t *heap = coral_tls_heap;
+    if (heap != &coral_heap_empty) coral_stat_inc(heap->stat_frees[cls]);
+    else atomic_fetch_add_explicit(&coral_gstats.class_frees[cls], 1, memory_order_relaxed);
+#else
+    (void)cls;
+#endif
+}
 
 CORAL_INLINE void *coral_pop_small(coral_heap_t *heap, size_t size, bool zero) {
     coral_page_t *page = heap->direct[(size + 15) >> 4];
@@ -19,6 +31,7 @@ CORAL_INLINE void *coral_pop_small(coral_heap_t *heap, size_t size, bool zero) {
     if (coral_unlikely(block == NULL)) return coral_malloc_generic(size, heap, zero);
     page->free = block->next;
     page->used++;
+    coral_stat_inc(heap->stat_allocs[page->class_idx]);
     if (zero) {
         if (page->free_is_zero) block->next = NULL;
         else memset(block, 0, size);
@@ -63,15 +76,20 @@ CORAL_INLINE void coral_free_inline(void *p) {
          * unless it is the first of its class queue (prev == NULL), which
          * the next malloc of the class would take again at once. */
         if (coral_likely(slice->flags == 0 && block != slice->local_free)) {
+            coral_count_free(slice->class_idx);
             block->next = slice->local_free;
             slice->local_free = block;
             if (coral_unlikely(--slice->used == 0) && slice->prev != NULL) coral_page_retire(slice);
             return;
         }
-        coral_free_local_generic(coral_slice_head(slice), p);
+        coral_page_t *page = coral_slice_head(slice);
+        coral_count_free(page->class_idx);
+        coral_free_local_generic(page, p);
         return;
     }
-    coral_free_remote(seg, coral_slice_head(slice), p);
+    coral_page_t *page = coral_slice_head(slice);
+    coral_count_free(page->class_idx);
+    coral_free_remote(seg, page, p);
 }
 
 #endif

@@ -9,6 +9,7 @@
 
 #include "alloc.h"
 #include "internal.h"
+#include "stats.h"
 
 size_t coral_malloc_bulk(size_t size, size_t n, void **out) {
     if (n == 0) return 0;
@@ -44,6 +45,9 @@ size_t coral_malloc_bulk(size_t size, size_t n, void **out) {
         }
         page->free = block;
         page->used += (uint32_t)taken;
+#if CORAL_STATS_ENABLED
+        __atomic_store_n(&heap->stat_allocs[cls], heap->stat_allocs[cls] + taken, __ATOMIC_RELAXED);
+#endif
         got += taken;
     }
     return got;
@@ -97,6 +101,8 @@ static void run_free_remote(run_t *run) {
 
 static void run_flush(run_t *run) {
     if (run->count == 0) return;
+    for (uint32_t i = 0; i < run->count && CORAL_STATS_ENABLED; i++)
+        coral_count_free(run->page->class_idx);
     coral_segment_t *seg = coral_ptr_segment(run->page);
     if (atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == coral_thread_id())
         run_free_local(run);

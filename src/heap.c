@@ -213,6 +213,36 @@ void coral_heap_abandon(coral_heap_t *heap) {
         heap->queues[q].first = heap->queues[q].last = NULL;
     }
     for (size_t w = 0; w < CORAL_DIRECT_COUNT; w++) heap->direct[w] = &coral_page_empty;
+    /* A user heap's huge blocks outlive it: they stop pointing at it. */
+    pthread_mutex_lock(&heap->huge_lock);
+    for (coral_segment_t *seg = heap->huge_blocks; seg != NULL; seg = seg->next)
+        atomic_store_explicit(&seg->pages[0].heap, NULL, memory_order_relaxed);
+    heap->huge_blocks = NULL;
+    pthread_mutex_unlock(&heap->huge_lock);
+}
+
+/* Free every page of the heap, live blocks and all (coral_heap_destroy and
+ * coral_heap_reset): in time proportional to the pages. First every page is
+ * set to NEVER, so no remote free is still pushing to heap->delayed_free,
+ * whose blocks then die with their pages. */
+void coral_heap_release_all(coral_heap_t *heap) {
+    for (unsigned q = 0; q < CORAL_QUEUE_COUNT; q++)
+        for (coral_page_t *page = heap->queues[q].first; page != NULL; page = page->next)
+            coral_page_set_delay(page, CORAL_DELAY_NEVER, true);
+    atomic_store_explicit(&heap->delayed_free, NULL, memory_order_relaxed);
+    for (unsigned q = 0; q < CORAL_QUEUE_COUNT; q++) {
+        while (heap->queues[q].first != NULL) coral_page_release(heap->queues[q].first);
+    }
+    pthread_mutex_lock(&heap->huge_lock);
+    coral_segment_t *seg = heap->huge_blocks;
+    heap->huge_blocks = NULL;
+    pthread_mutex_unlock(&heap->huge_lock);
+    while (seg != NULL) {
+        coral_segment_t *next = seg->next;
+        atomic_store_explicit(&seg->pages[0].heap, NULL, memory_order_relaxed);
+        coral_huge_release(seg);
+        seg = next;
+    }
 }
 
 /* A page of an abandoned segment joins `heap` (segment.c's adoption).
@@ -240,3 +270,22 @@ bool coral_heap_adopt_page(coral_heap_t *heap, coral_page_t *page) {
 
 /* A large page (one block, just allocated) joins the full queue. */
 void coral_heap_add_large_page(coral_heap_t *heap, coral_page_t *page) { page_push_full(heap, page); }
+
+/* In the child of a fork, for the forking thread's heaps: a thread that was
+ * in the middle of a remote free into one of them (delay state FREEING, see
+ * page.c) does not exist in the child and will never finish it. Its block
+ * is either on delayed_free already or lost to the child (a leak, never a
+ * double use); the state goes back to NONE so the owner does not wait for
+ * it forever. A user heap's huge_lock may have been held by such a thread
+ * too. */
+void coral_heap_after_fork_child(coral_heap_t *heap) {
+    pthread_mutex_init(&heap->huge_lock, NULL);
+    for (unsigned q = 0; q < CORAL_QUEUE_COUNT; q++) {
+        for (coral_page_t *page = heap->queues[q].first; page != NULL; page = page->next) {
+            uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+            if ((tf & CORAL_DELAY_MASK) == CORAL_DELAY_FREEING)
+                atomic_store_explicit(&page->thread_free, (tf & ~CORAL_DELAY_MASK) | CORAL_DELAY_NONE,
+                                      memory_order_relaxed);
+        }
+    }
+}

@@ -64,6 +64,24 @@ uint64_t coral_clock_ms(void) {
 
 static pthread_mutex_t heap_pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static coral_heap_t *heap_pool_free;
+static coral_heap_t *heaps_live; /* every heap handed out, for statistics */
+
+/* Run fn on every live heap, under the pool lock (statistics). */
+void coral_heaps_visit(coral_heap_visit_fn fn, void *arg) {
+    pthread_mutex_lock(&heap_pool_lock);
+    for (coral_heap_t *h = heaps_live; h != NULL; h = h->all_next) fn(h, arg);
+    pthread_mutex_unlock(&heap_pool_lock);
+}
+
+/* A heap's counts outlive it in the global totals. */
+static void heap_stats_retire(coral_heap_t *heap) {
+    for (int c = 0; c < CORAL_QUEUE_COUNT && CORAL_STATS_ENABLED; c++) {
+        atomic_fetch_add_explicit(&coral_gstats.class_allocs[c], (int64_t)heap->stat_allocs[c],
+                                  memory_order_relaxed);
+        atomic_fetch_add_explicit(&coral_gstats.class_frees[c], (int64_t)heap->stat_frees[c],
+                                  memory_order_relaxed);
+    }
+}
 
 coral_heap_t *coral_heap_pool_get(void) {
     pthread_mutex_lock(&heap_pool_lock);
@@ -78,14 +96,23 @@ coral_heap_t *coral_heap_pool_get(void) {
         }
     }
     coral_heap_t *heap = heap_pool_free;
-    if (heap) heap_pool_free = heap->next_heap;
+    if (heap) {
+        heap_pool_free = heap->next_heap;
+        memset(heap, 0, sizeof *heap);
+        heap->all_next = heaps_live;
+        if (heaps_live) heaps_live->all_prev = heap;
+        heaps_live = heap;
+    }
     pthread_mutex_unlock(&heap_pool_lock);
-    if (heap) memset(heap, 0, sizeof *heap);
     return heap;
 }
 
 void coral_heap_pool_put(coral_heap_t *heap) {
     pthread_mutex_lock(&heap_pool_lock);
+    heap_stats_retire(heap);
+    if (heap->all_prev) heap->all_prev->all_next = heap->all_next;
+    else heaps_live = heap->all_next;
+    if (heap->all_next) heap->all_next->all_prev = heap->all_prev;
     heap->next_heap = heap_pool_free;
     heap_pool_free = heap;
     pthread_mutex_unlock(&heap_pool_lock);
@@ -111,7 +138,14 @@ static void fork_unlock(bool child) {
 }
 
 static void fork_parent(void) { fork_unlock(false); }
-static void fork_child(void) { fork_unlock(true); }
+
+static void fork_child(void) {
+    fork_unlock(true);
+    coral_heap_t *heap = coral_tls_heap;
+    if (heap == &coral_heap_empty) return;
+    for (coral_heap_t *h = heap->tld->heaps; h != NULL; h = h->next_heap)
+        coral_heap_after_fork_child(h);
+}
 
 /* ---- process start-up ------------------------------------------------------------------- */
 
@@ -142,6 +176,9 @@ static void process_init_late(void) {
     if (coral_option(CORAL_OPT_SHOW_STATS)) atexit(show_stats_at_exit);
     if (coral_option(CORAL_OPT_VERBOSE)) coral_options_print();
 }
+
+/* Make sure the process is set up (options read) without allocating. */
+void coral_malloc_ready(void) { process_init(); }
 
 /* ---- threads ----------------------------------------------------------------------------- */
 

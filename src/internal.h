@@ -18,6 +18,7 @@
 #ifndef CORAL_INTERNAL_H
 #define CORAL_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -175,6 +176,13 @@ struct coral_heap_s {
     coral_tld_t *tld;
     coral_heap_t *next_heap; /* in tld->heaps, or the free pool */
     bool is_default;
+    /* User heaps (coral_heap_new) track their huge blocks so that destroy
+     * can free them: any thread's free unlinks one, hence the lock. */
+    pthread_mutex_t huge_lock;
+    coral_segment_t *huge_blocks;
+    coral_heap_t *all_next, *all_prev; /* registry of live heaps (init.c) */
+    uint64_t stat_allocs[CORAL_QUEUE_COUNT]; /* by class (CORAL_STATS) */
+    uint64_t stat_frees[CORAL_QUEUE_COUNT];
     uint32_t heartbeat; /* slow-path calls, for periodic work */
     coral_tld_t tld_storage; /* the thread's tld, in its default heap */
 };
@@ -298,6 +306,8 @@ void coral_heap_init(coral_heap_t *heap, coral_tld_t *tld);
 bool coral_heap_adopt_page(coral_heap_t *heap, coral_page_t *page);
 void coral_heap_add_large_page(coral_heap_t *heap, coral_page_t *page);
 void coral_heap_abandon(coral_heap_t *heap);
+void coral_heap_release_all(coral_heap_t *heap);
+void coral_heap_after_fork_child(coral_heap_t *heap);
 
 /* alloc.c: the slow paths of alloc.h */
 void *coral_malloc_generic(size_t size, coral_heap_t *heap, bool zero);
@@ -306,7 +316,8 @@ void *coral_malloc_aligned_in(coral_heap_t *heap, size_t size, size_t alignment,
 
 /* large.c */
 void *coral_malloc_large(coral_heap_t *heap, size_t size, size_t alignment, bool zero);
-void *coral_huge_alloc(size_t size, size_t alignment, bool zero);
+void *coral_huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool zero);
+void coral_huge_release(coral_segment_t *seg);
 void coral_huge_free(coral_segment_t *seg);
 uint64_t coral_huge_cache_purge(uint64_t now, bool force);
 void coral_huge_locks_prefork(void);
@@ -316,7 +327,10 @@ void *coral_huge_realloc(coral_segment_t *seg, void *p, size_t size);
 size_t coral_huge_usable(coral_segment_t *seg, const void *p);
 
 /* init.c */
+typedef void (*coral_heap_visit_fn)(coral_heap_t *heap, void *arg);
+void coral_heaps_visit(coral_heap_visit_fn fn, void *arg);
 coral_heap_t *coral_thread_init(void);
+void coral_malloc_ready(void);
 void coral_thread_done(void *value);
 coral_heap_t *coral_heap_pool_get(void);
 void coral_heap_pool_put(coral_heap_t *heap);

@@ -28,7 +28,7 @@ void *coral_malloc_large(coral_heap_t *heap, size_t size, size_t alignment, bool
     /* A span starts on a slice boundary, so only alignments above the slice
      * size need room to move the block up. */
     size_t extra = alignment > CORAL_SLICE_SIZE ? alignment - CORAL_SLICE_SIZE : 0;
-    if (size + extra > CORAL_LARGE_MAX_SIZE) return coral_huge_alloc(size, alignment, zero);
+    if (size + extra > CORAL_LARGE_MAX_SIZE) return coral_huge_alloc(heap, size, alignment, zero);
 
     size_t slices = align_up(size + extra, CORAL_SLICE_SIZE) / CORAL_SLICE_SIZE;
     coral_page_t *page = coral_segment_page_alloc(heap, slices);
@@ -40,6 +40,7 @@ void *coral_malloc_large(coral_heap_t *heap, size_t size, size_t alignment, bool
     page->capacity = page->reserved = page->used = 1;
     coral_heap_add_large_page(heap, page);
     coral_stat_count(&coral_gstats.large_allocs, 1);
+    coral_stat_inc(heap->stat_allocs[CORAL_CLASS_LARGE]);
     uint8_t *p = page->start;
     if (alignment > CORAL_SLICE_SIZE) {
         p = (uint8_t *)align_up((uintptr_t)p, alignment);
@@ -190,7 +191,7 @@ static coral_segment_t *huge_map_new(size_t total, size_t alignment) {
     return seg;
 }
 
-void *coral_huge_alloc(size_t size, size_t alignment, bool zero) {
+void *coral_huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool zero) {
     size_t offset = huge_offset(alignment);
     if (size > CORAL_MAX_REQUEST - offset) {
         errno = ENOMEM;
@@ -212,16 +213,45 @@ void *coral_huge_alloc(size_t size, size_t alignment, bool zero) {
     page->used = page->capacity = page->reserved = 1;
     atomic_store_explicit(&seg->dirty_slices, ~(uint64_t)0, memory_order_relaxed);
     coral_stat_count(&coral_gstats.huge_allocs, 1);
+    coral_stat_count(&coral_gstats.huge_live, 1);
+    coral_stat_count(&coral_gstats.huge_bytes, (int64_t)page->block_size);
+    if (heap != NULL) coral_stat_inc(heap->stat_allocs[CORAL_CLASS_LARGE]);
     if (zero && dirty) memset(page->start, 0, size);
+    /* A user heap keeps a list of its huge blocks, for coral_heap_destroy. */
+    bool tracked = heap != NULL && !heap->is_default;
+    atomic_store_explicit(&page->heap, tracked ? heap : NULL, memory_order_relaxed);
+    if (tracked) {
+        pthread_mutex_lock(&heap->huge_lock);
+        seg->prev = NULL;
+        seg->next = heap->huge_blocks;
+        if (seg->next) seg->next->prev = seg;
+        heap->huge_blocks = seg;
+        pthread_mutex_unlock(&heap->huge_lock);
+    }
     return page->start;
+}
+
+/* The block is gone: the segment goes to the huge cache, or to the OS. */
+void coral_huge_release(coral_segment_t *seg) {
+    seg->pages[0].used = 0;
+    coral_stat_count(&coral_gstats.huge_live, -1);
+    coral_stat_count(&coral_gstats.huge_bytes, -(int64_t)seg->pages[0].block_size);
+    if (!huge_cache_put(seg)) huge_unmap(seg);
 }
 
 void coral_huge_free(coral_segment_t *seg) {
     coral_page_t *page = &seg->pages[0];
     if (page->used != 1)
         coral_fatal("double free detected: huge block %p was already free", (void *)page->start);
-    page->used = 0;
-    if (!huge_cache_put(seg)) huge_unmap(seg);
+    coral_heap_t *heap = atomic_load_explicit(&page->heap, memory_order_relaxed);
+    if (heap != NULL) { /* a user heap's: off its list */
+        pthread_mutex_lock(&heap->huge_lock);
+        if (seg->prev) seg->prev->next = seg->next;
+        else heap->huge_blocks = seg->next;
+        if (seg->next) seg->next->prev = seg->prev;
+        pthread_mutex_unlock(&heap->huge_lock);
+    }
+    coral_huge_release(seg);
     coral_purger_start_if_wanted(); /* the end of a free: a safe point */
 }
 

@@ -3,6 +3,7 @@
  * bad value prints one line naming the variable and what it accepts, and the
  * default stays. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,19 +17,24 @@ typedef struct option_desc_s {
     int64_t min, max;
     bool is_bool;
     const char *help;
+    bool runtime; /* coral_option_set may change it */
 } option_desc_t;
 
 static const option_desc_t option_descs[CORAL_OPT_COUNT] = {
-    [CORAL_OPT_VERBOSE] = {"VERBOSE", 0, 0, 1, true, "print the options in force at start-up"},
-    [CORAL_OPT_SHOW_STATS] = {"SHOW_STATS", 0, 0, 1, true, "print statistics to stderr at exit"},
+    [CORAL_OPT_VERBOSE] = {"VERBOSE", 0, 0, 1, true, "print the options in force at start-up",
+                           false},
+    [CORAL_OPT_SHOW_STATS] = {"SHOW_STATS", 0, 0, 1, true, "print statistics to stderr at exit",
+                              false},
     [CORAL_OPT_PURGE_DELAY_MS] = {"PURGE_DELAY_MS", 250, 0, 3600000, false,
-                                  "milliseconds freed memory stays before it is returned to the OS"},
+                                  "milliseconds freed memory stays before it is returned to the OS",
+                                  true},
     [CORAL_OPT_SEGMENT_CACHE] = {"SEGMENT_CACHE", 64, 0, 4096, false,
-                                 "empty segments (4 MiB each) kept mapped for reuse"},
+                                 "empty segments (4 MiB each) kept mapped for reuse", true},
     [CORAL_OPT_PURGE_THREAD] = {"PURGE_THREAD", 1, 0, 1, true,
-                                "purge from a background thread (else from allocating threads)"},
+                                "purge from a background thread (else from allocating threads)",
+                                false},
     [CORAL_OPT_FAIL_OS_AFTER] = {"FAIL_OS_AFTER", 0, 0, INT64_MAX, false,
-                                 "testing: make the Nth OS mapping call fail (0: never)"},
+                                 "testing: make the Nth OS mapping call fail (0: never)", true},
 };
 
 int64_t coral_options[CORAL_OPT_COUNT];
@@ -81,4 +87,33 @@ void coral_options_print(void) {
     for (int i = 0; i < CORAL_OPT_COUNT; i++)
         coral_message("option CORALLOC_%s=%lld (%s)", option_descs[i].name,
                       (long long)coral_options[i], option_descs[i].help);
+}
+
+/* ---- coral_option_get / coral_option_set ----------------------------------------- */
+
+static int option_find(const char *name) {
+    if (name == NULL) return -1;
+    if (strncmp(name, "CORALLOC_", 9) == 0) name += 9;
+    for (int i = 0; i < CORAL_OPT_COUNT; i++)
+        if (strcasecmp(name, option_descs[i].name) == 0) return i;
+    return -1;
+}
+
+int coral_option_get(const char *name, long long *value) {
+    int i = option_find(name);
+    if (i < 0 || value == NULL) return EINVAL;
+    coral_malloc_ready(); /* the options are read on first use */
+    *value = (long long)coral_option((coral_option_t)i);
+    return 0;
+}
+
+int coral_option_set(const char *name, long long value) {
+    int i = option_find(name);
+    if (i < 0) return EINVAL;
+    const option_desc_t *d = &option_descs[i];
+    if (value < d->min || value > d->max) return EINVAL;
+    if (!d->runtime) return EPERM;
+    coral_malloc_ready();
+    __atomic_store_n(&coral_options[i], (int64_t)value, __ATOMIC_RELAXED);
+    return 0;
 }

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <malloc.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "alloc.h"
@@ -56,7 +57,19 @@ EXPORT int malloc_trim(size_t pad) {
     return 1;
 }
 
-EXPORT void malloc_stats(void) { coral_stats_print_to(stderr); }
+/* glibc's format, with coralloc's figures: "system bytes" is what is mapped,
+ * "in use bytes" what lies in pages in use (and huge blocks). */
+EXPORT void malloc_stats(void) {
+    coral_stats_t s;
+    coral_stats_snapshot(&s);
+    long long in_use = (long long)(s.page_bytes + s.huge_bytes);
+    fprintf(stderr, "Arena 0:\nsystem bytes     = %10lld\nin use bytes     = %10lld\n",
+            (long long)s.mapped, in_use);
+    fprintf(stderr, "Total (incl. mmap):\nsystem bytes     = %10lld\nin use bytes     = %10lld\n",
+            (long long)s.mapped, in_use);
+    fprintf(stderr, "max mmap regions = %10lld\nmax mmap bytes   = %10lld\n",
+            (long long)s.segments_peak, (long long)s.mapped_peak);
+}
 
 EXPORT int mallopt(int param, int value) {
     (void)param;
@@ -64,18 +77,34 @@ EXPORT int mallopt(int param, int value) {
     return 0; /* glibc's options do not apply: "not done" */
 }
 
+/* arena: mapped bytes outside huge blocks; hblks/hblkhd: huge blocks;
+ * uordblks: bytes in pages in use plus huge blocks; fordblks: the rest of
+ * what is mapped; usmblks: the peak mapped. Block-exact in-use figures come
+ * from coral_stats_json in CORAL_STATS builds. */
 EXPORT struct mallinfo2 mallinfo2(void) {
+    coral_stats_t s;
+    coral_stats_snapshot(&s);
     struct mallinfo2 mi = {0};
-    int64_t mapped = atomic_load_explicit(&coral_gstats.mapped, memory_order_relaxed);
-    mi.arena = (size_t)mapped;
-    mi.hblkhd = (size_t)mapped;
+    size_t huge = (size_t)s.huge_bytes, mapped = (size_t)s.mapped;
+    mi.arena = mapped > huge ? mapped - huge : 0;
+    mi.hblks = (size_t)s.huge_live;
+    mi.hblkhd = huge;
+    mi.uordblks = (size_t)s.page_bytes + huge;
+    mi.fordblks = mapped > mi.uordblks ? mapped - mi.uordblks : 0;
+    mi.usmblks = (size_t)s.mapped_peak;
     return mi;
 }
+
+static int clamp_int(size_t v) { return v > (size_t)INT32_MAX ? INT32_MAX : (int)v; }
 
 EXPORT struct mallinfo mallinfo(void) {
     struct mallinfo2 m2 = mallinfo2();
     struct mallinfo mi = {0};
-    mi.arena = (int)m2.arena;
-    mi.hblkhd = (int)m2.hblkhd;
+    mi.arena = clamp_int(m2.arena);
+    mi.hblks = clamp_int(m2.hblks);
+    mi.hblkhd = clamp_int(m2.hblkhd);
+    mi.uordblks = clamp_int(m2.uordblks);
+    mi.fordblks = clamp_int(m2.fordblks);
+    mi.usmblks = clamp_int(m2.usmblks);
     return mi;
 }

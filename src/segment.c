@@ -269,6 +269,8 @@ static coral_page_t *segment_take_span(coral_segment_t *seg, size_t first, size_
     atomic_store_explicit(&seg->used_slices, used | mask, memory_order_relaxed);
     atomic_store_explicit(&seg->dirty_slices, dirty | mask, memory_order_relaxed);
     seg->used_pages++;
+    coral_stat_gauge(&coral_gstats.span_bytes, &coral_gstats.span_bytes_peak,
+                     (int64_t)(n * CORAL_SLICE_SIZE));
     return page;
 }
 
@@ -322,6 +324,7 @@ void coral_segment_page_free(coral_page_t *page) {
     uint64_t used = atomic_load_explicit(&seg->used_slices, memory_order_relaxed);
     atomic_store_explicit(&seg->used_slices, used & ~slice_mask(first, page->slice_count),
                           memory_order_relaxed);
+    coral_stat_count(&coral_gstats.span_bytes, -(int64_t)(page->slice_count * CORAL_SLICE_SIZE));
     page->slice_count = 0;
     page->block_size = 0;
     /* Marked before the release: after it the segment may be someone else's. */
@@ -423,6 +426,7 @@ bool coral_segment_span_resize(coral_page_t *page, size_t slices) {
     if (slices < now) {
         atomic_store_explicit(&seg->used_slices, used & ~slice_mask(first + slices, now - slices),
                               memory_order_relaxed);
+        coral_stat_count(&coral_gstats.span_bytes, -(int64_t)((now - slices) * CORAL_SLICE_SIZE));
         page->slice_count = (uint32_t)slices;
         coral_segment_mark_purgeable(seg);
         return true;
@@ -435,6 +439,8 @@ bool coral_segment_span_resize(coral_page_t *page, size_t slices) {
     atomic_store_explicit(&seg->used_slices, used | grow, memory_order_relaxed);
     atomic_store_explicit(&seg->dirty_slices, dirty | grow, memory_order_relaxed);
     span_unlock(seg);
+    coral_stat_gauge(&coral_gstats.span_bytes, &coral_gstats.span_bytes_peak,
+                     (int64_t)((slices - now) * CORAL_SLICE_SIZE));
     page->slice_count = (uint32_t)slices;
     return true;
 }

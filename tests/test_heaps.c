@@ -155,7 +155,7 @@ static void *alloc_foreign(void *arg) {
     return coral_heap_malloc(foreign, 10);
 }
 
-static void test_foreign_thread_refused(void) {
+static __attribute__((unused)) void test_foreign_thread_refused(void) {
     pid_t pid = fork();
     CHECK(pid >= 0);
     if (pid == 0) {

@@ -91,25 +91,52 @@ static void huge_unmap(coral_segment_t *seg) {
     coral_os_unmap(seg, seg->size);
 }
 
-/* The cached segment of the closest size in [total, total * 5/4], or NULL. */
+static coral_segment_t *huge_resize(coral_segment_t *seg, size_t total);
+static void huge_init_header(coral_segment_t *seg, size_t size);
+static bool huge_cache_put(coral_segment_t *seg);
+
+/* A cached segment for a block of `total` bytes (header included), or NULL:
+ * the smallest one that is big enough (its tail beyond 1.25x unmapped), else
+ * the largest one, grown (mremap keeps its pages: only the growth faults).
+ * Either way the pages a program already touched are reused. */
 static coral_segment_t *huge_cache_take(size_t total) {
     if (__atomic_load_n(&huge_cache_bytes, __ATOMIC_RELAXED) == 0) return NULL;
     pthread_mutex_lock(&huge_cache_lock);
-    int best = -1;
+    int fit = -1, largest = -1;
     for (int i = 0; i < HUGE_CACHE_SLOTS; i++) {
         coral_segment_t *s = huge_cache[i];
-        if (s && s->size >= total && s->size - total <= total / 4 &&
-            (best < 0 || s->size < huge_cache[best]->size))
-            best = i;
+        if (s == NULL) continue;
+        if (s->size >= total && (fit < 0 || s->size < huge_cache[fit]->size)) fit = i;
+        if (largest < 0 || s->size > huge_cache[largest]->size) largest = i;
     }
+    int pick = fit >= 0 ? fit : largest;
     coral_segment_t *seg = NULL;
-    if (best >= 0) {
-        seg = huge_cache[best];
-        huge_cache[best] = NULL;
+    if (pick >= 0) {
+        seg = huge_cache[pick];
+        huge_cache[pick] = NULL;
         __atomic_store_n(&huge_cache_bytes, huge_cache_bytes - seg->size, __ATOMIC_RELAXED);
     }
     pthread_mutex_unlock(&huge_cache_lock);
-    return seg;
+    if (seg == NULL || (seg->size >= total && seg->size - total <= total / 4)) return seg;
+    if (seg->size >= total) {
+        /* Much bigger: the part after the first 4 MiB boundary past the
+         * block becomes a cached huge segment of its own (its pages stay
+         * resident for the next request) when it spans 4 MiB at least. */
+        size_t split = align_up(total, CORAL_SEGMENT_SIZE);
+        if (seg->size >= split + CORAL_SEGMENT_SIZE) {
+            coral_segment_t *tail = (coral_segment_t *)(coral_segment_base(seg) + split);
+            huge_init_header(tail, seg->size - split);
+            atomic_store_explicit(&tail->dirty_slices, ~(uint64_t)0, memory_order_relaxed);
+            tail->pages[0].used = 0;
+            seg->size = split;
+            coral_segment_map_set(tail, tail->size, true); /* its first chunk: a start */
+            if (!huge_cache_put(tail)) huge_unmap(tail);
+            return seg;
+        }
+    }
+    coral_segment_t *resized = huge_resize(seg, total);
+    if (resized == NULL) huge_unmap(seg); /* could not grow: a fresh mapping then */
+    return resized;
 }
 
 /* Keep seg for reuse; false when it does not fit (the caller unmaps it). */
@@ -172,22 +199,29 @@ void coral_huge_locks_postfork(void) { pthread_mutex_unlock(&huge_cache_lock); }
 
 /* ---- huge blocks ------------------------------------------------------------------------- */
 
+/* The header of a huge segment of `size` bytes at seg (mapped). */
+static void huge_init_header(coral_segment_t *seg, size_t size) {
+    seg->kind = CORAL_SEGMENT_HUGE;
+    seg->size = size;
+    atomic_store_explicit(&seg->dirty_slices, 0, memory_order_relaxed);
+    atomic_store_explicit(&seg->thread_id, 0, memory_order_relaxed);
+    /* Every slice descriptor of the first 4 MiB leads to pages[0]. */
+    for (size_t i = 1; i < CORAL_SLICES_PER_SEGMENT; i++) coral_slice_mark_interior(&seg->pages[i], i);
+    __atomic_store_n(&seg->pages[0].flags, 0, __ATOMIC_RELAXED);
+    seg->pages[0].slice_offset = 0;
+    seg->pages[0].slice_count = 1;
+    seg->pages[0].class_idx = CORAL_CLASS_LARGE;
+    coral_stat_gauge(&coral_gstats.segments, &coral_gstats.segments_peak, 1);
+}
+
 static coral_segment_t *huge_map_new(size_t total, size_t alignment) {
     /* The block starts `offset` (>= the alignment) after the segment: align
      * the segment to the alignment too when that is more than 4 MiB. */
     size_t seg_align = alignment > CORAL_SEGMENT_SIZE ? alignment : CORAL_SEGMENT_SIZE;
     coral_segment_t *seg = coral_os_map_aligned(total, seg_align);
     if (seg == NULL) return NULL;
-    seg->kind = CORAL_SEGMENT_HUGE;
-    seg->size = total;
-    atomic_store_explicit(&seg->dirty_slices, 0, memory_order_relaxed);
-    atomic_store_explicit(&seg->thread_id, 0, memory_order_relaxed);
-    /* Every slice descriptor of the first 4 MiB leads to pages[0]. */
-    for (size_t i = 1; i < CORAL_SLICES_PER_SEGMENT; i++) coral_slice_mark_interior(&seg->pages[i], i);
-    seg->pages[0].slice_count = 1;
-    seg->pages[0].class_idx = CORAL_CLASS_LARGE;
+    huge_init_header(seg, total);
     coral_segment_map_set(seg, total, true);
-    coral_stat_gauge(&coral_gstats.segments, &coral_gstats.segments_peak, 1);
     return seg;
 }
 
@@ -263,18 +297,14 @@ size_t coral_huge_usable(coral_segment_t *seg, const void *p) {
 /* Resize a huge block: the pages move (mremap), the bytes are not copied.
  * The caller owns p, so no other thread looks the segment up meanwhile; the
  * map entries are cleared before the old range can be reused by anyone. */
-void *coral_huge_realloc(coral_segment_t *seg, void *p, size_t size) {
-    size_t offset = (size_t)((uint8_t *)p - coral_segment_base(seg));
-    if (size > CORAL_MAX_REQUEST - offset) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    size_t old_total = seg->size, total = align_up(offset + size, CORAL_OS_PAGE_SIZE);
-    if (total <= old_total && total + old_total / 4 >= old_total) {
-        /* Within the mapping and not much smaller: keep it. */
-        seg->pages[0].block_size = total - offset;
-        return p;
-    }
+/* Resize a huge segment's mapping to `total` bytes, keeping its pages: a
+ * shrink unmaps the tail, a growth extends in place or moves the pages
+ * (mremap: no byte is copied). The caller owns the segment, so no other
+ * thread looks it up meanwhile; its map entries are cleared before the old
+ * range can be anybody else's. NULL (errno ENOMEM): unchanged. */
+static coral_segment_t *huge_resize(coral_segment_t *seg, size_t total) {
+    size_t old_total = seg->size;
+    if (total == old_total) return seg;
     coral_segment_map_set(seg, old_total, false);
     if (total < old_total) {
         coral_os_unmap(coral_segment_base(seg) + total, old_total - total);
@@ -288,8 +318,25 @@ void *coral_huge_realloc(coral_segment_t *seg, void *p, size_t size) {
         seg = moved;
     }
     seg->size = total;
+    coral_segment_map_set(seg, total, true);
+    return seg;
+}
+
+void *coral_huge_realloc(coral_segment_t *seg, void *p, size_t size) {
+    size_t offset = (size_t)((uint8_t *)p - coral_segment_base(seg));
+    if (size > CORAL_MAX_REQUEST - offset) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    size_t total = align_up(offset + size, CORAL_OS_PAGE_SIZE);
+    if (total > seg->size || total + seg->size / 4 < seg->size) {
+        /* Outside the mapping, or much smaller: resize it. */
+        seg = huge_resize(seg, total);
+        if (seg == NULL) return NULL;
+    }
+    int64_t delta = (int64_t)(total - offset) - (int64_t)seg->pages[0].block_size;
+    coral_stat_count(&coral_gstats.huge_bytes, delta);
     seg->pages[0].start = coral_segment_base(seg) + offset;
     seg->pages[0].block_size = total - offset;
-    coral_segment_map_set(seg, total, true);
     return seg->pages[0].start;
 }

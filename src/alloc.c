@@ -118,31 +118,17 @@ void *coral_malloc_aligned_in(coral_heap_t *heap, size_t size, size_t alignment,
     if (alignment <= CORAL_ALIGNMENT)
         return zero ? coral_calloc_inline(1, size) : coral_malloc_inline(size);
     if (size > CORAL_MAX_REQUEST || alignment > CORAL_MAX_REQUEST) return enomem();
-    /* A pointer must lie inside its block: size 0 would put an over-allocated
-     * one at the start of the next block. */
-    if (size == 0) size = 1;
+    if (size == 0) size = 1; /* rounds up to one alignment unit below */
     if (heap == &coral_heap_empty && (heap = heap_ready()) == NULL) return enomem();
     if (alignment <= CORAL_SLICE_SIZE) {
-        /* A class whose block size is a multiple of the alignment has every
-         * block aligned (pages start on a 64 KiB boundary). */
+        /* Every block of a class whose size is a multiple of the alignment
+         * is aligned (pages start on a 64 KiB boundary). The class of
+         * rounded (a multiple of the alignment A) always is such a class:
+         * classes are the multiples of a step (16, or 1/8 of the power of
+         * two below); if A <= step, the class is a multiple of A; if
+         * A > step, rounded is a multiple of the step, so it is a class. */
         size_t rounded = (size + alignment - 1) & ~(alignment - 1);
-        if (rounded <= CORAL_CLASS_MAX_SIZE &&
-            (coral_class_size(coral_size_class(rounded)) & (alignment - 1)) == 0)
-            return coral_malloc_generic(rounded, heap, zero);
-        /* Else over-allocate in a class and point inside the block. */
-        size_t padded = size + alignment - CORAL_ALIGNMENT;
-        if (padded <= CORAL_CLASS_MAX_SIZE) {
-            uint8_t *p = coral_malloc_generic(padded, heap, false);
-            if (p == NULL) return NULL;
-            uint8_t *aligned = (uint8_t *)(((uintptr_t)p + alignment - 1) & ~(alignment - 1));
-            if (aligned != p) {
-                coral_page_t *page = coral_segment_page_of(coral_ptr_segment(p), p);
-                __atomic_store_n(&page->flags, page->flags | CORAL_PAGE_HAS_ALIGNED,
-                                 __ATOMIC_RELAXED);
-            }
-            if (zero) memset(aligned, 0, size);
-            return aligned;
-        }
+        if (rounded <= CORAL_CLASS_MAX_SIZE) return coral_malloc_generic(rounded, heap, zero);
     }
     return coral_malloc_large(heap, size, alignment, zero);
 }

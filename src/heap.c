@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "options.h"
 
 /* ---- queues ------------------------------------------------------------------ */
 
@@ -112,6 +113,16 @@ void coral_page_retire(coral_page_t *page) {
 
 /* ---- finding a page with a free block ------------------------------------------------ */
 
+/* Has the heap a full page of class cls? (Only looked for when a new page
+ * of the class is needed: the full queue is then usually short to scan.) */
+static bool class_is_filling(coral_heap_t *heap, unsigned cls) {
+    unsigned seen = 0;
+    for (coral_page_t *p = heap->queues[CORAL_QUEUE_FULL].first; p != NULL && seen < 8;
+         p = p->next, seen++)
+        if (p->class_idx == cls) return true;
+    return false;
+}
+
 static size_t class_page_slices(size_t block_size) {
     if (block_size <= CORAL_SLICE_SIZE / 8) return 1;
     size_t slices = (block_size * 8 + CORAL_SLICE_SIZE - 1) / CORAL_SLICE_SIZE;
@@ -122,6 +133,14 @@ static coral_page_t *page_new(coral_heap_t *heap, unsigned cls) {
     size_t block_size = coral_class_size(cls);
     coral_page_t *page = coral_segment_page_alloc(heap, class_page_slices(block_size));
     if (page == NULL) return NULL;
+    /* Adaptive populate: a fresh (never touched, or purged) span for a class
+     * that already filled a page of this heap is about to be filled too:
+     * fault it in with one system call instead of a fault per 4 KiB. The
+     * first page of a class is left to fault in as it is used, so a small
+     * program's footprint does not grow. */
+    if (page->is_fresh && heap->queues[CORAL_QUEUE_FULL].first != NULL &&
+        coral_option(CORAL_OPT_POPULATE) == CORAL_POPULATE_ADAPTIVE && class_is_filling(heap, cls))
+        coral_os_populate(page->start, (size_t)page->slice_count * CORAL_SLICE_SIZE);
     coral_page_init(heap, page, cls, block_size);
     coral_page_extend(page);
     coral_queue_push_front(heap, cls, page);

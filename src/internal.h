@@ -257,6 +257,8 @@ void *coral_os_map_aligned(size_t size, size_t alignment);
 void coral_os_unmap(void *p, size_t size);
 bool coral_os_purge(void *p, size_t size);
 void *coral_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t alignment);
+void coral_os_populate(void *p, size_t size);
+void coral_os_advise_hugepage(void *p, size_t size);
 
 /* segment.c */
 coral_page_t *coral_segment_page_alloc(coral_heap_t *heap, size_t slices);

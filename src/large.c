@@ -222,6 +222,8 @@ static coral_segment_t *huge_map_new(size_t total, size_t alignment) {
     if (seg == NULL) return NULL;
     huge_init_header(seg, total);
     coral_segment_map_set(seg, total, true);
+    if (coral_option(CORAL_OPT_POPULATE) == CORAL_POPULATE_ON)
+        coral_os_populate(coral_segment_base(seg) + CORAL_SLICE_SIZE, total - CORAL_SLICE_SIZE);
     return seg;
 }
 

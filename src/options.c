@@ -17,8 +17,11 @@ typedef struct option_desc_s {
     int64_t min, max;
     bool is_bool;
     const char *help;
-    bool runtime; /* coral_option_set may change it */
+    bool runtime;              /* coral_option_set may change it */
+    const char *const *names; /* named values (value = index), or NULL */
 } option_desc_t;
+
+static const char *const populate_names[] = {"off", "on", "adaptive", NULL};
 
 static const option_desc_t option_descs[CORAL_OPT_COUNT] = {
     [CORAL_OPT_VERBOSE] = {"VERBOSE", 0, 0, 1, true, "print the options in force at start-up",
@@ -35,6 +38,11 @@ static const option_desc_t option_descs[CORAL_OPT_COUNT] = {
                                 false},
     [CORAL_OPT_FAIL_OS_AFTER] = {"FAIL_OS_AFTER", 0, 0, INT64_MAX, false,
                                  "testing: make the Nth OS mapping call fail (0: never)", true},
+    [CORAL_OPT_POPULATE] = {"POPULATE", CORAL_POPULATE_OFF, 0, 2, false,
+                            "prefault policy: off, on (every mapping) or adaptive", true,
+                            populate_names},
+    [CORAL_OPT_HUGE_PAGES] = {"HUGE_PAGES", 0, 0, 1, true,
+                              "back segments with transparent huge pages", false},
 };
 
 int64_t coral_options[CORAL_OPT_COUNT];
@@ -71,8 +79,17 @@ void coral_options_init(void) {
         if (s == NULL) continue;
         int64_t v;
         bool ok = d->is_bool ? parse_bool(s, &v) : parse_int(s, &v);
+        for (int k = 0; !ok && d->names && d->names[k]; k++) {
+            if (strcasecmp(s, d->names[k]) == 0) {
+                v = k;
+                ok = true;
+            }
+        }
         if (ok && v >= d->min && v <= d->max) {
             coral_options[i] = v;
+        } else if (d->names) {
+            coral_message("%s=%s is not valid: use %s, %s or %s; keeping %s", var, s, d->names[0],
+                          d->names[1], d->names[2], d->names[d->value]);
         } else if (d->is_bool) {
             coral_message("%s=%s is not valid: use 1/0, true/false, yes/no or on/off; keeping %lld",
                           var, s, (long long)d->value);

@@ -12,6 +12,8 @@ typedef enum coral_option_e {
     CORAL_OPT_PURGE_DELAY_MS, /* unused memory is returned after this delay */
     CORAL_OPT_SEGMENT_CACHE,  /* empty segments kept mapped for reuse */
     CORAL_OPT_PURGE_THREAD,   /* purge from a background thread */
+    CORAL_OPT_POPULATE,       /* prefault policy: CORAL_POPULATE_* */
+    CORAL_OPT_HUGE_PAGES,     /* transparent huge pages for segments */
     CORAL_OPT_FAIL_OS_AFTER,  /* testing: the Nth OS mapping call fails (0: off) */
     CORAL_OPT_COUNT
 } coral_option_t;
@@ -23,6 +25,10 @@ extern int64_t coral_options[CORAL_OPT_COUNT];
 static inline int64_t coral_option(coral_option_t opt) {
     return __atomic_load_n(&coral_options[opt], __ATOMIC_RELAXED);
 }
+
+#define CORAL_POPULATE_OFF 0
+#define CORAL_POPULATE_ON 1
+#define CORAL_POPULATE_ADAPTIVE 2
 
 void coral_options_init(void);
 void coral_options_print(void);

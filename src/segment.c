@@ -208,6 +208,11 @@ static coral_segment_t *segment_map_new(void) {
     atomic_store_explicit(&seg->dirty_slices, 1, memory_order_relaxed); /* the header */
     coral_segment_registry_add(seg);
     coral_segment_map_set(seg, CORAL_SEGMENT_SIZE, true);
+    /* Huge pages first: a populate afterwards then faults in 2 MiB pages. */
+    if (coral_option(CORAL_OPT_HUGE_PAGES)) coral_os_advise_hugepage(seg, CORAL_SEGMENT_SIZE);
+    if (coral_option(CORAL_OPT_POPULATE) == CORAL_POPULATE_ON)
+        coral_os_populate(coral_segment_base(seg) + CORAL_SLICE_SIZE,
+                          CORAL_SEGMENT_SIZE - CORAL_SLICE_SIZE);
     coral_stat_gauge(&coral_gstats.segments, &coral_gstats.segments_peak, 1);
     return seg;
 }

@@ -104,7 +104,8 @@ static __attribute__((format(printf, 2, 3))) void put(writer_t *w, const char *f
     if (n > 0) w->len += (size_t)n;
 }
 
-static const char *const call_names[CORAL_OS_CALL_KINDS] = {"mmap", "munmap", "purge", "mremap"};
+static const char *const call_names[CORAL_OS_CALL_KINDS] = {"mmap",   "munmap",   "purge",
+                                                            "mremap", "populate", "hugepage"};
 
 size_t coral_stats_json(char *buf, size_t len) {
     coral_stats_t s;

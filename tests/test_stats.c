@@ -119,6 +119,8 @@ static const env_case_t env_cases[] = {
     {"SEGMENT_CACHE", "7", 7, 64, "99999"},
     {"PURGE_THREAD", "false", 0, 1, "x"},
     {"FAIL_OS_AFTER", "0", 0, 0, "1e3"},
+    {"POPULATE", "adaptive", 2, 0, "sometimes"},
+    {"HUGE_PAGES", "1", 1, 0, "huge"},
 };
 
 static int child_print_option(const char *name) {

@@ -12,7 +12,10 @@
 #include "stats.h"
 
 size_t coral_malloc_bulk(size_t size, size_t n, void **out) {
-    if (n == 0) return 0;
+    if (n <= 1) { /* nothing to batch: the fast path */
+        if (n == 0) return 0;
+        return (out[0] = coral_malloc_inline(size)) != NULL;
+    }
     coral_heap_t *heap = coral_tls_heap;
     if (size > CORAL_CLASS_MAX_SIZE || heap == &coral_heap_empty) {
         /* One block first: it sets the thread up, and large blocks have no
@@ -60,7 +63,9 @@ typedef struct run_s {
     uint32_t count;
 } run_t;
 
-#define OPEN_RUNS 8
+/* Open runs, direct-mapped by page: an array mixing blocks of up to about
+ * this many pages keeps one run per page. */
+#define OPEN_RUNS 64
 
 /* Owner: the chain goes on local_free in one push. */
 static void run_free_local(run_t *run) {
@@ -112,9 +117,13 @@ static void run_flush(run_t *run) {
     run->page = NULL;
 }
 
+static unsigned run_slot(const coral_page_t *page) {
+    return (unsigned)(((uintptr_t)page >> 7) ^ ((uintptr_t)page >> 22)) % OPEN_RUNS;
+}
+
 void coral_free_bulk(void **ptrs, size_t n) {
-    run_t runs[OPEN_RUNS] = {{0}};
-    unsigned victim = 0;
+    run_t runs[OPEN_RUNS];
+    for (unsigned r = 0; r < OPEN_RUNS; r++) runs[r].count = 0, runs[r].page = NULL;
     for (size_t i = 0; i < n; i++) {
         void *p = ptrs[i];
         uintptr_t a = (uintptr_t)p;
@@ -131,16 +140,9 @@ void coral_free_bulk(void **ptrs, size_t n) {
             continue;
         }
         coral_block_t *block = p;
-        run_t *run = NULL;
-        for (unsigned r = 0; r < OPEN_RUNS; r++)
-            if (runs[r].page == page) {
-                run = &runs[r];
-                break;
-            }
-        if (run == NULL) {
-            run = &runs[victim];
-            victim = (victim + 1) % OPEN_RUNS;
-            run_flush(run);
+        run_t *run = &runs[run_slot(page)];
+        if (run->page != page) {
+            run_flush(run); /* another page's run held the slot */
             run->page = page;
             run->head = run->tail = block;
             block->next = NULL;

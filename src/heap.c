@@ -79,8 +79,6 @@ static bool page_try_full(coral_heap_t *heap, coral_page_t *page) {
     return true;
 }
 
-void coral_page_to_full(coral_heap_t *heap, coral_page_t *page) { (void)page_try_full(heap, page); }
-
 /* A block of a full page was freed: back to its class queue. */
 void coral_page_unfull(coral_page_t *page) {
     coral_heap_t *heap = atomic_load_explicit(&page->heap, memory_order_relaxed);

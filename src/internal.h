@@ -149,7 +149,7 @@ typedef struct coral_segment_s {
     coral_tld_t *tld;      /* owner thread data; NULL when not owned */
     struct coral_segment_s *next, *prev; /* owner's list, or a global list */
     struct coral_segment_s *all_next, *all_prev; /* registry of mapped segments */
-    uint64_t released_at_ms; /* when it entered a cache */
+    uint64_t released_at_ms; /* huge segments: when they entered the huge cache */
     _Alignas(128) coral_page_t pages[CORAL_SLICES_PER_SEGMENT];
 } coral_segment_t;
 
@@ -297,7 +297,6 @@ uint8_t *coral_page_block_start(const coral_page_t *page, const void *p);
 /* heap.c */
 void coral_queue_push_front(coral_heap_t *heap, unsigned q, coral_page_t *page);
 void coral_queue_remove(coral_heap_t *heap, unsigned q, coral_page_t *page);
-void coral_page_to_full(coral_heap_t *heap, coral_page_t *page);
 void coral_page_unfull(coral_page_t *page);
 void coral_page_retire(coral_page_t *page);
 void coral_page_release(coral_page_t *page);

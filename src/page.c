@@ -15,8 +15,9 @@
  *     USE -> FREEING, pushes the block on page->heap->delayed_free, then sets
  *     FREEING -> NONE. That tells the owner the page has a free block again,
  *     without the owner ever scanning its full pages.
- *   - State NEVER (set by an exiting owner, before it lets go of its heap):
- *     remote frees only push on the page; the heap is never touched.
+ *   - State NEVER (set by an owner before it lets go of its heap: thread
+ *     exit, coral_heap_destroy/reset): remote frees only push on the page;
+ *     the heap is never touched.
  *   - The owner changes the state with a CAS loop that waits while the state
  *     is FREEING. So once an exiting owner has set NEVER on all its pages, no
  *     thread is still pushing to its heap, and the heap can be reused.

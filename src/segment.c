@@ -167,7 +167,6 @@ static void segment_unmap(coral_segment_t *seg) {
 static void segment_cache_put(coral_segment_t *seg) {
     atomic_store_explicit(&seg->thread_id, 0, memory_order_release);
     seg->tld = NULL;
-    seg->released_at_ms = coral_clock_ms();
     coral_segment_t *evict = NULL;
     pthread_mutex_lock(&segment_cache.lock);
     list_push_front(&segment_cache.first, &segment_cache.last, seg);

@@ -27,21 +27,7 @@ static void *worker(void *argp) {
     if (a->given[0] != (unsigned char)(0x5a + a->id))
         check_failed("cache-scratch: block given to thread %ld is wrong", a->id);
     free(a->given);
-    for (long i = 0; i < g_iters; i++) {
-        volatile unsigned char *p = (volatile unsigned char *)xmalloc((size_t)g_size);
-        for (long s = 0; s < g_size; s++)
-            p[s] = (unsigned char)(a->id + s);
-        for (long w = 0; w < g_writes;)
-            for (long s = 0; s < g_size && w < g_writes; s++, w++)
-                p[s]++;
-        for (long s = 0; s < g_size; s++) {
-            long times = g_writes / g_size + (s < g_writes % g_size ? 1 : 0);
-            unsigned char want = (unsigned char)(a->id + s + times);
-            if (p[s] != want) check_failed("cache-scratch: thread %ld byte %ld is wrong", a->id, s);
-            a->sum += p[s];
-        }
-        free((void *)p);
-    }
+    write_blocks_loop("cache-scratch", a->id, g_iters, g_size, g_writes, &a->sum);
     return NULL;
 }
 

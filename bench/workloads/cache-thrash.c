@@ -21,22 +21,7 @@ typedef struct {
 static void *worker(void *argp) {
     arg_t *a = (arg_t *)argp;
     gate_wait(&g_gate);
-    for (long i = 0; i < g_iters; i++) {
-        volatile unsigned char *p = (volatile unsigned char *)xmalloc((size_t)g_size);
-        for (long s = 0; s < g_size; s++)
-            p[s] = (unsigned char)(a->id + s);
-        for (long w = 0; w < g_writes;)
-            for (long s = 0; s < g_size && w < g_writes; s++, w++)
-                p[s]++;
-        /* each byte s was written (writes / size) or one more times */
-        for (long s = 0; s < g_size; s++) {
-            long times = g_writes / g_size + (s < g_writes % g_size ? 1 : 0);
-            unsigned char want = (unsigned char)(a->id + s + times);
-            if (p[s] != want) check_failed("cache-thrash: thread %ld byte %ld is wrong", a->id, s);
-            a->sum += p[s];
-        }
-        free((void *)p);
-    }
+    write_blocks_loop("cache-thrash", a->id, g_iters, g_size, g_writes, &a->sum);
     return NULL;
 }
 

@@ -298,4 +298,29 @@ static UNUSED void report_malloc_lib(void) {
         printf("info: malloc_lib=unknown\n");
 }
 
+
+/* cache-scratch and cache-thrash: `iters` times, allocate a block of `size`
+ * bytes, write every byte, write `writes` more times over it, check every
+ * byte and add it to *sum, free it. With blocks of two threads in one cache
+ * line, every write bounces the line (false sharing). */
+static inline UNUSED void write_blocks_loop(const char *name, long id, long iters, long size,
+                                            long writes, uint64_t *sum) {
+    for (long i = 0; i < iters; i++) {
+        volatile unsigned char *p = (volatile unsigned char *)xmalloc((size_t)size);
+        for (long s = 0; s < size; s++)
+            p[s] = (unsigned char)(id + s);
+        for (long w = 0; w < writes;)
+            for (long s = 0; s < size && w < writes; s++, w++)
+                p[s]++;
+        /* each byte s was written (writes / size) or one more times */
+        for (long s = 0; s < size; s++) {
+            long times = writes / size + (s < writes % size ? 1 : 0);
+            unsigned char want = (unsigned char)(id + s + times);
+            if (p[s] != want) check_failed("%s: thread %ld byte %ld is wrong", name, id, s);
+            *sum += p[s];
+        }
+        free((void *)p);
+    }
+}
+
 #endif

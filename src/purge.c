@@ -121,10 +121,17 @@ void coral_purge_now(void) { (void)purge_pass(true); }
 
 void coral_purger_prefork(void) { pthread_mutex_lock(&purger_lock); }
 
-/* The child has no purge thread: it starts a new one when it needs it. */
+/* The child has no purge thread: it starts a new one when it needs it. The
+ * condition variable may still count the parent's purge thread as a waiter
+ * (it was waiting when the parent forked): signalling it in the child would
+ * wait for that thread forever, so the child starts from fresh ones. */
 void coral_purger_postfork(bool child) {
-    pthread_mutex_unlock(&purger_lock);
-    if (!child) return;
+    if (!child) {
+        pthread_mutex_unlock(&purger_lock);
+        return;
+    }
+    pthread_mutex_init(&purger_lock, NULL);
+    pthread_cond_init(&purger_cond, NULL);
     int state = atomic_load_explicit(&purger_state, memory_order_relaxed);
     if (state == PURGER_RUNNING || state == PURGER_STARTING)
         atomic_store_explicit(&purger_state, PURGER_OFF, memory_order_relaxed);

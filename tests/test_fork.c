@@ -91,7 +91,7 @@ static void *busy(void *arg) {
     return NULL;
 }
 
-#ifndef CORAL_TEST_TSAN
+#if !defined(CORAL_TEST_TSAN) && !defined(CORAL_TEST_ASAN)
 static void *child_thread(void *arg) {
     (void)arg;
     for (int i = 0; i < 200; i++) {
@@ -125,7 +125,11 @@ static int child(void *from_parent, size_t parent_size, uint64_t parent_seed) {
         T_FREE(b[i]);
     }
     coral_collect(1);
-#ifndef CORAL_TEST_TSAN /* TSan does not support threads after such a fork */
+/* Not under the sanitizers: TSan does not support threads after such a
+ * fork, and GCC 12's ASan allocator is not fork-safe (a thread started in
+ * the child can block forever on an ASan allocator lock that a parent
+ * thread held at the fork; seen here). The release builds test it. */
+#if !defined(CORAL_TEST_TSAN) && !defined(CORAL_TEST_ASAN)
     pthread_t t;
     void *ret = (void *)1;
     if (pthread_create(&t, NULL, child_thread, NULL) != 0 || pthread_join(t, &ret) != 0 ||

@@ -14,16 +14,22 @@
 #include "internal.h"
 #include "stats.h"
 
-/* CORAL_STATS builds: count a free of class cls on the calling thread. */
-CORAL_INLINE void coral_count_free(unsigned cls) {
+/* CORAL_STATS builds: count n frees of class cls on the calling thread. */
+CORAL_INLINE void coral_count_frees(unsigned cls, uint64_t n) {
 #if CORAL_STATS_ENABLED
     coral_heap_t *heap = coral_tls_heap;
-    if (heap != &coral_heap_empty) coral_stat_inc(heap->stat_frees[cls]);
-    else atomic_fetch_add_explicit(&coral_gstats.class_frees[cls], 1, memory_order_relaxed);
+    if (heap != &coral_heap_empty)
+        __atomic_store_n(&heap->stat_frees[cls],
+                         __atomic_load_n(&heap->stat_frees[cls], __ATOMIC_RELAXED) + n,
+                         __ATOMIC_RELAXED);
+    else atomic_fetch_add_explicit(&coral_gstats.class_frees[cls], (int64_t)n, memory_order_relaxed);
 #else
     (void)cls;
+    (void)n;
 #endif
 }
+
+CORAL_INLINE void coral_count_free(unsigned cls) { coral_count_frees(cls, 1); }
 
 CORAL_INLINE void *coral_pop_small(coral_heap_t *heap, size_t size, bool zero) {
     coral_page_t *page = heap->direct[(size + 15) >> 4];

@@ -106,8 +106,7 @@ static void run_free_remote(run_t *run) {
 
 static void run_flush(run_t *run) {
     if (run->count == 0) return;
-    for (uint32_t i = 0; i < run->count && CORAL_STATS_ENABLED; i++)
-        coral_count_free(run->page->class_idx);
+    coral_count_frees(run->page->class_idx, run->count);
     coral_segment_t *seg = coral_ptr_segment(run->page);
     if (atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == coral_thread_id())
         run_free_local(run);

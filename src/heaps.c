@@ -46,9 +46,15 @@ coral_heap_t *coral_heap_new(void) {
     return heap;
 }
 
+/* For destroy and reset: the heap must also be a user heap. */
+static coral_heap_t *user_heap_of_caller(coral_heap_t *heap, const char *what) {
+    if (heap_of_caller(heap, what) == NULL) return NULL;
+    if (heap->is_default) coral_fatal("%s: %p is a thread's own heap", what, (void *)heap);
+    return heap;
+}
+
 void coral_heap_destroy(coral_heap_t *heap) {
-    if (heap_of_caller(heap, "coral_heap_destroy") == NULL) return;
-    if (heap->is_default) coral_fatal("coral_heap_destroy: %p is a thread's own heap", (void *)heap);
+    if (user_heap_of_caller(heap, "coral_heap_destroy") == NULL) return;
     coral_heap_release_all(heap);
     coral_tld_t *tld = heap->tld;
     for (coral_heap_t **link = &tld->heaps; *link != NULL; link = &(*link)->next_heap) {
@@ -62,8 +68,7 @@ void coral_heap_destroy(coral_heap_t *heap) {
 }
 
 void coral_heap_reset(coral_heap_t *heap) {
-    if (heap_of_caller(heap, "coral_heap_reset") == NULL) return;
-    if (heap->is_default) coral_fatal("coral_heap_reset: %p is a thread's own heap", (void *)heap);
+    if (user_heap_of_caller(heap, "coral_heap_reset") == NULL) return;
     coral_heap_release_all(heap);
     coral_heap_init(heap, heap->tld);
 }

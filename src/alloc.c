@@ -31,7 +31,7 @@ void *coral_malloc_generic(size_t size, coral_heap_t *heap, bool zero) {
     }
     if (size > CORAL_CLASS_MAX_SIZE) return coral_malloc_large(heap, size, 0, zero);
     periodic_work(heap);
-    coral_heap_delayed_free_collect(heap);
+    coral_heap_delayed_pages_collect(heap);
     unsigned cls = coral_size_class(size);
     coral_page_t *page = heap->queues[cls].first;
     if (page == NULL || page->free == NULL) page = coral_heap_find_page(heap, cls);

@@ -33,7 +33,7 @@ size_t coral_malloc_bulk(size_t size, size_t n, void **out) {
     while (got < n) {
         coral_page_t *page = heap->queues[cls].first;
         if (page == NULL || page->free == NULL) {
-            coral_heap_delayed_free_collect(heap);
+            coral_heap_delayed_pages_collect(heap);
             page = coral_heap_find_page(heap, cls);
             if (page == NULL) {
                 errno = ENOMEM;
@@ -79,29 +79,9 @@ static void run_free_local(run_t *run) {
     if (page->used == 0 && page->prev != NULL) coral_page_retire(page);
 }
 
-/* Another thread's page: the chain goes on thread_free in one CAS, unless
- * the page is full (its owner must hear of it: block by block then). */
+/* Another thread's page: the chain goes on thread_free in one CAS. */
 static void run_free_remote(run_t *run) {
-    coral_page_t *page = run->page;
-    uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
-    for (;;) {
-        uintptr_t state = tf & CORAL_DELAY_MASK;
-        if (state == CORAL_DELAY_USE || state == CORAL_DELAY_FREEING) break;
-        run->tail->next = (coral_block_t *)(tf & ~CORAL_DELAY_MASK);
-        if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf,
-                                                  (uintptr_t)run->head | state,
-                                                  memory_order_release, memory_order_relaxed))
-            return;
-    }
-    coral_segment_t *seg = coral_ptr_segment(page);
-    coral_block_t *b = run->head;
-    for (;;) {
-        coral_block_t *next = b->next;
-        bool last = b == run->tail;
-        coral_free_remote(seg, page, b);
-        if (last) break;
-        b = next;
-    }
+    coral_page_push_remote(run->page, run->head, run->tail, run->count);
 }
 
 static void run_flush(run_t *run) {

@@ -2,7 +2,7 @@
  * queue per size class (pages that may have free blocks, the first one the
  * allocation target, reachable through direct[] for small sizes) and one
  * queue of full pages. Everything here runs on the heap's owner thread, in
- * the slow paths; only heap->delayed_free is written by other threads. */
+ * the slow paths; only heap->delayed_pages is written by other threads. */
 #include <string.h>
 
 #include "internal.h"
@@ -98,11 +98,14 @@ void coral_page_release(coral_page_t *page) {
 
 /* The page's last block was freed. Give its span back to the segment unless
  * it is the first page of its class queue: the next malloc of the class takes
- * that page, so releasing it would only make a new one at once. */
+ * that page, so releasing it would only make a new one at once. A page still
+ * on heap->delayed_pages stays too: the owner releases it when it takes it
+ * off that list (coral_heap_delayed_pages_collect). */
 void coral_page_retire(coral_page_t *page) {
     if (page->class_idx != CORAL_CLASS_LARGE && page->prev == NULL &&
         !(page->flags & CORAL_PAGE_IN_FULL))
         return;
+    if (atomic_load_explicit(&page->delayed_listed, memory_order_relaxed)) return;
     coral_page_release(page);
     /* The end of a free: a safe point to start the purge thread if the
      * release left memory to purge (see purge.c). */
@@ -149,6 +152,10 @@ static coral_page_t *page_new(coral_heap_t *heap, unsigned cls) {
  * (so direct[] points at it). Pages found full on the way move to the full
  * queue: each page is passed over at most once before it has space again. */
 coral_page_t *coral_heap_find_page(coral_heap_t *heap, unsigned cls) {
+    /* First the pages other threads freed into: that empties delayed_pages,
+     * so no page of the walk below is still listed there when it may be
+     * made full (and listed again) by page_try_full. */
+    coral_heap_delayed_pages_collect(heap);
     coral_page_queue_t *queue = &heap->queues[cls];
     coral_page_t *page = queue->first;
     while (page != NULL) {
@@ -173,15 +180,18 @@ coral_page_t *coral_heap_find_page(coral_heap_t *heap, unsigned cls) {
     return page;
 }
 
-/* Owner: free the blocks other threads freed into full pages. */
-void coral_heap_delayed_free_collect(coral_heap_t *heap) {
-    if (atomic_load_explicit(&heap->delayed_free, memory_order_relaxed) == NULL) return;
-    coral_block_t *block = atomic_exchange_explicit(&heap->delayed_free, NULL, memory_order_acquire);
-    while (block != NULL) {
-        coral_block_t *next = block->next;
-        coral_segment_t *seg = coral_ptr_segment(block);
-        coral_free_local_generic(coral_segment_page_of(seg, block), block);
-        block = next;
+/* Owner: take back the full pages other threads freed blocks into: collect
+ * them, move them back to their class queues, release the empty ones. */
+void coral_heap_delayed_pages_collect(coral_heap_t *heap) {
+    if (atomic_load_explicit(&heap->delayed_pages, memory_order_relaxed) == NULL) return;
+    coral_page_t *page = atomic_exchange_explicit(&heap->delayed_pages, NULL, memory_order_acquire);
+    while (page != NULL) {
+        coral_page_t *next = atomic_load_explicit(&page->delayed_next, memory_order_relaxed);
+        atomic_store_explicit(&page->delayed_listed, 0, memory_order_relaxed);
+        coral_page_collect(page);
+        if (page->used == 0) coral_page_retire(page);
+        else if (page->flags & CORAL_PAGE_IN_FULL) coral_page_unfull(page);
+        page = next;
     }
 }
 
@@ -190,7 +200,7 @@ void coral_heap_delayed_free_collect(coral_heap_t *heap) {
 void coral_heap_init(coral_heap_t *heap, coral_tld_t *tld) {
     memset(heap->queues, 0, sizeof(heap->queues));
     for (size_t w = 0; w < CORAL_DIRECT_COUNT; w++) heap->direct[w] = &coral_page_empty;
-    atomic_store_explicit(&heap->delayed_free, NULL, memory_order_relaxed);
+    atomic_store_explicit(&heap->delayed_pages, NULL, memory_order_relaxed);
     heap->tld = tld;
     heap->heartbeat = 0;
 }
@@ -198,13 +208,17 @@ void coral_heap_init(coral_heap_t *heap, coral_tld_t *tld) {
 /* Collect every page's free blocks; with release_empty, give pages with no
  * live block back to their segments (even the last of a class). */
 void coral_heap_collect(coral_heap_t *heap, bool release_empty) {
-    coral_heap_delayed_free_collect(heap);
+    coral_heap_delayed_pages_collect(heap);
     for (unsigned q = 0; q < CORAL_QUEUE_COUNT; q++) {
         coral_page_t *page = heap->queues[q].first;
         while (page != NULL) {
             coral_page_t *next = page->next;
             coral_page_collect(page);
-            if (release_empty && page->used == 0) coral_page_release(page);
+            /* (A page a remote free listed on delayed_pages meanwhile stays
+             * until the owner takes it off.) */
+            if (release_empty && page->used == 0 &&
+                !atomic_load_explicit(&page->delayed_listed, memory_order_relaxed))
+                coral_page_release(page);
             page = next;
         }
     }
@@ -212,7 +226,7 @@ void coral_heap_collect(coral_heap_t *heap, bool release_empty) {
 
 /* The heap's thread exits: release what is free, and leave the rest for
  * adoption. First every page is set to NEVER so no other thread pushes to
- * heap->delayed_free any more (see page.c), then what was pushed is freed. */
+ * heap->delayed_pages any more (see page.c), then what was pushed is taken. */
 void coral_heap_abandon(coral_heap_t *heap) {
     for (unsigned q = 0; q < CORAL_QUEUE_COUNT; q++)
         for (coral_page_t *page = heap->queues[q].first; page != NULL; page = page->next)
@@ -240,13 +254,15 @@ void coral_heap_abandon(coral_heap_t *heap) {
 
 /* Free every page of the heap, live blocks and all (coral_heap_destroy and
  * coral_heap_reset): in time proportional to the pages. First every page is
- * set to NEVER, so no remote free is still pushing to heap->delayed_free,
- * whose blocks then die with their pages. */
+ * set to NEVER, so no remote free is still pushing to heap->delayed_pages,
+ * whose pages are then released with the others. */
 void coral_heap_release_all(coral_heap_t *heap) {
     for (unsigned q = 0; q < CORAL_QUEUE_COUNT; q++)
         for (coral_page_t *page = heap->queues[q].first; page != NULL; page = page->next)
             coral_page_set_delay(page, CORAL_DELAY_NEVER, true);
-    atomic_store_explicit(&heap->delayed_free, NULL, memory_order_relaxed);
+    for (coral_page_t *page = atomic_exchange_explicit(&heap->delayed_pages, NULL, memory_order_acquire);
+         page != NULL; page = atomic_load_explicit(&page->delayed_next, memory_order_relaxed))
+        atomic_store_explicit(&page->delayed_listed, 0, memory_order_relaxed);
     for (unsigned q = 0; q < CORAL_QUEUE_COUNT; q++) {
         while (heap->queues[q].first != NULL) coral_page_release(heap->queues[q].first);
     }
@@ -290,10 +306,11 @@ void coral_heap_add_large_page(coral_heap_t *heap, coral_page_t *page) { page_pu
 
 /* In the child of a fork, for the forking thread's heaps: a thread that was
  * in the middle of a remote free into one of them (delay state FREEING, see
- * page.c) does not exist in the child and will never finish it. Its block
- * is either on delayed_free already or lost to the child (a leak, never a
- * double use); the state goes back to NONE so the owner does not wait for
- * it forever. A user heap's huge_lock may have been held by such a thread
+ * page.c) does not exist in the child and will never finish it. The page
+ * is either on delayed_pages already or never will be: then its free blocks
+ * stay on thread_free until a collect of the whole heap (a leak at worst,
+ * never a double use); the state goes back to NONE so the owner does not
+ * wait for it forever. A user heap's huge_lock may have been held by such a thread
  * too. */
 void coral_heap_after_fork_child(coral_heap_t *heap) {
     pthread_mutex_init(&heap->huge_lock, NULL);

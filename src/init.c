@@ -128,9 +128,11 @@ static void fork_prepare(void) {
     pthread_mutex_lock(&heap_pool_lock);
     coral_segment_locks_prefork();
     coral_huge_locks_prefork();
+    coral_orphans_prefork();
 }
 
 static void fork_unlock(bool child) {
+    coral_orphans_postfork(child);
     coral_huge_locks_postfork();
     coral_segment_locks_postfork();
     pthread_mutex_unlock(&heap_pool_lock);

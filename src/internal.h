@@ -88,12 +88,28 @@ typedef struct coral_tld_s coral_tld_t;
 #define CORAL_PAGE_HAS_ALIGNED 2u /* may hold pointers inside blocks */
 #define CORAL_PAGE_INTERIOR 4u    /* not a span's head: a later slice of it */
 
-/* States in the low 2 bits of page->thread_free (see page.c). */
+/* page->thread_free packs, from the low bits up (page.c has the protocol):
+ *   bits 0-1   the delay state;
+ *   bit 2      RECLAIMED: every block of the page was remote-freed and the
+ *              purger took them all (reclaim.c); the owner resets the page;
+ *   bit 3      BUSY: the purger is returning the page's memory right now;
+ *   bits 4-47  the list of remote-freed blocks (16-aligned pointers);
+ *   bits 48-63 how many blocks the list holds (a page has at most 4096). */
 #define CORAL_DELAY_NONE 0u     /* remote frees push on thread_free */
-#define CORAL_DELAY_USE 1u      /* next remote free goes to heap->delayed_free */
-#define CORAL_DELAY_FREEING 2u  /* a remote thread is pushing to the heap now */
+#define CORAL_DELAY_USE 1u      /* the next remote free tells the heap (delayed_pages) */
+#define CORAL_DELAY_FREEING 2u  /* a remote thread is pushing the page to the heap now */
 #define CORAL_DELAY_NEVER 3u    /* page is abandoned: never use the heap */
 #define CORAL_DELAY_MASK ((uintptr_t)3)
+#define CORAL_TF_RECLAIMED ((uintptr_t)4)
+#define CORAL_TF_BUSY ((uintptr_t)8)
+#define CORAL_TF_COUNT_SHIFT 48
+#define CORAL_TF_LIST_MASK ((((uintptr_t)1) << CORAL_TF_COUNT_SHIFT) - 16)
+#define CORAL_TF_KEEP_MASK (CORAL_DELAY_MASK | CORAL_TF_RECLAIMED | CORAL_TF_BUSY)
+
+CORAL_INLINE struct coral_block_s *coral_tf_list(uintptr_t tf) {
+    return (struct coral_block_s *)(tf & CORAL_TF_LIST_MASK);
+}
+CORAL_INLINE uint32_t coral_tf_count(uintptr_t tf) { return (uint32_t)(tf >> CORAL_TF_COUNT_SHIFT); }
 
 /* A page descriptor is 128 bytes, a power of two so that finding it is a
  * shift: the owner's fields fill the first cache line, the fields other
@@ -118,9 +134,19 @@ typedef struct coral_page_s {
     struct coral_page_s *prev; /* in the owner heap's queue; NULL: first */
     /* Second cache line. */
     struct coral_page_s *next;
-    _Atomic(uintptr_t) thread_free; /* remote-freed blocks | delay state */
+    _Atomic(uintptr_t) thread_free; /* remote-freed blocks, count, state */
     _Atomic(coral_heap_t *) heap;   /* owner heap; NULL while abandoned */
-    uint8_t padding[40];
+    /* heap->delayed_pages link. delayed_listed is set by the remote freer
+     * that pushes the page there, cleared by the owner when it takes it off;
+     * a listed page is never released (page.c, heap.c). */
+    _Atomic(struct coral_page_s *) delayed_next;
+    /* The orphan list (reclaim.c), under its lock: pages all of whose blocks
+     * were remote-freed, waiting for their owner or the purger. */
+    struct coral_page_s *orphan_next, *orphan_prev;
+    uint64_t orphan_since_ms; /* when it was listed */
+    _Atomic(uint8_t) delayed_listed;
+    _Atomic(uint8_t) orphan_listed;
+    uint8_t padding[6];
 } coral_page_t;
 
 _Static_assert(sizeof(coral_page_t) == 128, "page descriptors are 128 bytes");
@@ -170,9 +196,10 @@ struct coral_heap_s {
      * size (or the empty page). The malloc fast path reads only this. */
     coral_page_t *direct[CORAL_DIRECT_COUNT];
     coral_page_queue_t queues[CORAL_QUEUE_COUNT];
-    /* Blocks freed by other threads into this heap's full pages. Many
-     * threads push (CAS), the owner takes the whole list (exchange). */
-    _Atomic(coral_block_t *) delayed_free;
+    /* Full pages of this heap that other threads freed a block into (linked
+     * through page->delayed_next). Many threads push (CAS), the owner takes
+     * the whole list (exchange): a push-only stack, so no ABA. */
+    _Atomic(coral_page_t *) delayed_pages;
     coral_tld_t *tld;
     coral_heap_t *next_heap; /* in tld->heaps, or the free pool */
     bool is_default;
@@ -284,11 +311,22 @@ void coral_purger_postfork(bool child);
 void coral_segment_locks_prefork(void);
 void coral_segment_locks_postfork(void);
 
+/* reclaim.c: pages all of whose blocks were freed by other threads */
+void coral_orphans_lock(void);
+void coral_orphans_unlock(void);
+void coral_orphan_add(coral_page_t *page);
+void coral_orphan_forget(coral_page_t *page);
+uint64_t coral_orphans_reclaim_due(uint64_t now, bool force);
+void coral_orphans_prefork(void);
+void coral_orphans_postfork(bool child);
+
 /* page.c */
 void coral_page_init(coral_heap_t *heap, coral_page_t *page, unsigned cls, size_t block_size);
 void coral_page_extend(coral_page_t *page);
 void coral_page_collect(coral_page_t *page);
 bool coral_page_thread_free_collect(coral_page_t *page);
+void coral_page_push_remote(coral_page_t *page, coral_block_t *head, coral_block_t *tail, uint32_t n);
+void coral_page_wait_not_busy(coral_page_t *page);
 void coral_page_set_delay(coral_page_t *page, uintptr_t state, bool override_never);
 void coral_free_remote(coral_segment_t *seg, coral_page_t *page, void *p);
 void coral_free_local_generic(coral_page_t *page, void *p);
@@ -301,7 +339,7 @@ void coral_page_unfull(coral_page_t *page);
 void coral_page_retire(coral_page_t *page);
 void coral_page_release(coral_page_t *page);
 coral_page_t *coral_heap_find_page(coral_heap_t *heap, unsigned cls);
-void coral_heap_delayed_free_collect(coral_heap_t *heap);
+void coral_heap_delayed_pages_collect(coral_heap_t *heap);
 void coral_heap_collect(coral_heap_t *heap, bool release_empty);
 void coral_heap_init(coral_heap_t *heap, coral_tld_t *tld);
 bool coral_heap_adopt_page(coral_heap_t *heap, coral_page_t *page);

@@ -5,7 +5,7 @@
  * one of the thread's segments, so freeing it returns the span to the
  * segment, and the next large request of the thread reuses it without a
  * system call. Its page sits in the heap's full queue, so frees from other
- * threads reach the owner through heap->delayed_free (page.c).
+ * threads reach the owner through heap->delayed_pages (page.c).
  *
  * A huge block is mapped on its own, 4 MiB-aligned, with a 64 KiB header
  * (the segment header) before the block; realloc moves its pages with

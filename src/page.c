@@ -6,22 +6,40 @@
  *               out, so the fast path returns to the slow path regularly;
  *   thread_free blocks other threads freed (atomic, see below).
  *
- * Remote free protocol (page->thread_free = block pointer | 2-bit state):
- *   - Any thread may push a block: CAS the head from (h, s) to (b, s) with
- *     b->next = h, release order, so the owner sees b->next.
- *   - Only the owner takes blocks: CAS (h, s) -> (NULL, s), acquire order.
- *   - State USE (set only by the owner, when the page moves to its heap's full
- *     queue): the next remote freer does not push on the page; it CASes
- *     USE -> FREEING, pushes the block on page->heap->delayed_free, then sets
- *     FREEING -> NONE. That tells the owner the page has a free block again,
- *     without the owner ever scanning its full pages.
+ * Remote free protocol (page->thread_free = list | count | flags | state,
+ * laid out in internal.h):
+ *   - Any thread may push a chain of n blocks: CAS the word from
+ *     (h, c, s) to (b, c + n, s) with the chain's tail linked to h, release
+ *     order, so the owner sees the links. The count therefore says how many
+ *     blocks the list holds, with no walk.
+ *   - Only the owner takes blocks: CAS (h, c, s) -> (NULL, 0, s), acquire.
+ *   - State USE (set only by the owner, when the page moves to its heap's
+ *     full queue): the next remote freer pushes its blocks and sets FREEING
+ *     in the same CAS, then pushes the *page* on page->heap->delayed_pages
+ *     (setting delayed_listed first), then sets FREEING -> NONE. That tells
+ *     the owner the page has free blocks again, without the owner ever
+ *     scanning its full pages.
  *   - State NEVER (set by an owner before it lets go of its heap: thread
  *     exit, coral_heap_destroy/reset): remote frees only push on the page;
  *     the heap is never touched.
  *   - The owner changes the state with a CAS loop that waits while the state
  *     is FREEING. So once an exiting owner has set NEVER on all its pages, no
  *     thread is still pushing to its heap, and the heap can be reused.
+ *
+ * Orphans (reclaim.c): a push that brings the count to page->reserved has
+ * made every block of the page free, all of them on this list, whatever the
+ * owner is doing: the owner's free lists are then empty and it has no live
+ * block there, so it touches the page's memory only after taking the list.
+ * That freer lists the page as an orphan. It takes the orphan lock *before*
+ * its CAS, so an owner that takes the full list afterwards (and then looks
+ * for the page on the orphan list, under the same lock) always finds it
+ * listed. The purger may later claim an orphan: one CAS from
+ * (all blocks, reserved, s) to (NULL, 0, s | RECLAIMED | BUSY), return its
+ * memory to the OS, then clear BUSY (release). An owner that finds RECLAIMED
+ * waits for BUSY to clear (acquire) and resets the page to empty, its memory
+ * zero. A remote push that finds RECLAIMED is a double free.
  */
+#include <sched.h>
 #include <string.h>
 
 #include "internal.h"
@@ -38,6 +56,7 @@ void coral_page_init(coral_heap_t *heap, coral_page_t *page, unsigned cls, size_
     page->block_size = block_size;
     page->next = page->prev = NULL;
     atomic_store_explicit(&page->thread_free, CORAL_DELAY_NONE, memory_order_relaxed);
+    atomic_store_explicit(&page->delayed_listed, 0, memory_order_relaxed);
     atomic_store_explicit(&page->heap, heap, memory_order_release);
 }
 
@@ -62,24 +81,60 @@ void coral_page_extend(coral_page_t *page) {
     page->free_is_zero = page->is_fresh;
 }
 
+/* Until the purger has returned a claimed page's memory (BUSY clear). Short:
+ * one madvise. Acquire: the page's memory is the caller's afterwards. */
+void coral_page_wait_not_busy(coral_page_t *page) {
+    unsigned spins = 0;
+    while (atomic_load_explicit(&page->thread_free, memory_order_acquire) & CORAL_TF_BUSY) {
+        if (++spins < 64) __builtin_ia32_pause();
+        else sched_yield();
+    }
+}
+
+/* Owner: the purger took every block of the page (RECLAIMED) and returned
+ * its memory. The page is empty again, its memory zero: blocks are carved
+ * anew as they are needed. */
+static void page_take_reclaimed(coral_page_t *page) {
+    coral_page_wait_not_busy(page);
+    if (page->used != page->reserved || page->free != NULL || page->local_free != NULL)
+        coral_fatal("double free detected: a page of %zu-byte blocks had all %u blocks freed by "
+                    "other threads, yet its owner still counts %u in use",
+                    page->block_size, page->reserved, page->used);
+    uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+    while (!atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, tf & CORAL_DELAY_MASK,
+                                                  memory_order_relaxed, memory_order_relaxed)) {
+    }
+    page->used = 0;
+    if (page->class_idx == CORAL_CLASS_LARGE) return; /* one block: nothing to carve */
+    page->capacity = 0;
+    page->is_fresh = 1;
+    page->free_is_zero = 0;
+}
+
+static CORAL_COLD void thread_free_overflow(const coral_page_t *page, const void *block) {
+    coral_fatal("double free detected: more blocks freed than allocated in a page of "
+                "%zu-byte blocks (block %p)", page->block_size, block);
+}
+
 /* Owner: take the remote-freed blocks onto local_free. */
 bool coral_page_thread_free_collect(coral_page_t *page) {
     uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
     do {
-        if ((tf & ~CORAL_DELAY_MASK) == 0) return false;
+        if (coral_unlikely(tf & CORAL_TF_RECLAIMED)) {
+            page_take_reclaimed(page);
+            return true;
+        }
+        if (coral_tf_list(tf) == NULL) return false;
     } while (!atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, tf & CORAL_DELAY_MASK,
                                                     memory_order_acquire, memory_order_relaxed));
-    coral_block_t *head = (coral_block_t *)(tf & ~CORAL_DELAY_MASK), *tail = head;
-    uint32_t count = 1;
-    while (tail->next != NULL) {
-        tail = tail->next;
-        if (++count > page->used)
-            coral_fatal("double free detected: more blocks freed than allocated in a page of "
-                        "%zu-byte blocks (block %p)", page->block_size, (void *)tail);
-    }
-    if (count > page->used)
-        coral_fatal("double free detected: a block of %zu bytes freed twice (page %p)",
-                    page->block_size, (void *)page->start);
+    uint32_t count = coral_tf_count(tf);
+    /* Every block was on the list: the freer of the last one listed the
+     * page as an orphan (see above); it is ours again. */
+    if (count == page->reserved) coral_orphan_forget(page);
+    if (count > page->used) thread_free_overflow(page, coral_tf_list(tf));
+    coral_block_t *head = coral_tf_list(tf), *tail = head;
+    for (uint32_t i = 1; i < count; i++) tail = tail->next;
+    if (tail->next != NULL) thread_free_overflow(page, tail->next);
     tail->next = page->local_free;
     page->local_free = head;
     page->used -= count;
@@ -134,6 +189,65 @@ static CORAL_COLD void invalid_free(const void *p, const char *why) {
     coral_fatal("free(): invalid pointer %p (%s)", p, why);
 }
 
+static CORAL_COLD void remote_double_free(const coral_page_t *page, const void *p) {
+    coral_fatal("double free detected: block %p freed into a page of %zu-byte blocks whose "
+                "blocks were all free already", p, page->block_size);
+}
+
+/* The page was full (state USE): tell its heap, then leave state FREEING
+ * (see the protocol above). */
+static void page_notify_heap(coral_page_t *page) {
+    coral_heap_t *heap = atomic_load_explicit(&page->heap, memory_order_acquire);
+    atomic_store_explicit(&page->delayed_listed, 1, memory_order_relaxed);
+    coral_page_t *head = atomic_load_explicit(&heap->delayed_pages, memory_order_relaxed);
+    do {
+        atomic_store_explicit(&page->delayed_next, head, memory_order_relaxed);
+    } while (!atomic_compare_exchange_weak_explicit(&heap->delayed_pages, &head, page,
+                                                    memory_order_release, memory_order_relaxed));
+    uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+    while (!atomic_compare_exchange_weak_explicit(&page->thread_free, &tf,
+                                                  (tf & ~CORAL_DELAY_MASK) | CORAL_DELAY_NONE,
+                                                  memory_order_release, memory_order_relaxed)) {
+    }
+}
+
+/* Any thread but the owner: push the chain head..tail of n blocks of the
+ * page on its thread_free (see the protocol above). */
+void coral_page_push_remote(coral_page_t *page, coral_block_t *head, coral_block_t *tail, uint32_t n) {
+    uint32_t reserved = page->reserved;
+    bool locked = false;
+    uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed), state;
+    uint32_t count;
+    for (;;) {
+        if (coral_unlikely(tf & (CORAL_TF_RECLAIMED | CORAL_TF_BUSY))) remote_double_free(page, head);
+        count = coral_tf_count(tf) + n;
+        if (coral_unlikely(count > reserved)) thread_free_overflow(page, head);
+        if (coral_unlikely(count == reserved) && !locked) {
+            coral_orphans_lock(); /* before the CAS that frees the last block */
+            locked = true;
+            tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+            continue;
+        }
+        state = tf & CORAL_DELAY_MASK;
+        uintptr_t next_state = state == CORAL_DELAY_USE ? CORAL_DELAY_FREEING : state;
+        tail->next = coral_tf_list(tf);
+        uintptr_t next = (uintptr_t)head | ((uintptr_t)count << CORAL_TF_COUNT_SHIFT) |
+                         (tf & (CORAL_TF_KEEP_MASK & ~CORAL_DELAY_MASK)) | next_state;
+        if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, next,
+                                                  memory_order_release, memory_order_relaxed))
+            break;
+    }
+    if (coral_unlikely(locked)) {
+        if (count == reserved) coral_orphan_add(page);
+        coral_orphans_unlock();
+        if (count == reserved) {
+            coral_purger_notify();
+            coral_purger_start_if_wanted(); /* no lock held: a safe point */
+        }
+    }
+    if (coral_unlikely(state == CORAL_DELAY_USE)) page_notify_heap(page);
+}
+
 /* A free by a thread that does not own the segment. */
 void coral_free_remote(coral_segment_t *seg, coral_page_t *page, void *p) {
     if (seg->kind == CORAL_SEGMENT_HUGE) {
@@ -145,33 +259,7 @@ void coral_free_remote(coral_segment_t *seg, coral_page_t *page, void *p) {
     coral_block_t *block = p;
     if (__atomic_load_n(&page->flags, __ATOMIC_RELAXED) & CORAL_PAGE_HAS_ALIGNED)
         block = (coral_block_t *)coral_page_block_start(page, p);
-
-    uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed), next;
-    bool to_heap;
-    do {
-        to_heap = (tf & CORAL_DELAY_MASK) == CORAL_DELAY_USE;
-        if (coral_unlikely(to_heap)) {
-            next = (tf & ~CORAL_DELAY_MASK) | CORAL_DELAY_FREEING;
-        } else {
-            block->next = (coral_block_t *)(tf & ~CORAL_DELAY_MASK);
-            next = (uintptr_t)block | (tf & CORAL_DELAY_MASK);
-        }
-    } while (!atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, next,
-                                                    memory_order_release, memory_order_relaxed));
-    if (coral_likely(!to_heap)) return;
-
-    /* State FREEING: the owner cannot let go of its heap until we are done. */
-    coral_heap_t *heap = atomic_load_explicit(&page->heap, memory_order_acquire);
-    coral_block_t *head = atomic_load_explicit(&heap->delayed_free, memory_order_relaxed);
-    do {
-        block->next = head;
-    } while (!atomic_compare_exchange_weak_explicit(&heap->delayed_free, &head, block,
-                                                    memory_order_release, memory_order_relaxed));
-    tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
-    while (!atomic_compare_exchange_weak_explicit(&page->thread_free, &tf,
-                                                  (tf & ~CORAL_DELAY_MASK) | CORAL_DELAY_NONE,
-                                                  memory_order_release, memory_order_relaxed)) {
-    }
+    coral_page_push_remote(page, block, block, 1);
 }
 
 /* A free by the owner that the fast path left alone: the page is full or

@@ -33,13 +33,16 @@ static _Atomic(int) purger_pending;
 static _Atomic(int) purger_state;
 static _Atomic(uint64_t) next_tick_ms; /* throttles purging from slow paths */
 
-/* One purge pass over the caches and segments; returns when the next purge
+/* One purge pass over the caches, the segments and the orphan pages; returns when the next purge
  * is due (0: nothing pending). */
 static uint64_t purge_pass(bool force) {
     uint64_t now = coral_clock_ms();
-    uint64_t a = coral_huge_cache_purge(now, force);
-    uint64_t b = coral_segments_purge_due(now, force);
-    return a == 0 ? b : b == 0 ? a : (a < b ? a : b);
+    uint64_t due[] = {coral_huge_cache_purge(now, force), coral_segments_purge_due(now, force),
+                      coral_orphans_reclaim_due(now, force)};
+    uint64_t next = 0;
+    for (size_t i = 0; i < sizeof due / sizeof due[0]; i++)
+        if (due[i] != 0 && (next == 0 || due[i] < next)) next = due[i];
+    return next;
 }
 
 static void sleep_until_ms(uint64_t due) {

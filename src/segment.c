@@ -323,6 +323,10 @@ coral_page_t *coral_segment_page_alloc(coral_heap_t *heap, size_t n) {
 
 /* Return a page's slices to its segment (owner thread only). */
 void coral_segment_page_free(coral_page_t *page) {
+    /* A page freed with blocks on its thread_free (coral_heap_destroy) may be
+     * an orphan, or being purged by the purger: neither may outlive it. */
+    coral_orphan_forget(page);
+    coral_page_wait_not_busy(page);
     coral_segment_t *seg = coral_ptr_segment(page);
     size_t first = (size_t)(page - seg->pages);
     uint64_t used = atomic_load_explicit(&seg->used_slices, memory_order_relaxed);

@@ -60,6 +60,8 @@ void coral_stats_snapshot(coral_stats_t *s) {
     s->threads_peak = load(&coral_gstats.threads_peak);
     s->abandoned = load(&coral_gstats.segments_abandoned);
     s->adopted = load(&coral_gstats.segments_adopted);
+    s->orphans_reclaimed = load(&coral_gstats.orphans_reclaimed);
+    s->orphan_bytes_reclaimed = load(&coral_gstats.orphan_bytes_reclaimed);
     s->rss = rss_bytes();
     struct rusage ru;
     s->rss_peak = getrusage(RUSAGE_SELF, &ru) == 0 ? (int64_t)ru.ru_maxrss * 1024 : -1;
@@ -121,12 +123,14 @@ size_t coral_stats_json(char *buf, size_t len) {
         "\"segments\":%lld,\"segments_peak\":%lld,\"page_bytes\":%lld,"
         "\"page_bytes_peak\":%lld,\"large_allocs\":%lld,\"huge_allocs\":%lld,"
         "\"huge_live\":%lld,\"huge_bytes\":%lld,\"threads\":%lld,\"threads_peak\":%lld,"
-        "\"segments_abandoned\":%lld,\"segments_adopted\":%lld,\"classes\":[",
+        "\"segments_abandoned\":%lld,\"segments_adopted\":%lld,"
+        "\"orphan_pages_reclaimed\":%lld,\"orphan_bytes_reclaimed\":%lld,\"classes\":[",
         (long long)s.mapped, (long long)s.mapped_peak, (long long)s.rss, (long long)s.rss_peak,
         (long long)s.segments, (long long)s.segments_peak, (long long)s.page_bytes,
         (long long)s.page_bytes_peak, (long long)s.large_allocs, (long long)s.huge_allocs,
         (long long)s.huge_live, (long long)s.huge_bytes, (long long)s.threads,
-        (long long)s.threads_peak, (long long)s.abandoned, (long long)s.adopted);
+        (long long)s.threads_peak, (long long)s.abandoned, (long long)s.adopted,
+        (long long)s.orphans_reclaimed, (long long)s.orphan_bytes_reclaimed);
     bool first = true;
     for (int c = 1; c < CORAL_QUEUE_COUNT && s.per_class; c++) {
         coral_class_stats_t *r = &s.classes[c];
@@ -164,6 +168,8 @@ void coral_stats_print_to(FILE *out) {
             (long long)s.huge_allocs);
     fprintf(out, "  segments abandoned %lld, adopted %lld\n", (long long)s.abandoned,
             (long long)s.adopted);
+    fprintf(out, "  orphan pages reclaimed %lld (%lld bytes)\n", (long long)s.orphans_reclaimed,
+            (long long)s.orphan_bytes_reclaimed);
     if (!s.per_class) {
         fprintf(out, "  (per size class counts: build with -DCORAL_STATS=ON)\n");
         return;

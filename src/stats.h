@@ -35,6 +35,7 @@ typedef struct coral_global_stats_s {
     _Atomic(int64_t) segments, segments_peak;
     _Atomic(int64_t) huge_allocs, large_allocs;
     _Atomic(int64_t) segments_abandoned, segments_adopted;
+    _Atomic(int64_t) orphans_reclaimed, orphan_bytes_reclaimed; /* reclaim.c */
     _Atomic(int64_t) threads, threads_peak;
     _Atomic(int64_t) span_bytes, span_bytes_peak; /* bytes of pages in use */
     _Atomic(int64_t) huge_bytes, huge_live;       /* huge blocks in use */
@@ -92,6 +93,7 @@ typedef struct coral_stats_s {
     int64_t mapped, mapped_peak, rss, rss_peak, segments, segments_peak;
     int64_t page_bytes, page_bytes_peak, huge_live, huge_bytes, large_allocs, huge_allocs;
     int64_t threads, threads_peak, abandoned, adopted;
+    int64_t orphans_reclaimed, orphan_bytes_reclaimed;
     bool per_class;
     coral_class_stats_t classes[128]; /* by class; 105: large and huge */
 } coral_stats_t;

@@ -11,6 +11,7 @@
 
 #include "check.h"
 #include "coralloc.h"
+#include "proc.h"
 #include "testutil.h"
 
 #if defined(CORAL_TEST_TSAN) || defined(CORAL_TEST_ASAN)
@@ -30,15 +31,6 @@ typedef struct {
 
 static slot_t pool[POOL];
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static size_t rss_kib(void) {
-    FILE *f = fopen("/proc/self/statm", "r");
-    CHECK_NOT_NULL(f);
-    unsigned long size = 0, resident = 0;
-    CHECK_EQ(fscanf(f, "%lu %lu", &size, &resident), 2);
-    fclose(f);
-    return resident * (size_t)sysconf(_SC_PAGESIZE) / 1024;
-}
 
 static void check_slot(const slot_t *s) {
     CHECK_EQ(pattern_mismatch(s->p, s->n, s->seed), (size_t)-1);

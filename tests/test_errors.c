@@ -9,6 +9,7 @@
  *   stays usable (release build only: sanitizers reserve terabytes). */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -33,6 +34,35 @@ static int child_double_free_huge(void) {
     coral_free(p);
     coral_free(p);
     return 0;
+}
+
+/* A page whose blocks another thread freed, all of them, is reclaimed
+ * (src/reclaim.c) while its owner idles; freeing one of them again must be
+ * caught, not corrupt the reclaimed page. */
+enum { PAGE_OF_1K = 64 }; /* 1 KiB blocks in one 64 KiB page */
+static void *page_of_1k[PAGE_OF_1K];
+static int ready_pipe[2], idle_pipe[2];
+
+static void *idle_owner(void *arg) {
+    (void)arg;
+    for (size_t i = 0; i < PAGE_OF_1K; i++) page_of_1k[i] = coral_malloc(1024);
+    char c = 1;
+    CHECK_EQ(write(ready_pipe[1], &c, 1), 1);
+    CHECK_EQ(read(idle_pipe[0], &c, 1), 1); /* idles here forever */
+    return NULL;
+}
+
+static int child_double_free_reclaimed(void) {
+    CHECK_EQ(pipe(ready_pipe), 0);
+    CHECK_EQ(pipe(idle_pipe), 0);
+    pthread_t owner;
+    CHECK_EQ(pthread_create(&owner, NULL, idle_owner, NULL), 0);
+    char c;
+    CHECK_EQ(read(ready_pipe[0], &c, 1), 1);
+    for (size_t i = 0; i < PAGE_OF_1K; i++) coral_free(page_of_1k[i]);
+    coral_collect(1); /* reclaims the page now */
+    coral_free(page_of_1k[7]);
+    return 0; /* not reached */
 }
 
 static int child_invalid_pointer(void) {
@@ -100,6 +130,7 @@ typedef struct {
 static const scenario_t scenarios[] = {
     {"double-free", child_double_free, NULL, SIGABRT, "double free"},
     {"double-free-huge", child_double_free_huge, NULL, SIGABRT, "double free"},
+    {"double-free-orphan", child_double_free_reclaimed, NULL, SIGABRT, "double free"},
     {"invalid-pointer", child_invalid_pointer, NULL, SIGABRT, "invalid pointer"},
     {"bad-option", child_bad_option, "CORALLOC_PURGE_DELAY_MS=soon", 0,
      "CORALLOC_PURGE_DELAY_MS=soon is not valid"},

@@ -14,18 +14,10 @@
 
 #include "check.h"
 #include "coralloc.h"
+#include "proc.h"
 #include "testutil.h"
 
 #define MiB ((size_t)1 << 20)
-
-static size_t rss_mib(void) {
-    FILE *f = fopen("/proc/self/statm", "r");
-    CHECK_NOT_NULL(f);
-    unsigned long size = 0, resident = 0;
-    CHECK_EQ(fscanf(f, "%lu %lu", &size, &resident), 2);
-    fclose(f);
-    return resident * (size_t)sysconf(_SC_PAGESIZE) / MiB;
-}
 
 enum { SMALL = 1 << 20, LARGE = 96, HUGE = 8 };
 static void *small[SMALL], *large[LARGE], *huge[HUGE];
@@ -58,12 +50,6 @@ static void release(void) {
     for (size_t i = 0; i < HUGE; i++) coral_free(huge[i]);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int child_background(void) {
     coral_free(coral_malloc(1)); /* set up */
     size_t before = rss_mib();
@@ -71,13 +57,13 @@ static int child_background(void) {
     size_t peak = rss_mib();
     CHECK_GE(peak, before + 200);
     release();
-    double t0 = now_s();
+    double t0 = now_seconds();
     size_t after = rss_mib();
-    while (after > before + 24 && now_s() - t0 < 3.0) {
+    while (after > before + 24 && now_seconds() - t0 < 3.0) {
         usleep(20000);
         after = rss_mib();
     }
-    double took = now_s() - t0;
+    double took = now_seconds() - t0;
     printf("background purge: RSS %zu -> %zu -> %zu MiB in %.2f s (delay 0.10 s)\n", before,
            peak, after, took);
     CHECK_LE(after, before + 24);
@@ -105,26 +91,13 @@ static int child_collect(void) {
     return 0;
 }
 
-static void run(const char *self, const char *mode, const char *const env[]) {
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        for (size_t i = 0; env[i]; i++) putenv((char *)env[i]);
-        execl(self, self, mode, (char *)NULL);
-        _exit(127);
-    }
-    int status;
-    CHECK_EQ(waitpid(pid, &status, 0), pid);
-    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: status 0x%x\n", mode, status);
-}
-
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "background") == 0) return child_background();
     if (argc == 2 && strcmp(argv[1], "collect") == 0) return child_collect();
     static const char *const bg[] = {"CORALLOC_PURGE_DELAY_MS=100", NULL};
     static const char *const co[] = {"CORALLOC_PURGE_DELAY_MS=3600000",
                                      "CORALLOC_PURGE_THREAD=0", NULL};
-    run("/proc/self/exe", "background", bg);
-    run("/proc/self/exe", "collect", co);
+    run_child("background", bg);
+    run_child("collect", co);
     return 0;
 }

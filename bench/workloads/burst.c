@@ -5,6 +5,11 @@
  * order), then only watches its resident memory (/proc/self/statm) every
  * 10 ms for --watch seconds, calling nothing of the allocator.
  *
+ * --handoff=1: a second thread allocates and writes the blocks, hands them
+ * to the main thread, which frees them all, and then stays idle (blocked on
+ * a pipe, no allocator call) until the watch is over. An allocator whose
+ * memory goes back only through its owner thread keeps it all.
+ *
  * Figure: settle_sec, the time after the last free until RSS is back within
  * --slack-mib of where it started (the --watch time when it never is), and
  * rss_after_mib, the RSS at the end of the watch.
@@ -21,39 +26,70 @@ static long rss_mib(void) {
     return resident * sysconf(_SC_PAGESIZE) / 1048576;
 }
 
+static size_t g_ns, g_nl;
+static unsigned char **g_small, **g_large;
+static int g_ready[2], g_done[2]; /* pipes: blocks written; watch over */
+
+static void allocate_burst(void) {
+    for (size_t i = 0; i < g_ns; i++) {
+        g_small[i] = (unsigned char *)xmalloc(48);
+        memset(g_small[i], (int)(i & 0xff), 48);
+    }
+    for (size_t i = 0; i < g_nl; i++) {
+        g_large[i] = (unsigned char *)xmalloc(1048576);
+        memset(g_large[i], (int)(i & 0xff), 1048576);
+    }
+}
+
+/* --handoff: the owner allocates, says so, then idles until the end. */
+static void *owner_main(void *arg) {
+    (void)arg;
+    allocate_burst();
+    char c = 1;
+    if (write(g_ready[1], &c, 1) != 1 || read(g_done[0], &c, 1) != 1) check_failed("burst: pipe");
+    return NULL;
+}
+
+static void free_burst(void) {
+    for (size_t i = 0; i < g_ns; i++) {
+        size_t k = (i * 7919) % g_ns;
+        if (g_small[k][47] != (unsigned char)(k & 0xff)) check_failed("burst: small block %zu", k);
+        free(g_small[k]);
+    }
+    for (size_t i = 0; i < g_nl; i++) {
+        if (g_large[i][1048575] != (unsigned char)(i & 0xff)) check_failed("burst: large block %zu", i);
+        free(g_large[i]);
+    }
+    free(g_small); /* the pointer arrays too: nothing of the burst stays live */
+    free(g_large);
+}
+
 int main(int argc, char **argv) {
-    long small_mib = 512, large_mib = 512, slack_mib = 16, watch_ms = 3000;
+    long small_mib = 512, large_mib = 512, slack_mib = 16, watch_ms = 3000, handoff = 0;
     opt_t opts[] = {
         {"small-mib", "MiB of 48-byte blocks", &small_mib, NULL},
         {"large-mib", "MiB of 1 MiB blocks", &large_mib, NULL},
         {"slack-mib", "settled: RSS within this of the start", &slack_mib, NULL},
         {"watch", "milliseconds to watch RSS after the frees", &watch_ms, NULL},
+        {"handoff", "1: another thread allocates, then idles", &handoff, NULL},
     };
     OPTS_PARSE(argc, argv, "Memory returned after a burst, with no call from the program.", opts);
-    size_t ns = (size_t)small_mib * 1048576 / 64, nl = (size_t)large_mib;
-    unsigned char **s = (unsigned char **)xmalloc(sizeof(void *) * (ns ? ns : 1));
-    unsigned char **l = (unsigned char **)xmalloc(sizeof(void *) * (nl ? nl : 1));
+    g_ns = (size_t)small_mib * 1048576 / 64;
+    g_nl = (size_t)large_mib;
+    g_small = (unsigned char **)xmalloc(sizeof(void *) * (g_ns ? g_ns : 1));
+    g_large = (unsigned char **)xmalloc(sizeof(void *) * (g_nl ? g_nl : 1));
+    pthread_t owner;
     long start = rss_mib();
-    for (size_t i = 0; i < ns; i++) {
-        s[i] = (unsigned char *)xmalloc(48);
-        memset(s[i], (int)(i & 0xff), 48);
-    }
-    for (size_t i = 0; i < nl; i++) {
-        l[i] = (unsigned char *)xmalloc(1048576);
-        memset(l[i], (int)(i & 0xff), 1048576);
+    if (handoff) {
+        char c;
+        if (pipe(g_ready) != 0 || pipe(g_done) != 0) check_failed("burst: pipe");
+        if (pthread_create(&owner, NULL, owner_main, NULL) != 0) check_failed("burst: thread");
+        if (read(g_ready[0], &c, 1) != 1) check_failed("burst: pipe");
+    } else {
+        allocate_burst();
     }
     long peak = rss_mib();
-    for (size_t i = 0; i < ns; i++) {
-        size_t k = (i * 7919) % ns;
-        if (s[k][47] != (unsigned char)(k & 0xff)) check_failed("burst: small block %zu", k);
-        free(s[k]);
-    }
-    for (size_t i = 0; i < nl; i++) {
-        if (l[i][1048575] != (unsigned char)(i & 0xff)) check_failed("burst: large block %zu", i);
-        free(l[i]);
-    }
-    free(s); /* the pointer arrays too: nothing of the burst stays live */
-    free(l);
+    free_burst();
     double t0 = now_sec(), settle = -1;
     long now = rss_mib();
     while (now_sec() - t0 < (double)watch_ms / 1000.0) {
@@ -63,8 +99,12 @@ int main(int argc, char **argv) {
         now = rss_mib();
     }
     if (settle < 0) settle = (double)watch_ms / 1000.0;
+    if (handoff) {
+        char c = 1;
+        if (write(g_done[1], &c, 1) != 1 || pthread_join(owner, NULL) != 0) check_failed("burst: join");
+    }
     report_malloc_lib();
-    printf("info: rss_start_mib=%ld rss_peak_mib=%ld\n", start, peak);
+    printf("info: rss_start_mib=%ld rss_peak_mib=%ld handoff=%ld\n", start, peak, handoff);
     printf("result: settle_sec=%.3f rss_after_mib=%ld\n", settle, now);
     return 0;
 }

@@ -1,0 +1,133 @@
+/* Orphan pages: pages all of whose blocks were freed by other threads.
+ *
+ * Such a page is empty, but only its owner may reuse it, and an owner that
+ * stays idle (a producer thread blocked on a queue, a worker parked in a
+ * pool) would hold its memory forever. So the freer of a page's last block
+ * lists the page here (page.c says how it knows, with no help from the
+ * owner), and the purger, once the page has stayed listed for the purge
+ * delay, takes every block of it in one CAS and returns its memory to the
+ * OS. The owner keeps its page descriptor and resets it when it next looks
+ * at the page. An owner that comes back before the delay takes its blocks
+ * as usual and unlists the page: memory freed and reused soon is never
+ * purged.
+ *
+ * The list is doubly linked through page->orphan_next/prev, oldest first,
+ * under orphans_lock. Who holds the lock: a remote freer around the CAS
+ * that frees a page's last block, and the listing; an owner (or whoever
+ * releases the page) unlisting it; the purger claiming pages. Nobody waits
+ * for anything else while holding it, and the purger returns memory only
+ * after releasing it. A listed page is never released (whoever releases a
+ * page unlists it first), so the purger may read any listed page's
+ * descriptor under the lock; a page it claimed stays until it clears BUSY. */
+#include <pthread.h>
+
+#include "internal.h"
+#include "options.h"
+#include "stats.h"
+
+static pthread_mutex_t orphans_lock = PTHREAD_MUTEX_INITIALIZER;
+static coral_page_t *orphans_first, *orphans_last;
+static _Atomic(size_t) orphans_count; /* written under the lock; peeked without */
+
+void coral_orphans_lock(void) { pthread_mutex_lock(&orphans_lock); }
+void coral_orphans_unlock(void) { pthread_mutex_unlock(&orphans_lock); }
+
+static void orphan_unlink(coral_page_t *page) {
+    if (page->orphan_prev) page->orphan_prev->orphan_next = page->orphan_next;
+    else orphans_first = page->orphan_next;
+    if (page->orphan_next) page->orphan_next->orphan_prev = page->orphan_prev;
+    else orphans_last = page->orphan_prev;
+    page->orphan_next = page->orphan_prev = NULL;
+    atomic_store_explicit(&page->orphan_listed, 0, memory_order_relaxed);
+    atomic_store_explicit(&orphans_count, atomic_load_explicit(&orphans_count, memory_order_relaxed) - 1,
+                          memory_order_relaxed);
+}
+
+/* Under the lock: list the page (the newest last). The caller wakes the
+ * purger after unlocking (the purger's lock is taken before this one at
+ * fork). */
+void coral_orphan_add(coral_page_t *page) {
+    page->orphan_since_ms = coral_clock_ms();
+    page->orphan_next = NULL;
+    page->orphan_prev = orphans_last;
+    if (orphans_last) orphans_last->orphan_next = page;
+    else orphans_first = page;
+    orphans_last = page;
+    atomic_store_explicit(&page->orphan_listed, 1, memory_order_relaxed);
+    atomic_store_explicit(&orphans_count, atomic_load_explicit(&orphans_count, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
+
+/* The page is its owner's again, or is being released: unlist it. The
+ * unlocked check is enough: only a freer holding the lock lists a page, and
+ * it does so before anyone can take the page's blocks (page.c). */
+void coral_orphan_forget(coral_page_t *page) {
+    if (!atomic_load_explicit(&page->orphan_listed, memory_order_relaxed)) return;
+    pthread_mutex_lock(&orphans_lock);
+    if (atomic_load_explicit(&page->orphan_listed, memory_order_relaxed)) orphan_unlink(page);
+    pthread_mutex_unlock(&orphans_lock);
+}
+
+/* Under the lock: take all the page's blocks if they are still all on its
+ * thread_free (its owner did not take them meanwhile). */
+static bool orphan_claim(coral_page_t *page) {
+    uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+    while (coral_tf_count(tf) == page->reserved && !(tf & CORAL_TF_RECLAIMED)) {
+        uintptr_t claimed = (tf & CORAL_DELAY_MASK) | CORAL_TF_RECLAIMED | CORAL_TF_BUSY;
+        if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, claimed,
+                                                  memory_order_acquire, memory_order_relaxed))
+            return true;
+    }
+    return false;
+}
+
+/* Return a claimed page's whole span to the OS (it becomes zero), then let
+ * its owner have it back. */
+static void orphan_purge(coral_page_t *page) {
+    coral_segment_t *seg = coral_ptr_segment(page);
+    uint8_t *span = coral_segment_base(seg) + (size_t)(page - seg->pages) * CORAL_SLICE_SIZE;
+    size_t size = (size_t)page->slice_count * CORAL_SLICE_SIZE;
+    coral_os_purge(span, size);
+    coral_stat_count(&coral_gstats.orphans_reclaimed, 1);
+    coral_stat_count(&coral_gstats.orphan_bytes_reclaimed, (int64_t)size);
+    atomic_fetch_and_explicit(&page->thread_free, ~CORAL_TF_BUSY, memory_order_release);
+}
+
+#define RECLAIM_BATCH 32
+
+/* The purger: reclaim the orphans listed for the purge delay (all of them
+ * when forced), a bounded batch per call. Returns when the next one is due
+ * (0: none listed). */
+uint64_t coral_orphans_reclaim_due(uint64_t now, bool force) {
+    /* A peek: a page listed just after it was read notifies the purger. */
+    if (atomic_load_explicit(&orphans_count, memory_order_relaxed) == 0) return 0;
+    uint64_t delay = (uint64_t)coral_option(CORAL_OPT_PURGE_DELAY_MS);
+    for (;;) {
+        coral_page_t *claimed[RECLAIM_BATCH];
+        size_t n = 0;
+        uint64_t next_due = 0;
+        pthread_mutex_lock(&orphans_lock);
+        while (orphans_first != NULL && n < RECLAIM_BATCH) {
+            coral_page_t *page = orphans_first;
+            if (!force && page->orphan_since_ms + delay > now) {
+                next_due = page->orphan_since_ms + delay;
+                break;
+            }
+            orphan_unlink(page);
+            if (orphan_claim(page)) claimed[n++] = page;
+        }
+        bool more = orphans_first != NULL && next_due == 0;
+        pthread_mutex_unlock(&orphans_lock);
+        for (size_t i = 0; i < n; i++) orphan_purge(claimed[i]);
+        if (!more) return next_due;
+        now = coral_clock_ms();
+    }
+}
+
+/* fork: the child has one thread, the lock must be free in it. */
+void coral_orphans_prefork(void) { pthread_mutex_lock(&orphans_lock); }
+
+void coral_orphans_postfork(bool child) {
+    if (child) pthread_mutex_init(&orphans_lock, NULL);
+    else pthread_mutex_unlock(&orphans_lock);
+}

@@ -96,16 +96,27 @@ void coral_page_release(coral_page_t *page) {
     coral_segment_page_free(page);
 }
 
+/* Is a remote freer telling the heap about this page, or has it told it
+ * (the page is on heap->delayed_pages)? Such a page must not be released:
+ * the owner releases it when it takes it off that list. The freer pushes
+ * its block (state FREEING) before it lists the page, and sets NONE (release)
+ * only after, so a page may already have all its blocks back while the
+ * freer has still to list it: state FREEING says so. */
+static bool page_heap_notice_pending(coral_page_t *page) {
+    uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_acquire);
+    return (tf & CORAL_DELAY_MASK) == CORAL_DELAY_FREEING ||
+           atomic_load_explicit(&page->delayed_listed, memory_order_relaxed);
+}
+
 /* The page's last block was freed. Give its span back to the segment unless
  * it is the first page of its class queue: the next malloc of the class takes
- * that page, so releasing it would only make a new one at once. A page still
- * on heap->delayed_pages stays too: the owner releases it when it takes it
- * off that list (coral_heap_delayed_pages_collect). */
+ * that page, so releasing it would only make a new one at once. A page with
+ * a heap notice pending stays too (above). */
 void coral_page_retire(coral_page_t *page) {
     if (page->class_idx != CORAL_CLASS_LARGE && page->prev == NULL &&
         !(page->flags & CORAL_PAGE_IN_FULL))
         return;
-    if (atomic_load_explicit(&page->delayed_listed, memory_order_relaxed)) return;
+    if (page_heap_notice_pending(page)) return;
     coral_page_release(page);
     /* The end of a free: a safe point to start the purge thread if the
      * release left memory to purge (see purge.c). */
@@ -214,10 +225,7 @@ void coral_heap_collect(coral_heap_t *heap, bool release_empty) {
         while (page != NULL) {
             coral_page_t *next = page->next;
             coral_page_collect(page);
-            /* (A page a remote free listed on delayed_pages meanwhile stays
-             * until the owner takes it off.) */
-            if (release_empty && page->used == 0 &&
-                !atomic_load_explicit(&page->delayed_listed, memory_order_relaxed))
+            if (release_empty && page->used == 0 && !page_heap_notice_pending(page))
                 coral_page_release(page);
             page = next;
         }

@@ -29,6 +29,13 @@ static pthread_mutex_t orphans_lock = PTHREAD_MUTEX_INITIALIZER;
 static coral_page_t *orphans_first, *orphans_last;
 static _Atomic(size_t) orphans_count; /* written under the lock; peeked without */
 
+/* One reclaimer at a time (the purger, or coral_collect's thread), held
+ * across its claims and purges: so a fork, which takes it first, never
+ * leaves the child a page half purged by a purger it does not have. */
+static pthread_mutex_t reclaim_lock = PTHREAD_MUTEX_INITIALIZER;
+
+#define RECLAIM_BATCH 32
+
 void coral_orphans_lock(void) { pthread_mutex_lock(&orphans_lock); }
 void coral_orphans_unlock(void) { pthread_mutex_unlock(&orphans_lock); }
 
@@ -93,19 +100,18 @@ static void orphan_purge(coral_page_t *page) {
     atomic_fetch_and_explicit(&page->thread_free, ~CORAL_TF_BUSY, memory_order_release);
 }
 
-#define RECLAIM_BATCH 32
-
-/* The purger: reclaim the orphans listed for the purge delay (all of them
- * when forced), a bounded batch per call. Returns when the next one is due
- * (0: none listed). */
+/* The purger (or coral_collect): reclaim the orphans listed for the purge
+ * delay (all of them when forced), in batches of RECLAIM_BATCH claimed
+ * under the list lock and purged outside it. Returns when the next one is
+ * due (0: none listed). */
 uint64_t coral_orphans_reclaim_due(uint64_t now, bool force) {
     /* A peek: a page listed just after it was read notifies the purger. */
     if (atomic_load_explicit(&orphans_count, memory_order_relaxed) == 0) return 0;
-    uint64_t delay = (uint64_t)coral_option(CORAL_OPT_PURGE_DELAY_MS);
+    uint64_t delay = (uint64_t)coral_option(CORAL_OPT_PURGE_DELAY_MS), next_due = 0;
+    pthread_mutex_lock(&reclaim_lock);
     for (;;) {
         coral_page_t *claimed[RECLAIM_BATCH];
         size_t n = 0;
-        uint64_t next_due = 0;
         pthread_mutex_lock(&orphans_lock);
         while (orphans_first != NULL && n < RECLAIM_BATCH) {
             coral_page_t *page = orphans_first;
@@ -119,15 +125,25 @@ uint64_t coral_orphans_reclaim_due(uint64_t now, bool force) {
         bool more = orphans_first != NULL && next_due == 0;
         pthread_mutex_unlock(&orphans_lock);
         for (size_t i = 0; i < n; i++) orphan_purge(claimed[i]);
-        if (!more) return next_due;
+        if (!more) break;
         now = coral_clock_ms();
     }
+    pthread_mutex_unlock(&reclaim_lock);
+    return next_due;
 }
 
-/* fork: the child has one thread, the lock must be free in it. */
-void coral_orphans_prefork(void) { pthread_mutex_lock(&orphans_lock); }
+/* fork: the child has one thread, the locks must be free in it. */
+void coral_orphans_prefork(void) {
+    pthread_mutex_lock(&reclaim_lock);
+    pthread_mutex_lock(&orphans_lock);
+}
 
 void coral_orphans_postfork(bool child) {
-    if (child) pthread_mutex_init(&orphans_lock, NULL);
-    else pthread_mutex_unlock(&orphans_lock);
+    if (child) {
+        pthread_mutex_init(&orphans_lock, NULL);
+        pthread_mutex_init(&reclaim_lock, NULL);
+        return;
+    }
+    pthread_mutex_unlock(&orphans_lock);
+    pthread_mutex_unlock(&reclaim_lock);
 }

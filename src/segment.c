@@ -195,6 +195,10 @@ static coral_segment_t *segment_cache_take(void) {
 
 /* ---- acquiring and releasing segments ------------------------------------- */
 
+/* CORALLOC_HUGE_PAGES advises huge pages from the segment that makes the
+ * process hold more than 16 MiB of segments (see segment_map_new). */
+#define HUGE_PAGES_FROM_SEGMENTS 4
+
 static coral_segment_t *segment_map_new(void) {
     coral_segment_t *seg = coral_os_map_aligned(CORAL_SEGMENT_SIZE, CORAL_SEGMENT_SIZE);
     if (seg == NULL) return NULL;
@@ -207,8 +211,12 @@ static coral_segment_t *segment_map_new(void) {
     atomic_store_explicit(&seg->dirty_slices, 1, memory_order_relaxed); /* the header */
     coral_segment_registry_add(seg);
     coral_segment_map_set(seg, CORAL_SEGMENT_SIZE, true);
-    /* Huge pages first: a populate afterwards then faults in 2 MiB pages. */
-    if (coral_option(CORAL_OPT_HUGE_PAGES)) coral_os_advise_hugepage(seg, CORAL_SEGMENT_SIZE);
+    /* Huge pages first: a populate afterwards then faults in 2 MiB pages.
+     * Only once the process has this many segments: a small program keeps
+     * its 4 KiB pages, whose RSS a 2 MiB page would multiply. */
+    if (coral_option(CORAL_OPT_HUGE_PAGES) &&
+        atomic_load_explicit(&coral_gstats.segments, memory_order_relaxed) >= HUGE_PAGES_FROM_SEGMENTS)
+        coral_os_advise_hugepage(seg, CORAL_SEGMENT_SIZE);
     if (coral_option(CORAL_OPT_POPULATE) == CORAL_POPULATE_ON)
         coral_os_populate(coral_segment_base(seg) + CORAL_SLICE_SIZE,
                           CORAL_SEGMENT_SIZE - CORAL_SLICE_SIZE);

@@ -21,15 +21,21 @@ static inline char *stats_json(void) {
     return buf;
 }
 
-/* The value of "key": in the object's top level. */
-static inline long long stats_get(const char *key) {
-    char *json = stats_json(), pattern[64];
-    snprintf(pattern, sizeof pattern, "\"%s\":", key);
+/* The number right after the first `pattern` in the JSON (which must have it). */
+static inline long long stats_number_after(const char *pattern) {
+    char *json = stats_json();
     const char *at = strstr(json, pattern);
-    CHECK_MSG(at != NULL, "no %s in %s\n", key, json);
+    CHECK_MSG(at != NULL, "no %s in %s\n", pattern, json);
     long long v = strtoll(at + strlen(pattern), NULL, 10);
     free(json);
     return v;
+}
+
+/* The value of "key": in the object's top level. */
+static inline long long stats_get(const char *key) {
+    char pattern[64];
+    snprintf(pattern, sizeof pattern, "\"%s\":", key);
+    return stats_number_after(pattern);
 }
 
 /* allocated/freed/live/peak of the class of `size` bytes; 0 if absent. */
@@ -47,6 +53,13 @@ static inline long long stats_class(long long size, const char *field) {
     }
     free(json);
     return v;
+}
+
+/* How many OS calls of one kind ("mmap", "purge", "hugepage", ...) were made. */
+static inline long long stats_os_calls(const char *kind) {
+    char pattern[64];
+    snprintf(pattern, sizeof pattern, "\"%s\":{\"calls\":", kind);
+    return stats_number_after(pattern);
 }
 
 static inline int stats_per_class(void) {

@@ -3,6 +3,7 @@
  *   - within the purge delay plus a bounded time, with no call from the
  *     program (the background purge thread; CORALLOC_PURGE_DELAY_MS=100);
  *   - at once on coral_collect(1), with the purge thread off.
+ * And CORALLOC_HUGE_PAGES=1 leaves a small program's segments alone.
  * Each case runs in a child process with its options in the environment.
  * RSS figures are only meaningful without a sanitizer: release only. */
 #define _GNU_SOURCE
@@ -15,6 +16,7 @@
 #include "check.h"
 #include "coralloc.h"
 #include "proc.h"
+#include "stats_json.h"
 #include "testutil.h"
 
 #define MiB ((size_t)1 << 20)
@@ -91,13 +93,34 @@ static int child_collect(void) {
     return 0;
 }
 
+/* CORALLOC_HUGE_PAGES=1: a small program gets no huge page advice; once it
+ * holds more than 16 MiB of segments, each new segment does. */
+static int child_hugepages(void) {
+    void *small[1000];
+    for (size_t i = 0; i < 1000; i++) CHECK_NOT_NULL(small[i] = coral_malloc(1000));
+    CHECK_EQ(stats_os_calls("hugepage"), 0);
+    enum { BIG = 40 }; /* 40 MiB in 1 MiB blocks: 10+ segments */
+    void *big[BIG];
+    for (size_t i = 0; i < BIG; i++) CHECK_NOT_NULL(big[i] = coral_malloc(MiB));
+    long long segments = stats_get("segments"), advised = stats_os_calls("hugepage");
+    printf("huge pages: %lld of %lld segments advised\n", advised, segments);
+    CHECK_GE(segments, 10);
+    CHECK_EQ(advised, segments - 4);
+    for (size_t i = 0; i < BIG; i++) coral_free(big[i]);
+    for (size_t i = 0; i < 1000; i++) coral_free(small[i]);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "background") == 0) return child_background();
     if (argc == 2 && strcmp(argv[1], "collect") == 0) return child_collect();
+    if (argc == 2 && strcmp(argv[1], "hugepages") == 0) return child_hugepages();
     static const char *const bg[] = {"CORALLOC_PURGE_DELAY_MS=100", NULL};
     static const char *const co[] = {"CORALLOC_PURGE_DELAY_MS=3600000",
                                      "CORALLOC_PURGE_THREAD=0", NULL};
     run_child("background", bg);
     run_child("collect", co);
+    static const char *const hp[] = {"CORALLOC_HUGE_PAGES=1", NULL};
+    run_child("hugepages", hp);
     return 0;
 }

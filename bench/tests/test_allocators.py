@@ -108,6 +108,18 @@ def test_alloc_specs() -> None:
     assert parse_alloc_specs([f"my-alloc={libc_path()}"])["my-alloc"].source == "user"
 
 
+def test_alloc_spec_settings() -> None:
+    a = parse_alloc_specs([f"thp={libc_path()},CORALLOC_HUGE_PAGES=1,X_Y=a=b"])["thp"]
+    assert a.settings == {"CORALLOC_HUGE_PAGES": "1", "X_Y": "a=b"}
+    env = a.env()
+    assert env["CORALLOC_HUGE_PAGES"] == "1" and env["X_Y"] == "a=b"
+    assert env["LD_PRELOAD"] == os.path.abspath(libc_path())
+    assert parse_alloc_specs([f"plain={libc_path()}"])["plain"].settings == {}
+    for bad in ("NOEQUALS", "1BAD=2", "LD_PRELOAD=/x.so", "=v"):
+        with pytest.raises(BenchError, match="VAR=VALUE"):
+            parse_alloc_specs([f"x={libc_path()},{bad}"])
+
+
 def test_is_shared_library(tmp_path: Path) -> None:
     assert is_shared_library(libc_path())
     assert not is_shared_library("/etc/passwd")

@@ -39,12 +39,14 @@ class Allocator:
     version: str = ""
     verified: bool = False
     notes: List[str] = field(default_factory=list)
+    settings: Dict[str, str] = field(default_factory=dict)  # extra environment, e.g. options
 
     def env(self) -> Dict[str, str]:
         """The environment of a run under this allocator."""
         env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
         if self.path:
             env["LD_PRELOAD"] = self.path
+        env.update(self.settings)
         return env
 
     def serves(self, lib_path: str) -> bool:
@@ -61,7 +63,8 @@ class Allocator:
 
     def to_json(self) -> Dict[str, object]:
         return {"path": self.path, "source": self.source, "package": self.package,
-                "version": self.version, "verified": self.verified, "notes": self.notes}
+                "version": self.version, "verified": self.verified, "notes": self.notes,
+                "settings": self.settings}
 
 
 def lib_dirs() -> List[str]:
@@ -177,18 +180,37 @@ def check_library(path: str, what: str) -> None:
         raise BenchError(f"{what}: {path} is not a shared library")
 
 
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def parse_alloc_settings(name: str, items: Sequence[str]) -> Dict[str, str]:
+    """The VAR=VALUE items after the library in an --alloc spec."""
+    settings: Dict[str, str] = {}
+    for item in items:
+        var, sep, value = item.partition("=")
+        if not sep or not ENV_NAME_RE.match(var) or var == "LD_PRELOAD":
+            raise BenchError(f"--alloc {name}: '{item}' is not a VAR=VALUE setting")
+        settings[var] = value
+    return settings
+
+
 def parse_alloc_specs(specs: Sequence[str]) -> Dict[str, Allocator]:
-    """--alloc NAME=/path/lib.so (repeatable)."""
+    """--alloc NAME=/path/lib.so[,VAR=VALUE...] (repeatable): the settings
+    are added to the environment of this allocator's runs only, so one
+    library can run under several option sets in one interleaved run (e.g.
+    coralloc-thp=build/libcoralloc.so,CORALLOC_HUGE_PAGES=1)."""
     out: Dict[str, Allocator] = {}
     for spec in specs:
-        name, sep, path = spec.partition("=")
+        name, sep, rest = spec.partition("=")
         name = name.strip()
+        path, *items = rest.split(",")
         if not sep or not name or not path:
             raise BenchError(f"--alloc needs NAME=/path/lib.so, not '{spec}'")
         if not NAME_RE.match(name) or name == "system":
             raise BenchError(f"--alloc: '{name}' is not a usable allocator name")
         check_library(path, f"--alloc {name}")
-        out[name] = Allocator(name, os.path.abspath(path), "user")
+        out[name] = Allocator(name, os.path.abspath(path), "user",
+                              settings=parse_alloc_settings(name, items))
     return out
 
 

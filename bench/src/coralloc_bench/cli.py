@@ -68,8 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="workloads or groups to run (default: the profile's; see `list`)")
     r.add_argument("--allocs", metavar="A,B",
                    help="allocators to run (default: every one found)")
-    r.add_argument("--alloc", metavar="NAME=/path/lib.so", action="append", default=[],
-                   help="one more allocator to preload (repeatable)")
+    r.add_argument("--alloc", metavar="NAME=/path/lib.so[,VAR=VALUE...]", action="append",
+                   default=[], help="one more allocator to preload (repeatable), with "
+                   "environment settings for its runs only (e.g. options)")
     r.add_argument("--coralloc-lib", metavar="PATH",
                    help="coralloc's library (default: <repo>/build/libcoralloc.so)")
     r.add_argument("--reps", type=_positive_int("--reps"),

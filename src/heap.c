@@ -304,7 +304,7 @@ bool coral_heap_adopt_page(coral_heap_t *heap, coral_page_t *page) {
      * before the state was USE. */
     page_push_full(heap, page);
     coral_page_collect(page);
-    if (page->used != 0) return false;
+    if (page->used != 0 || page_heap_notice_pending(page)) return false;
     coral_page_release(page);
     return true;
 }

@@ -69,12 +69,23 @@ static bool parse_int(const char *s, int64_t *out) {
     return true;
 }
 
+/* "CORALLOC_" + name, without snprintf: this runs in every process at
+ * start-up, and the formatting code is pages to fault in. */
+static void option_var_name(char *out, size_t cap, const char *name) {
+    static const char prefix[] = "CORALLOC_";
+    size_t n = sizeof prefix - 1, len = strlen(name);
+    if (n + len >= cap) len = cap - n - 1;
+    memcpy(out, prefix, n);
+    memcpy(out + n, name, len);
+    out[n + len] = '\0';
+}
+
 void coral_options_init(void) {
     for (int i = 0; i < CORAL_OPT_COUNT; i++) {
         const option_desc_t *d = &option_descs[i];
         coral_options[i] = d->value;
         char var[64];
-        snprintf(var, sizeof var, "CORALLOC_%s", d->name);
+        option_var_name(var, sizeof var, d->name);
         const char *s = getenv(var);
         if (s == NULL) continue;
         int64_t v;

@@ -37,7 +37,7 @@ static _Atomic(uint64_t) next_tick_ms; /* throttles purging from slow paths */
  * is due (0: nothing pending). */
 static uint64_t purge_pass(bool force) {
     uint64_t now = coral_clock_ms();
-    uint64_t a = coral_huge_cache_purge(now, force);
+    uint64_t a = coral_pool_purge(now, force);
     uint64_t b = coral_segments_purge_due(now, force);
     return a == 0 ? b : b == 0 ? a : (a < b ? a : b);
 }

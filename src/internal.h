@@ -57,8 +57,10 @@
 #define CORAL_DIRECT_MAX_SIZE ((size_t)1024)
 #define CORAL_DIRECT_COUNT (CORAL_DIRECT_MAX_SIZE / 16 + 1)
 #define CORAL_DIRECT_LAST_CLASS 32 /* coral_size_class(1024) */
-/* Largest block a normal segment holds: all slices but the header. */
-#define CORAL_LARGE_MAX_SIZE ((CORAL_SLICES_PER_SEGMENT - 1) * CORAL_SLICE_SIZE)
+/* Largest block a normal segment holds in a span: half its slices, less
+ * one. A bigger block could never share its segment with another one like
+ * it: it is a huge block instead, whole chunks from the pool (pool.c). */
+#define CORAL_LARGE_MAX_SIZE ((CORAL_SLICES_PER_SEGMENT / 2 - 1) * CORAL_SLICE_SIZE)
 /* Requests above this fail with ENOMEM (C says objects must fit ptrdiff_t). */
 #define CORAL_MAX_REQUEST ((size_t)PTRDIFF_MAX - 2 * CORAL_SEGMENT_SIZE)
 
@@ -293,6 +295,7 @@ void coral_segment_mark_purgeable(coral_segment_t *seg);
 void coral_purge_tick(void);
 void coral_purge_now(void);
 void coral_purger_notify(void);
+void coral_purge_backlog_add(int64_t bytes);
 void coral_purger_start_if_wanted(void);
 void coral_purger_prefork(void);
 void coral_purger_postfork(bool child);

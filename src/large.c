@@ -1,5 +1,5 @@
-/* Large blocks (above the largest size class, up to what a segment holds)
- * and huge blocks (bigger: a segment of their own).
+/* Large blocks (above the largest size class, up to half a segment:
+ * CORAL_LARGE_MAX_SIZE) and huge blocks (bigger: a segment of their own).
  *
  * A large block is a page of one block: a span of 64 KiB slices taken from
  * one of the thread's segments, so freeing it returns the span to the
@@ -70,11 +70,16 @@ static size_t huge_offset(size_t alignment) {
     return alignment > CORAL_SLICE_SIZE ? alignment : CORAL_SLICE_SIZE;
 }
 
-/* The header of a huge segment of `size` bytes at seg, from the pool (see
- * coral_pool_take for `got`). Only pages[0] describes the block; the others
- * lead to it, and say slice_count 0 like free slices, so that the chunk can
- * serve as a normal segment later without clearing them. */
-static void huge_init_header(coral_segment_t *seg, size_t size, const coral_pool_got_t *got) {
+/* The header of a huge segment of `size` bytes at seg whose block starts
+ * `offset` bytes in, from the pool (see coral_pool_take for `got`). Only
+ * pages[0] describes the block. A free reads the descriptor of the slice
+ * its pointer is in, and a huge segment's free checks that the pointer is
+ * the block's start: so only the start's slice must lead to pages[0]. The
+ * other descriptors keep slice_count 0 (zero, or free slices of an earlier
+ * segment), so that the chunk can serve as a normal segment later without
+ * clearing them, and no more header pages than needed are touched. */
+static void huge_init_header(coral_segment_t *seg, size_t size, size_t offset,
+                             const coral_pool_got_t *got) {
     if (got->dirty != 0) {
         coral_segment_header_reset(seg);
         if (got->header) memset(&seg->pages[0], 0, sizeof seg->pages[0]);
@@ -82,8 +87,9 @@ static void huge_init_header(coral_segment_t *seg, size_t size, const coral_pool
     }
     seg->kind = CORAL_SEGMENT_HUGE;
     seg->size = size;
-    /* Every slice descriptor of the first 4 MiB leads to pages[0]. */
-    for (size_t i = 1; i < CORAL_SLICES_PER_SEGMENT; i++) coral_slice_mark_interior(&seg->pages[i], i);
+    size_t start_slice = offset / CORAL_SLICE_SIZE;
+    if (start_slice < CORAL_SLICES_PER_SEGMENT)
+        coral_slice_mark_interior(&seg->pages[start_slice], start_slice);
     seg->pages[0].slice_count = 1;
     seg->pages[0].class_idx = CORAL_CLASS_LARGE;
 }
@@ -104,7 +110,7 @@ static coral_segment_t *huge_segment_new(size_t total, size_t offset, size_t ali
         got->fresh = true;
     }
     if (seg == NULL) return NULL;
-    huge_init_header(seg, total, got);
+    huge_init_header(seg, total, offset, got);
     coral_segment_map_set(seg, total, true);
     if (got->fresh && coral_option(CORAL_OPT_POPULATE) == CORAL_POPULATE_ON)
         coral_os_populate(coral_segment_base(seg) + offset, total - offset);

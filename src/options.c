@@ -32,7 +32,7 @@ static const option_desc_t option_descs[CORAL_OPT_COUNT] = {
                                   "milliseconds freed memory stays before it is returned to the OS",
                                   true},
     [CORAL_OPT_SEGMENT_CACHE] = {"SEGMENT_CACHE", 64, 0, 4096, false,
-                                 "empty segments (4 MiB each) kept mapped for reuse", true},
+                                 "freed segments and huge blocks kept mapped for reuse, in 4 MiB units", true},
     [CORAL_OPT_PURGE_THREAD] = {"PURGE_THREAD", 1, 0, 1, true,
                                 "purge from a background thread (else from allocating threads)",
                                 false},

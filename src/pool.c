@@ -89,14 +89,17 @@ static size_t align_chunk(size_t x) {
 
 /* ---- the table (pool_lock held) ---------------------------------------------------- */
 
+/* Regions in the table count their dirty bytes in the purge backlog. */
 static void table_remove(size_t i) {
     atomic_store_explicit(&pool_bytes, pool_bytes - pool[i].size, memory_order_relaxed);
+    coral_purge_backlog_add(-(int64_t)pool[i].dirty);
     pool[i] = pool[--pool_count];
 }
 
 static void table_insert(pool_region_t r) {
     pool[pool_count++] = r;
     atomic_store_explicit(&pool_bytes, pool_bytes + r.size, memory_order_relaxed);
+    coral_purge_backlog_add((int64_t)r.dirty);
 }
 
 /* a directly followed by b: one region. */
@@ -189,6 +192,7 @@ static pool_region_t table_take_front(size_t i, size_t size) {
     atomic_store_explicit(&pool_bytes, pool_bytes - size, memory_order_relaxed);
     front.size = size;
     front.dirty = min_size(front.dirty, size);
+    coral_purge_backlog_add(-(int64_t)front.dirty);
     front.headers = headers_below(front.headers, size);
     return front;
 }

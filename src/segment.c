@@ -98,6 +98,11 @@ void coral_segment_registry_remove(coral_segment_t *seg) {
 
 /* ---- purging free slices ------------------------------------------------------------ */
 
+/* Free slices that may hold data count in the purge backlog (purge.c). */
+static void backlog_add_slices(uint64_t slices, int sign) {
+    coral_purge_backlog_add(sign * (int64_t)__builtin_popcountll(slices) * (int64_t)CORAL_SLICE_SIZE);
+}
+
 static bool span_trylock(coral_segment_t *seg) {
     return atomic_exchange_explicit(&seg->span_lock, 1, memory_order_acquire) == 0;
 }
@@ -129,6 +134,7 @@ static void segment_purge_free(coral_segment_t *seg) {
         left &= ~(n >= 64 ? ~(uint64_t)0 : ((((uint64_t)1 << n) - 1) << first));
     }
     atomic_store_explicit(&seg->dirty_slices, dirty & ~purge, memory_order_relaxed);
+    backlog_add_slices(purge, -1);
 }
 
 /* Purge every registered segment whose purge is due (all that have free
@@ -194,6 +200,7 @@ static coral_segment_t *segment_map_new(void) {
     atomic_store_explicit(&seg->used_slices, 1, memory_order_relaxed);
     atomic_store_explicit(&seg->dirty_slices, 1 | slice_mask(0, dirty), /* the header too */
                           memory_order_relaxed);
+    backlog_add_slices(slice_mask(0, dirty) & ~(uint64_t)1, +1); /* the pool no longer counts them */
     coral_segment_registry_add(seg);
     coral_segment_map_set(seg, CORAL_SEGMENT_SIZE, true);
     if (got.fresh) {
@@ -215,6 +222,7 @@ static void segment_to_pool(coral_segment_t *seg) {
     coral_segment_registry_remove(seg); /* waits out a purge of it in progress */
     uint64_t dirty = atomic_load_explicit(&seg->dirty_slices, memory_order_relaxed);
     size_t dirty_end = (size_t)(64 - __builtin_clzll(dirty | 1)) * CORAL_SLICE_SIZE;
+    backlog_add_slices(dirty & ~(uint64_t)1, -1); /* the pool counts them now */
     coral_stat_count(&coral_gstats.segments, -1);
     coral_pool_put(seg, CORAL_SEGMENT_SIZE, dirty_end, true);
 }
@@ -272,6 +280,7 @@ static coral_page_t *segment_take_span(coral_segment_t *seg, size_t first, size_
     uint64_t used = atomic_load_explicit(&seg->used_slices, memory_order_relaxed);
     uint64_t dirty = atomic_load_explicit(&seg->dirty_slices, memory_order_relaxed);
     page->is_fresh = (dirty & mask) == 0;
+    backlog_add_slices(dirty & mask, -1);
     atomic_store_explicit(&seg->used_slices, used | mask, memory_order_relaxed);
     atomic_store_explicit(&seg->dirty_slices, dirty | mask, memory_order_relaxed);
     seg->used_pages++;
@@ -347,6 +356,7 @@ void coral_segment_page_free(coral_page_t *page) {
     atomic_store_explicit(&seg->used_slices, used & ~slice_mask(first, page->slice_count),
                           memory_order_relaxed);
     coral_stat_count(&coral_gstats.span_bytes, -(int64_t)(page->slice_count * CORAL_SLICE_SIZE));
+    backlog_add_slices(slice_mask(first, page->slice_count), +1);
     page->slice_count = 0;
     page->block_size = 0;
     /* Marked before the release: after it the segment may be someone else's. */
@@ -447,6 +457,7 @@ bool coral_segment_span_resize(coral_page_t *page, size_t slices) {
         atomic_store_explicit(&seg->used_slices, used & ~slice_mask(first + slices, now - slices),
                               memory_order_relaxed);
         coral_stat_count(&coral_gstats.span_bytes, -(int64_t)((now - slices) * CORAL_SLICE_SIZE));
+        backlog_add_slices(slice_mask(first + slices, now - slices), +1);
         page->slice_count = (uint32_t)slices;
         coral_segment_mark_purgeable(seg);
         return true;
@@ -459,6 +470,7 @@ bool coral_segment_span_resize(coral_page_t *page, size_t slices) {
     atomic_store_explicit(&seg->used_slices, used | grow, memory_order_relaxed);
     atomic_store_explicit(&seg->dirty_slices, dirty | grow, memory_order_relaxed);
     span_unlock(seg);
+    backlog_add_slices(dirty & grow, -1);
     coral_stat_gauge(&coral_gstats.span_bytes, &coral_gstats.span_bytes_peak,
                      (int64_t)((slices - now) * CORAL_SLICE_SIZE));
     page->slice_count = (uint32_t)slices;

@@ -189,8 +189,10 @@ static coral_segment_t *segment_map_new(void) {
     coral_segment_t *seg = coral_pool_take(CORAL_SEGMENT_SIZE, &got);
     if (seg == NULL) return NULL;
     _Static_assert(sizeof(coral_segment_t) <= CORAL_SLICE_SIZE, "segment header fits slice 0");
-    /* A fresh one reads as zero; a freed segment's descriptors are all free. */
+    /* A fresh one reads as zero; a freed segment's descriptors are all free
+     * (pages[0], never a page here, may describe a huge block: cleared). */
     if (got.dirty != 0 && !got.header) memset(seg->pages, 0, sizeof seg->pages);
+    else if (got.dirty != 0) memset(&seg->pages[0], 0, sizeof seg->pages[0]);
     coral_segment_header_reset(seg);
     /* kind and size never change while the segment is mapped: other
      * threads read them without synchronisation. */

@@ -108,6 +108,7 @@ static coral_segment_t *huge_segment_new(size_t total, size_t offset, size_t ali
         seg = coral_os_map_aligned(total, alignment);
         got->dirty = 0;
         got->fresh = true;
+        got->header = false;
     }
     if (seg == NULL) return NULL;
     huge_init_header(seg, total, offset, got);

@@ -291,27 +291,11 @@ static coral_page_t *segment_take_span(coral_segment_t *seg, size_t first, size_
     return page;
 }
 
-/* The highest free slice, or -1. Slice 63 comes last: its descriptor is
- * alone on the third page of the header, which only it would fault in. */
-static int find_free_slice_top(uint64_t used) {
-    uint64_t free = ~used & ~(uint64_t)1, below_last = free & ~((uint64_t)1 << 63);
-    if (below_last) return 63 - __builtin_clzll(below_last);
-    return free ? 63 : -1;
-}
-
-/* Where a span of n slices goes: one slice from the top of the segment,
- * longer spans from the bottom, so that small pages coming and going do not
- * cut the free runs longer spans need (and a large block can grow in place
- * into the slices after it). */
-static int find_span_place(uint64_t used, size_t n) {
-    return n == 1 ? find_free_slice_top(used) : find_free_run(used, n);
-}
-
 /* A run of n free slices in seg, taken; NULL if none (or the purger is at
  * work on seg right now: then the caller looks elsewhere, never waits). */
 static coral_page_t *segment_try_span(coral_segment_t *seg, size_t n) {
     uint64_t used = atomic_load_explicit(&seg->used_slices, memory_order_relaxed);
-    int first = find_span_place(used, n);
+    int first = find_free_run(used, n);
     if (first <= 0 || !span_trylock(seg)) return NULL;
     coral_page_t *page = segment_take_span(seg, (size_t)first, n);
     span_unlock(seg);
@@ -345,7 +329,7 @@ coral_page_t *coral_segment_page_alloc(coral_heap_t *heap, size_t n) {
     /* The purger may already see the new segment (it is registered), but
      * finds nothing to purge in it: the lock is free or soon free. */
     while (!span_trylock(seg)) __builtin_ia32_pause();
-    page = segment_take_span(seg, (size_t)find_span_place(1, n), n);
+    page = segment_take_span(seg, 1, n);
     span_unlock(seg);
     return page;
 }

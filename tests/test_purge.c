@@ -7,8 +7,7 @@
  * Until it is purged, freed memory is reused by any later segment (the
  * chunk pool): a freed huge block's pages serve normal segments, several
  * freed huge blocks' pages are moved under one bigger block, and a huge
- * block grows in place into pooled chunks right after it; a new small page
- * does not cut the freed run of a large block that the next one reuses.
+ * block grows in place into pooled chunks right after it.
  * Each case runs in a child process with its options in the environment.
  * RSS figures are only meaningful without a sanitizer: release only. */
 #define _GNU_SOURCE
@@ -236,24 +235,6 @@ static int child_pool_grow(void) {
     return 0;
 }
 
-/* One-slice pages come from the top of a segment, longer spans from the
- * bottom: a small page made between a large free and a large malloc leaves
- * the freed run whole, so the same pages serve the next large block. */
-static int child_placement(void) {
-    coral_free(coral_malloc(1));
-    void *a = touched(600 * KiB), *b = touched(600 * KiB); /* 10 slices each */
-    coral_free(a);
-    void *small = coral_malloc(3000); /* a class not used yet: a new page */
-    CHECK_NOT_NULL(small);
-    void *c = touched(600 * KiB);
-    CHECK(c == a);
-    printf("placement: a new small page left the freed large run whole\n");
-    coral_free(small);
-    coral_free(b);
-    coral_free(c);
-    return 0;
-}
-
 static void run(const char *self, const char *mode, const char *const env[]) {
     pid_t pid = fork();
     CHECK(pid >= 0);
@@ -274,7 +255,6 @@ int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "pool-kinds") == 0) return child_pool_kinds();
     if (argc == 2 && strcmp(argv[1], "pool-gather") == 0) return child_pool_gather();
     if (argc == 2 && strcmp(argv[1], "pool-grow") == 0) return child_pool_grow();
-    if (argc == 2 && strcmp(argv[1], "placement") == 0) return child_placement();
     static const char *const bg[] = {"CORALLOC_PURGE_DELAY_MS=100", NULL};
     static const char *const co[] = {"CORALLOC_PURGE_DELAY_MS=3600000",
                                      "CORALLOC_PURGE_THREAD=0", NULL};
@@ -286,6 +266,5 @@ int main(int argc, char **argv) {
     run("/proc/self/exe", "pool-kinds", held);
     run("/proc/self/exe", "pool-gather", held);
     run("/proc/self/exe", "pool-grow", held);
-    run("/proc/self/exe", "placement", held);
     return 0;
 }

@@ -64,6 +64,8 @@ uint64_t coral_clock_ms(void) {
 
 static pthread_mutex_t heap_pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static coral_heap_t *heap_pool_free;
+static uint8_t *heap_pool_carve; /* the rest of the latest mapping, not yet handed out */
+static size_t heap_pool_carve_left;
 static coral_heap_t *heaps_live; /* every heap handed out, for statistics */
 
 /* Run fn on every live heap, under the pool lock (statistics). */
@@ -85,19 +87,22 @@ static void heap_stats_retire(coral_heap_t *heap) {
 
 coral_heap_t *coral_heap_pool_get(void) {
     pthread_mutex_lock(&heap_pool_lock);
-    if (heap_pool_free == NULL) {
-        /* Carve a fresh 64 KiB mapping into heaps. */
-        size_t chunk = 16 * CORAL_OS_PAGE_SIZE, each = (sizeof(coral_heap_t) + 63) & ~(size_t)63;
-        uint8_t *mem = coral_os_map(chunk);
-        for (size_t off = 0; mem != NULL && off + each <= chunk; off += each) {
-            coral_heap_t *h = (coral_heap_t *)(mem + off);
-            h->next_heap = heap_pool_free;
-            heap_pool_free = h;
-        }
+    /* Heaps are carved from 64 KiB mappings one at a time, when needed:
+     * carving them all at once would touch (fault in) every page. */
+    size_t chunk = 16 * CORAL_OS_PAGE_SIZE, each = (sizeof(coral_heap_t) + 63) & ~(size_t)63;
+    if (heap_pool_free == NULL && heap_pool_carve_left < each) {
+        heap_pool_carve = coral_os_map(chunk);
+        heap_pool_carve_left = heap_pool_carve != NULL ? chunk : 0;
     }
     coral_heap_t *heap = heap_pool_free;
     if (heap) {
         heap_pool_free = heap->next_heap;
+    } else if (heap_pool_carve_left >= each) {
+        heap = (coral_heap_t *)heap_pool_carve;
+        heap_pool_carve += each;
+        heap_pool_carve_left -= each;
+    }
+    if (heap) {
         memset(heap, 0, sizeof *heap);
         heap->all_next = heaps_live;
         if (heaps_live) heaps_live->all_prev = heap;

@@ -57,8 +57,10 @@
 #define CORAL_DIRECT_MAX_SIZE ((size_t)1024)
 #define CORAL_DIRECT_COUNT (CORAL_DIRECT_MAX_SIZE / 16 + 1)
 #define CORAL_DIRECT_LAST_CLASS 32 /* coral_size_class(1024) */
-/* Largest block a normal segment holds: all slices but the header. */
-#define CORAL_LARGE_MAX_SIZE ((CORAL_SLICES_PER_SEGMENT - 1) * CORAL_SLICE_SIZE)
+/* Largest block a normal segment holds in a span: half its slices, less
+ * one. A bigger block could never share its segment with another one like
+ * it: it is a huge block instead, whole chunks from the pool (pool.c). */
+#define CORAL_LARGE_MAX_SIZE ((CORAL_SLICES_PER_SEGMENT / 2 - 1) * CORAL_SLICE_SIZE)
 /* Requests above this fail with ENOMEM (C says objects must fit ptrdiff_t). */
 #define CORAL_MAX_REQUEST ((size_t)PTRDIFF_MAX - 2 * CORAL_SEGMENT_SIZE)
 
@@ -175,7 +177,7 @@ typedef struct coral_segment_s {
     coral_tld_t *tld;      /* owner thread data; NULL when not owned */
     struct coral_segment_s *next, *prev; /* owner's list, or a global list */
     struct coral_segment_s *all_next, *all_prev; /* registry of mapped segments */
-    uint64_t released_at_ms; /* huge segments: when they entered the huge cache */
+    size_t huge_dirty; /* huge segments, owner only: bytes from the base that may hold data */
     _Alignas(128) coral_page_t pages[CORAL_SLICES_PER_SEGMENT];
 } coral_segment_t;
 
@@ -283,11 +285,26 @@ void *coral_os_map(size_t size);
 void *coral_os_map_aligned(size_t size, size_t alignment);
 void coral_os_unmap(void *p, size_t size);
 bool coral_os_purge(void *p, size_t size);
-void *coral_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t alignment);
+bool coral_os_extend(void *end, size_t size);
+void coral_os_move(void *src, void *dst, size_t size, bool keep);
 void coral_os_populate(void *p, size_t size);
 void coral_os_advise_hugepage(void *p, size_t size);
 
+/* pool.c: freed segments' address space, kept mapped for reuse */
+typedef struct coral_pool_got_s {
+    size_t dirty; /* bytes from the base that may hold old data; the rest is zero */
+    bool fresh;   /* a new mapping */
+    bool header;  /* the first slice holds a freed segment's header, every descriptor free */
+} coral_pool_got_t;
+void *coral_pool_take(size_t size, coral_pool_got_t *got);
+bool coral_pool_take_range(void *addr, size_t size);
+void coral_pool_put(void *base, size_t size, size_t dirty, bool header);
+uint64_t coral_pool_purge(uint64_t now, bool force);
+void coral_pool_prefork(void);
+void coral_pool_postfork(void);
+
 /* segment.c */
+void coral_segment_header_reset(coral_segment_t *seg);
 coral_page_t *coral_segment_page_alloc(coral_heap_t *heap, size_t slices);
 void coral_segment_page_free(coral_page_t *page);
 bool coral_segment_span_resize(coral_page_t *page, size_t slices);
@@ -305,6 +322,7 @@ void coral_segment_mark_purgeable(coral_segment_t *seg);
 void coral_purge_tick(void);
 void coral_purge_now(void);
 void coral_purger_notify(void);
+void coral_purge_backlog_add(int64_t bytes);
 void coral_purger_start_if_wanted(void);
 void coral_purger_prefork(void);
 void coral_purger_postfork(bool child);
@@ -358,7 +376,6 @@ void *coral_malloc_large(coral_heap_t *heap, size_t size, size_t alignment, bool
 void *coral_huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool zero);
 void coral_huge_release(coral_segment_t *seg);
 void coral_huge_free(coral_segment_t *seg);
-uint64_t coral_huge_cache_purge(uint64_t now, bool force);
 void coral_huge_locks_prefork(void);
 void coral_huge_locks_postfork(void);
 void *coral_realloc_large_in_place(coral_page_t *page, void *p, size_t size);

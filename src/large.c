@@ -1,5 +1,5 @@
-/* Large blocks (above the largest size class, up to what a segment holds)
- * and huge blocks (bigger: a segment of their own).
+/* Large blocks (above the largest size class, up to half a segment:
+ * CORAL_LARGE_MAX_SIZE) and huge blocks (bigger: a segment of their own).
  *
  * A large block is a page of one block: a span of 64 KiB slices taken from
  * one of the thread's segments, so freeing it returns the span to the
@@ -7,9 +7,12 @@
  * system call. Its page sits in the heap's full queue, so frees from other
  * threads reach the owner through heap->delayed_pages (page.c).
  *
- * A huge block is mapped on its own, 4 MiB-aligned, with a 64 KiB header
- * (the segment header) before the block; realloc moves its pages with
- * mremap instead of copying bytes. */
+ * A huge block is a segment of its own, whole 4 MiB chunks from the chunk
+ * pool (pool.c), with a 64 KiB header (the segment header) before the block.
+ * Freed, its chunks go back to the pool, where any later segment, normal or
+ * huge, reuses their pages. realloc grows it in place (into pooled chunks
+ * right after it, or fresh address space) or moves its pages with mremap:
+ * bytes are never copied. */
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
@@ -67,163 +70,52 @@ static size_t huge_offset(size_t alignment) {
     return alignment > CORAL_SLICE_SIZE ? alignment : CORAL_SLICE_SIZE;
 }
 
-/* ---- the huge block cache ----------------------------------------------------------
- * Freed huge segments are kept mapped for a while, so a program that keeps
- * allocating and freeing blocks of some MiB does not pay an mmap, a munmap
- * and a page fault per 4 KiB each time. Kept at most CORALLOC_SEGMENT_CACHE x
- * 4 MiB in all; purged (MADV_DONTNEED) after the purge delay, like cached
- * segments. A cached segment has pages[0].used == 0 (a free of it then is a
- * double free); dirty_slices != 0 means its pages may hold old data. */
-
-#define HUGE_CACHE_SLOTS 16
-
-static pthread_mutex_t huge_cache_lock = PTHREAD_MUTEX_INITIALIZER;
-static coral_segment_t *huge_cache[HUGE_CACHE_SLOTS];
-static size_t huge_cache_bytes;
-
-static size_t huge_cache_limit(void) {
-    return (size_t)coral_option(CORAL_OPT_SEGMENT_CACHE) * CORAL_SEGMENT_SIZE;
-}
-
-static void huge_unmap(coral_segment_t *seg) {
-    coral_segment_map_set(seg, seg->size, false);
-    coral_stat_count(&coral_gstats.segments, -1);
-    coral_os_unmap(seg, seg->size);
-}
-
-static coral_segment_t *huge_resize(coral_segment_t *seg, size_t total);
-static void huge_init_header(coral_segment_t *seg, size_t size);
-static bool huge_cache_put(coral_segment_t *seg);
-
-/* A cached segment for a block of `total` bytes (header included), or NULL:
- * the smallest one that is big enough (its tail beyond 1.25x unmapped), else
- * the largest one, grown (mremap keeps its pages: only the growth faults).
- * Either way the pages a program already touched are reused. */
-static coral_segment_t *huge_cache_take(size_t total) {
-    if (__atomic_load_n(&huge_cache_bytes, __ATOMIC_RELAXED) == 0) return NULL;
-    pthread_mutex_lock(&huge_cache_lock);
-    int fit = -1, largest = -1;
-    for (int i = 0; i < HUGE_CACHE_SLOTS; i++) {
-        coral_segment_t *s = huge_cache[i];
-        if (s == NULL) continue;
-        if (s->size >= total && (fit < 0 || s->size < huge_cache[fit]->size)) fit = i;
-        if (largest < 0 || s->size > huge_cache[largest]->size) largest = i;
+/* The header of a huge segment of `size` bytes at seg whose block starts
+ * `offset` bytes in, from the pool (see coral_pool_take for `got`). Only
+ * pages[0] describes the block. A free reads the descriptor of the slice
+ * its pointer is in, and a huge segment's free checks that the pointer is
+ * the block's start: so only the start's slice must lead to pages[0]. The
+ * other descriptors keep slice_count 0 (zero, or free slices of an earlier
+ * segment), so that the chunk can serve as a normal segment later without
+ * clearing them, and no more header pages than needed are touched. */
+static void huge_init_header(coral_segment_t *seg, size_t size, size_t offset,
+                             const coral_pool_got_t *got) {
+    if (got->dirty != 0) {
+        coral_segment_header_reset(seg);
+        if (got->header) memset(&seg->pages[0], 0, sizeof seg->pages[0]);
+        else memset(seg->pages, 0, sizeof seg->pages); /* it may hold anything */
     }
-    int pick = fit >= 0 ? fit : largest;
-    coral_segment_t *seg = NULL;
-    if (pick >= 0) {
-        seg = huge_cache[pick];
-        huge_cache[pick] = NULL;
-        __atomic_store_n(&huge_cache_bytes, huge_cache_bytes - seg->size, __ATOMIC_RELAXED);
-    }
-    pthread_mutex_unlock(&huge_cache_lock);
-    if (seg == NULL || (seg->size >= total && seg->size - total <= total / 4)) return seg;
-    if (seg->size >= total) {
-        /* Much bigger: the part after the first 4 MiB boundary past the
-         * block becomes a cached huge segment of its own (its pages stay
-         * resident for the next request) when it spans 4 MiB at least. */
-        size_t split = align_up(total, CORAL_SEGMENT_SIZE);
-        if (seg->size >= split + CORAL_SEGMENT_SIZE) {
-            coral_segment_t *tail = (coral_segment_t *)(coral_segment_base(seg) + split);
-            huge_init_header(tail, seg->size - split);
-            atomic_store_explicit(&tail->dirty_slices, ~(uint64_t)0, memory_order_relaxed);
-            tail->pages[0].used = 0;
-            seg->size = split;
-            coral_segment_map_set(tail, tail->size, true); /* its first chunk: a start */
-            if (!huge_cache_put(tail)) huge_unmap(tail);
-            return seg;
-        }
-    }
-    coral_segment_t *resized = huge_resize(seg, total);
-    if (resized == NULL) huge_unmap(seg); /* could not grow: a fresh mapping then */
-    return resized;
-}
-
-/* Keep seg for reuse; false when it does not fit (the caller unmaps it). */
-static bool huge_cache_put(coral_segment_t *seg) {
-    if (seg->size > huge_cache_limit() / 2) return false;
-    seg->released_at_ms = coral_clock_ms();
-    coral_segment_t *evict[HUGE_CACHE_SLOTS];
-    int evicted = 0;
-    bool kept = false;
-    pthread_mutex_lock(&huge_cache_lock);
-    /* Make room: the oldest go first. */
-    while (huge_cache_bytes + seg->size > huge_cache_limit()) {
-        int oldest = -1;
-        for (int i = 0; i < HUGE_CACHE_SLOTS; i++)
-            if (huge_cache[i] && (oldest < 0 || huge_cache[i]->released_at_ms <
-                                                    huge_cache[oldest]->released_at_ms))
-                oldest = i;
-        evict[evicted++] = huge_cache[oldest];
-        __atomic_store_n(&huge_cache_bytes, huge_cache_bytes - huge_cache[oldest]->size,
-                         __ATOMIC_RELAXED);
-        huge_cache[oldest] = NULL;
-    }
-    for (int i = 0; i < HUGE_CACHE_SLOTS && !kept; i++) {
-        if (huge_cache[i] == NULL) {
-            huge_cache[i] = seg;
-            __atomic_store_n(&huge_cache_bytes, huge_cache_bytes + seg->size, __ATOMIC_RELAXED);
-            kept = true;
-        }
-    }
-    pthread_mutex_unlock(&huge_cache_lock);
-    for (int i = 0; i < evicted; i++) huge_unmap(evict[i]);
-    if (kept) coral_purger_notify();
-    return kept;
-}
-
-/* Purge cached huge segments older than the purge delay (all when force).
- * Returns when the next one is due, or 0 if none waits. */
-uint64_t coral_huge_cache_purge(uint64_t now, bool force) {
-    if (__atomic_load_n(&huge_cache_bytes, __ATOMIC_RELAXED) == 0) return 0;
-    uint64_t delay = (uint64_t)coral_option(CORAL_OPT_PURGE_DELAY_MS), next = 0;
-    pthread_mutex_lock(&huge_cache_lock);
-    for (int i = 0; i < HUGE_CACHE_SLOTS; i++) {
-        coral_segment_t *s = huge_cache[i];
-        if (s == NULL || atomic_load_explicit(&s->dirty_slices, memory_order_relaxed) == 0)
-            continue;
-        uint64_t due = s->released_at_ms + delay;
-        if (!force && due > now) {
-            if (next == 0 || due < next) next = due;
-            continue;
-        }
-        coral_os_purge(coral_segment_base(s) + CORAL_SLICE_SIZE, s->size - CORAL_SLICE_SIZE);
-        atomic_store_explicit(&s->dirty_slices, 0, memory_order_relaxed);
-    }
-    pthread_mutex_unlock(&huge_cache_lock);
-    return next;
-}
-
-void coral_huge_locks_prefork(void) { pthread_mutex_lock(&huge_cache_lock); }
-void coral_huge_locks_postfork(void) { pthread_mutex_unlock(&huge_cache_lock); }
-
-/* ---- huge blocks ------------------------------------------------------------------------- */
-
-/* The header of a huge segment of `size` bytes at seg (mapped). */
-static void huge_init_header(coral_segment_t *seg, size_t size) {
     seg->kind = CORAL_SEGMENT_HUGE;
     seg->size = size;
-    atomic_store_explicit(&seg->dirty_slices, 0, memory_order_relaxed);
-    atomic_store_explicit(&seg->thread_id, 0, memory_order_relaxed);
-    /* Every slice descriptor of the first 4 MiB leads to pages[0]. */
-    for (size_t i = 1; i < CORAL_SLICES_PER_SEGMENT; i++) coral_slice_mark_interior(&seg->pages[i], i);
-    __atomic_store_n(&seg->pages[0].flags, 0, __ATOMIC_RELAXED);
-    seg->pages[0].slice_offset = 0;
+    size_t start_slice = offset / CORAL_SLICE_SIZE;
+    if (start_slice < CORAL_SLICES_PER_SEGMENT)
+        coral_slice_mark_interior(&seg->pages[start_slice], start_slice);
     seg->pages[0].slice_count = 1;
     seg->pages[0].class_idx = CORAL_CLASS_LARGE;
-    coral_stat_gauge(&coral_gstats.segments, &coral_gstats.segments_peak, 1);
 }
 
-static coral_segment_t *huge_map_new(size_t total, size_t alignment) {
-    /* The block starts `offset` (>= the alignment) after the segment: align
-     * the segment to the alignment too when that is more than 4 MiB. */
-    size_t seg_align = alignment > CORAL_SEGMENT_SIZE ? alignment : CORAL_SEGMENT_SIZE;
-    coral_segment_t *seg = coral_os_map_aligned(total, seg_align);
+/* A mapping of `total` bytes (whole chunks) whose block, at `offset`, is
+ * aligned to `alignment`: from the pool, unless the alignment is above
+ * the 4 MiB every pooled region has. */
+static coral_segment_t *huge_segment_new(size_t total, size_t offset, size_t alignment,
+                                         coral_pool_got_t *got) {
+    coral_segment_t *seg;
+    if (alignment <= CORAL_SEGMENT_SIZE) {
+        seg = coral_pool_take(total, got);
+    } else {
+        /* The block starts `offset` (= the alignment) after the segment:
+         * align the segment to the alignment too. */
+        seg = coral_os_map_aligned(total, alignment);
+        got->dirty = 0;
+        got->fresh = true;
+        got->header = false;
+    }
     if (seg == NULL) return NULL;
-    huge_init_header(seg, total);
+    huge_init_header(seg, total, offset, got);
     coral_segment_map_set(seg, total, true);
-    if (coral_option(CORAL_OPT_POPULATE) == CORAL_POPULATE_ON)
-        coral_os_populate(coral_segment_base(seg) + CORAL_SLICE_SIZE, total - CORAL_SLICE_SIZE);
+    if (got->fresh && coral_option(CORAL_OPT_POPULATE) == CORAL_POPULATE_ON)
+        coral_os_populate(coral_segment_base(seg) + offset, total - offset);
+    coral_stat_gauge(&coral_gstats.segments, &coral_gstats.segments_peak, 1);
     return seg;
 }
 
@@ -233,26 +125,26 @@ void *coral_huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool z
         errno = ENOMEM;
         return NULL;
     }
-    size_t total = align_up(offset + size, CORAL_OS_PAGE_SIZE);
-    coral_segment_t *seg = offset == CORAL_SLICE_SIZE ? huge_cache_take(total) : NULL;
-    bool dirty = seg != NULL && atomic_load_explicit(&seg->dirty_slices, memory_order_relaxed) != 0;
-    if (seg == NULL) seg = huge_map_new(total, alignment);
+    /* The block ends at an OS page (coral_good_size); the mapping at a chunk. */
+    size_t end = align_up(offset + size, CORAL_OS_PAGE_SIZE);
+    size_t total = align_up(end, CORAL_SEGMENT_SIZE);
+    coral_pool_got_t got;
+    coral_segment_t *seg = huge_segment_new(total, offset, alignment, &got);
     if (seg == NULL) {
         errno = ENOMEM;
         return NULL;
     }
     coral_page_t *page = &seg->pages[0];
     page->start = coral_segment_base(seg) + offset;
-    /* A cached segment may be up to 1/4 bigger: the block still ends where
-     * coral_good_size says, the rest waits for a realloc. */
-    page->block_size = total - offset;
+    page->block_size = end - offset;
     page->used = page->capacity = page->reserved = 1;
-    atomic_store_explicit(&seg->dirty_slices, ~(uint64_t)0, memory_order_relaxed);
+    seg->huge_dirty = got.dirty > end ? got.dirty : end;
     coral_stat_count(&coral_gstats.huge_allocs, 1);
     coral_stat_count(&coral_gstats.huge_live, 1);
     coral_stat_count(&coral_gstats.huge_bytes, (int64_t)page->block_size);
     if (heap != NULL) coral_stat_inc(heap->stat_allocs[CORAL_CLASS_LARGE]);
-    if (zero && dirty) memset(page->start, 0, size);
+    if (zero && got.dirty > offset)
+        memset(page->start, 0, got.dirty - offset < size ? got.dirty - offset : size);
     /* A user heap keeps a list of its huge blocks, for coral_heap_destroy. */
     bool tracked = heap != NULL && !heap->is_default;
     atomic_store_explicit(&page->heap, tracked ? heap : NULL, memory_order_relaxed);
@@ -267,12 +159,14 @@ void *coral_huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool z
     return page->start;
 }
 
-/* The block is gone: the segment goes to the huge cache, or to the OS. */
+/* The block is gone: its chunks go to the pool. The header stays as it is
+ * (used == 0), so a second free of the block is reported. */
 void coral_huge_release(coral_segment_t *seg) {
     seg->pages[0].used = 0;
     coral_stat_count(&coral_gstats.huge_live, -1);
     coral_stat_count(&coral_gstats.huge_bytes, -(int64_t)seg->pages[0].block_size);
-    if (!huge_cache_put(seg)) huge_unmap(seg);
+    coral_stat_count(&coral_gstats.segments, -1);
+    coral_pool_put(seg, seg->size, seg->huge_dirty, true);
 }
 
 void coral_huge_free(coral_segment_t *seg) {
@@ -296,49 +190,86 @@ size_t coral_huge_usable(coral_segment_t *seg, const void *p) {
     return (size_t)(page->start + page->block_size - (const uint8_t *)p);
 }
 
-/* Resize a huge block: the pages move (mremap), the bytes are not copied.
- * The caller owns p, so no other thread looks the segment up meanwhile; the
- * map entries are cleared before the old range can be reused by anyone. */
-/* Resize a huge segment's mapping to `total` bytes, keeping its pages: a
- * shrink unmaps the tail, a growth extends in place or moves the pages
- * (mremap: no byte is copied). The caller owns the segment, so no other
- * thread looks it up meanwhile; its map entries are cleared before the old
- * range can be anybody else's. NULL (errno ENOMEM): unchanged. */
-static coral_segment_t *huge_resize(coral_segment_t *seg, size_t total) {
-    size_t old_total = seg->size;
-    if (total == old_total) return seg;
-    coral_segment_map_set(seg, old_total, false);
-    if (total < old_total) {
-        coral_os_unmap(coral_segment_base(seg) + total, old_total - total);
-    } else {
-        coral_segment_t *moved = coral_os_remap_aligned(seg, old_total, total, CORAL_SEGMENT_SIZE);
+void coral_huge_locks_prefork(void) { coral_pool_prefork(); }
+void coral_huge_locks_postfork(void) { coral_pool_postfork(); }
+
+/* ---- resizing huge blocks -------------------------------------------------------------
+ * The caller owns the block, so no other thread looks the segment up while
+ * it changes; map entries are cleared before a range can be anybody else's
+ * and set before the block is handed back. */
+
+/* Keep the first `total` bytes (whole chunks) of the mapping; the chunks
+ * after go to the pool (their pages stay for the next segment). */
+static void huge_shrink(coral_segment_t *seg, size_t total) {
+    uint8_t *tail = coral_segment_base(seg) + total;
+    size_t tail_size = seg->size - total;
+    coral_segment_map_set(tail, tail_size, false);
+    seg->size = total;
+    coral_pool_put(tail, tail_size, seg->huge_dirty > total ? seg->huge_dirty - total : 0, false);
+    if (seg->huge_dirty > total) seg->huge_dirty = total;
+}
+
+/* Move the first `old` bytes of seg's mapping onto `to` (whatever `to` held
+ * there is dropped). A user heap's list of huge blocks links the segment by
+ * address: it is relinked under the heap's lock, which a free of another of
+ * its blocks takes to unlink that one. */
+static coral_segment_t *huge_move(coral_segment_t *seg, coral_segment_t *to, size_t old) {
+    coral_heap_t *heap = atomic_load_explicit(&seg->pages[0].heap, memory_order_relaxed);
+    if (heap != NULL) pthread_mutex_lock(&heap->huge_lock);
+    coral_segment_map_set(seg, old, false);
+    coral_os_move(seg, to, old, true);
+    if (heap != NULL) {
+        if (to->prev) to->prev->next = to;
+        else heap->huge_blocks = to;
+        if (to->next) to->next->prev = to;
+        pthread_mutex_unlock(&heap->huge_lock);
+    }
+    return to;
+}
+
+/* Grow the mapping to `total` bytes (whole chunks), keeping its pages: into
+ * pooled chunks right after it, else fresh address space right after it,
+ * else at a new place (the pages move; the new part comes from the pool
+ * where it can). NULL (errno ENOMEM): unchanged. */
+static coral_segment_t *huge_grow(coral_segment_t *seg, size_t total) {
+    size_t old = seg->size, more = total - old;
+    uint8_t *end = coral_segment_base(seg) + old;
+    if (coral_pool_take_range(end, more)) {
+        seg->huge_dirty = total; /* the pooled pages' data is not known */
+    } else if (!coral_os_extend(end, more)) {
+        coral_pool_got_t got;
+        coral_segment_t *moved = coral_pool_take(total, &got);
         if (moved == NULL) {
-            coral_segment_map_set(seg, old_total, true);
             errno = ENOMEM;
             return NULL;
         }
-        seg = moved;
+        if (got.dirty > seg->huge_dirty) seg->huge_dirty = got.dirty;
+        seg = huge_move(seg, moved, old);
     }
     seg->size = total;
     coral_segment_map_set(seg, total, true);
     return seg;
 }
 
+/* Resize a huge block: its pages stay (or move), no byte is copied. */
 void *coral_huge_realloc(coral_segment_t *seg, void *p, size_t size) {
     size_t offset = (size_t)((uint8_t *)p - coral_segment_base(seg));
     if (size > CORAL_MAX_REQUEST - offset) {
         errno = ENOMEM;
         return NULL;
     }
-    size_t total = align_up(offset + size, CORAL_OS_PAGE_SIZE);
-    if (total > seg->size || total + seg->size / 4 < seg->size) {
-        /* Outside the mapping, or much smaller: resize it. */
-        seg = huge_resize(seg, total);
+    size_t end = align_up(offset + size, CORAL_OS_PAGE_SIZE);
+    size_t total = align_up(end, CORAL_SEGMENT_SIZE);
+    if (total > seg->size) {
+        seg = huge_grow(seg, total);
         if (seg == NULL) return NULL;
+    } else if (total < seg->size && end + seg->size / 4 < seg->size) {
+        huge_shrink(seg, total); /* much smaller: give chunks back */
     }
-    int64_t delta = (int64_t)(total - offset) - (int64_t)seg->pages[0].block_size;
+    int64_t delta = (int64_t)(end - offset) - (int64_t)seg->pages[0].block_size;
     coral_stat_count(&coral_gstats.huge_bytes, delta);
+    if (end > seg->huge_dirty) seg->huge_dirty = end;
     seg->pages[0].start = coral_segment_base(seg) + offset;
-    seg->pages[0].block_size = total - offset;
+    seg->pages[0].block_size = end - offset;
     return seg->pages[0].start;
 }

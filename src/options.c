@@ -32,7 +32,7 @@ static const option_desc_t option_descs[CORAL_OPT_COUNT] = {
                                   "milliseconds freed memory stays before it is returned to the OS",
                                   true},
     [CORAL_OPT_SEGMENT_CACHE] = {"SEGMENT_CACHE", 64, 0, 4096, false,
-                                 "empty segments (4 MiB each) kept mapped for reuse", true},
+                                 "freed segments and huge blocks kept mapped for reuse, in 4 MiB units", true},
     [CORAL_OPT_PURGE_THREAD] = {"PURGE_THREAD", 1, 0, 1, true,
                                 "purge from a background thread (else from allocating threads)",
                                 false},
@@ -69,12 +69,23 @@ static bool parse_int(const char *s, int64_t *out) {
     return true;
 }
 
+/* "CORALLOC_" + name, without snprintf: this runs in every process at
+ * start-up, and the formatting code is pages to fault in. */
+static void option_var_name(char *out, size_t cap, const char *name) {
+    static const char prefix[] = "CORALLOC_";
+    size_t n = sizeof prefix - 1, len = strlen(name);
+    if (n + len >= cap) len = cap - n - 1;
+    memcpy(out, prefix, n);
+    memcpy(out + n, name, len);
+    out[n + len] = '\0';
+}
+
 void coral_options_init(void) {
     for (int i = 0; i < CORAL_OPT_COUNT; i++) {
         const option_desc_t *d = &option_descs[i];
         coral_options[i] = d->value;
         char var[64];
-        snprintf(var, sizeof var, "CORALLOC_%s", d->name);
+        option_var_name(var, sizeof var, d->name);
         const char *s = getenv(var);
         if (s == NULL) continue;
         int64_t v;

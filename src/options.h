@@ -10,7 +10,7 @@ typedef enum coral_option_e {
     CORAL_OPT_VERBOSE,        /* print the options in force at start-up */
     CORAL_OPT_SHOW_STATS,     /* print statistics at exit */
     CORAL_OPT_PURGE_DELAY_MS, /* unused memory is returned after this delay */
-    CORAL_OPT_SEGMENT_CACHE,  /* empty segments kept mapped for reuse */
+    CORAL_OPT_SEGMENT_CACHE,  /* chunk pool size, in 4 MiB segments */
     CORAL_OPT_PURGE_THREAD,   /* purge from a background thread */
     CORAL_OPT_POPULATE,       /* prefault policy: CORAL_POPULATE_* */
     CORAL_OPT_HUGE_PAGES,     /* transparent huge pages for segments */

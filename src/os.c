@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdatomic.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -78,34 +79,45 @@ bool coral_os_purge(void *p, size_t size) {
     return true;
 }
 
-/* Resize a mapping, keeping its pages (not its bytes: no copy) and the
- * alignment. Grows in place when the addresses behind it are free, else
- * moves the pages to a fresh aligned reservation. NULL (errno ENOMEM) leaves
- * the old mapping as it was. */
-void *coral_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t alignment) {
-    if (os_should_fail()) {
-        errno = ENOMEM;
-        return NULL;
+/* Map [end, end + size) only if nothing is mapped there: a mapping that ends
+ * at `end` then grows in place (its pages stay; nothing moves). */
+bool coral_os_extend(void *end, size_t size) {
+    if (os_should_fail()) return false;
+    void *p = mmap(end, size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    coral_stat_os_call(CORAL_OS_MMAP, size);
+    if (p == MAP_FAILED) return false;
+    coral_stat_mapped(+(int64_t)size);
+    if (p == end) return true;
+    /* A kernel before 4.17 took the address as a hint only. */
+    coral_os_unmap(p, size);
+    return false;
+}
+
+/* One mremap of [src, src + size) onto dst; dst's own pages are dropped. */
+static bool os_move_once(uint8_t *src, uint8_t *dst, size_t size) {
+    coral_stat_os_call(CORAL_OS_REMAP, size);
+    if (mremap(src, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, dst) == MAP_FAILED) return false;
+    coral_stat_mapped(-(int64_t)size); /* the source range is gone */
+    return true;
+}
+
+/* Move the pages of [src, src + size) onto the mapped range at dst (page
+ * tables move: no byte is copied, nothing faults); the source range is
+ * unmapped afterwards. The kernel moves only within one mapping, and a range
+ * coralloc assembled from several moves is several mappings, split on 4 MiB
+ * boundaries (every mapping, move and unmap of segments is in whole 4 MiB
+ * chunks): then it goes chunk by chunk. A chunk that still does not move is
+ * copied when `keep` (its contents matter), else dropped (dst keeps zeros). */
+void coral_os_move(void *src, void *dst, size_t size, bool keep) {
+    uint8_t *s = src, *d = dst;
+    if (size == 0 || os_move_once(s, d, size)) return;
+    for (size_t off = 0; off < size; off += CORAL_SEGMENT_SIZE) {
+        size_t n = size - off < CORAL_SEGMENT_SIZE ? size - off : CORAL_SEGMENT_SIZE;
+        if (os_move_once(s + off, d + off, n)) continue;
+        if (keep) memcpy(d + off, s + off, n);
+        coral_os_unmap(s + off, n);
     }
-    coral_stat_os_call(CORAL_OS_REMAP, new_size);
-    void *q = mremap(p, old_size, new_size, 0);
-    if (q != MAP_FAILED) {
-        coral_stat_mapped((int64_t)new_size - (int64_t)old_size);
-        return q;
-    }
-    /* Reserve an aligned target, then move the pages onto it. */
-    void *target = coral_os_map_aligned(new_size, alignment);
-    if (target == NULL) return NULL;
-    coral_stat_os_call(CORAL_OS_REMAP, new_size);
-    q = mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
-    if (q == MAP_FAILED) {
-        coral_os_unmap(target, new_size);
-        errno = ENOMEM;
-        return NULL;
-    }
-    /* The target's own pages were replaced; the old range is gone. */
-    coral_stat_mapped(-(int64_t)old_size);
-    return q;
 }
 
 #ifndef MADV_POPULATE_WRITE

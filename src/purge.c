@@ -5,10 +5,16 @@
  * Who purges: a background thread (CORALLOC_PURGE_THREAD=1, the default),
  * so that memory goes back even when every thread of the program is idle;
  * or, without it, the allocating threads, every so often in their slow
- * paths. The thread is started on the first free that leaves memory to
- * purge (never at start-up: short-lived processes do not pay for it), from
- * the start of a malloc slow path where the allocator holds no lock. It
- * sleeps on a condition variable when nothing is pending.
+ * paths. The thread is started once PURGER_START_BACKLOG bytes or more wait
+ * to be purged (never at start-up, nor for a few pages: a small program does
+ * not pay for a thread, nor for the pages its start touches), at the next
+ * safe point (the start of a malloc slow path or the end of a free, where
+ * the allocator holds no lock). Below that, the allocating threads' slow
+ * paths purge. It sleeps on a condition variable when nothing is pending.
+ *
+ * The backlog is an estimate kept with relaxed atomic adds at segment-level
+ * events: bytes of free slices that may hold data (segment.c) and dirty
+ * bytes of pooled regions (pool.c), less what is reused or purged.
  *
  * Wake-up protocol: `pending` is set by whoever leaves something to purge
  * (coral_purger_notify); the thread clears it *before* each pass, and waits
@@ -32,12 +38,15 @@ static pthread_cond_t purger_cond = PTHREAD_COND_INITIALIZER;
 static _Atomic(int) purger_pending;
 static _Atomic(int) purger_state;
 static _Atomic(uint64_t) next_tick_ms; /* throttles purging from slow paths */
+static _Atomic(int64_t) purge_backlog;  /* bytes waiting to be purged (an estimate) */
 
-/* One purge pass over the caches, the segments and the orphan pages; returns when the next purge
- * is due (0: nothing pending). */
+#define PURGER_START_BACKLOG ((int64_t)1 << 20)
+
+/* One purge pass over the chunk pool, the segments and the orphan pages;
+ * returns when the next purge is due (0: nothing pending). */
 static uint64_t purge_pass(bool force) {
     uint64_t now = coral_clock_ms();
-    uint64_t due[] = {coral_huge_cache_purge(now, force), coral_segments_purge_due(now, force),
+    uint64_t due[] = {coral_pool_purge(now, force), coral_segments_purge_due(now, force),
                       coral_orphans_reclaim_due(now, force)};
     uint64_t next = 0;
     for (size_t i = 0; i < sizeof due / sizeof due[0]; i++)
@@ -72,15 +81,24 @@ static void *purger_main(void *arg) {
 void coral_purger_notify(void) {
     if (atomic_load_explicit(&purger_pending, memory_order_relaxed)) return;
     if (atomic_exchange_explicit(&purger_pending, 1, memory_order_seq_cst)) return;
-    int state = atomic_load_explicit(&purger_state, memory_order_acquire);
-    if (state == PURGER_RUNNING) {
+    if (atomic_load_explicit(&purger_state, memory_order_acquire) == PURGER_RUNNING) {
         pthread_mutex_lock(&purger_lock);
         pthread_cond_signal(&purger_cond);
         pthread_mutex_unlock(&purger_lock);
-    } else if (state == PURGER_OFF && coral_option(CORAL_OPT_PURGE_THREAD)) {
-        int off = PURGER_OFF;
-        atomic_compare_exchange_strong(&purger_state, &off, PURGER_WANTED);
     }
+}
+
+/* Bytes that may hold data were freed (bytes > 0), or reused or purged
+ * (bytes < 0). Enough waiting: the purge thread is wanted (started at the
+ * next safe point). */
+void coral_purge_backlog_add(int64_t bytes) {
+    int64_t now = atomic_fetch_add_explicit(&purge_backlog, bytes, memory_order_relaxed) + bytes;
+    if (bytes <= 0 || now < PURGER_START_BACKLOG) return;
+    if (atomic_load_explicit(&purger_state, memory_order_relaxed) != PURGER_OFF ||
+        !coral_option(CORAL_OPT_PURGE_THREAD))
+        return;
+    int off = PURGER_OFF;
+    atomic_compare_exchange_strong(&purger_state, &off, PURGER_WANTED);
 }
 
 /* Called at the start of malloc's slow path, where no allocator lock is

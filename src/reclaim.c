@@ -39,6 +39,12 @@ static pthread_mutex_t reclaim_lock = PTHREAD_MUTEX_INITIALIZER;
 void coral_orphans_lock(void) { pthread_mutex_lock(&orphans_lock); }
 void coral_orphans_unlock(void) { pthread_mutex_unlock(&orphans_lock); }
 
+static int64_t orphan_bytes(const coral_page_t *page) {
+    return (int64_t)((size_t)page->slice_count * CORAL_SLICE_SIZE);
+}
+
+/* Under the lock. An orphan's memory counts in the purge backlog (purge.c)
+ * while it is listed. */
 static void orphan_unlink(coral_page_t *page) {
     if (page->orphan_prev) page->orphan_prev->orphan_next = page->orphan_next;
     else orphans_first = page->orphan_next;
@@ -48,6 +54,7 @@ static void orphan_unlink(coral_page_t *page) {
     atomic_store_explicit(&page->orphan_listed, 0, memory_order_relaxed);
     atomic_store_explicit(&orphans_count, atomic_load_explicit(&orphans_count, memory_order_relaxed) - 1,
                           memory_order_relaxed);
+    coral_purge_backlog_add(-orphan_bytes(page));
 }
 
 /* Under the lock: list the page (the newest last). The caller wakes the
@@ -63,6 +70,7 @@ void coral_orphan_add(coral_page_t *page) {
     atomic_store_explicit(&page->orphan_listed, 1, memory_order_relaxed);
     atomic_store_explicit(&orphans_count, atomic_load_explicit(&orphans_count, memory_order_relaxed) + 1,
                           memory_order_relaxed);
+    coral_purge_backlog_add(orphan_bytes(page));
 }
 
 /* The page is its owner's again, or is being released: unlist it. The

@@ -1,13 +1,15 @@
-/* Segments: 4 MiB-aligned regions from the OS, cut into 64 KiB slices.
+/* Segments: 4 MiB-aligned regions from the chunk pool (pool.c), cut into
+ * 64 KiB slices.
  *
  * A thread owns the segments it allocates pages from (segment->thread_id,
  * tld->segments). Spans of slices become pages; a segment whose last page is
- * freed goes to the global segment cache, where it is purged (its pages given
- * back to the OS) after the purge delay, and unmapped when the cache is full.
- * A thread that exits abandons its segments that still hold live blocks; any
- * thread that needs a page adopts them (their live blocks stay valid, their
- * free ones are reused). The two global lists (cache, abandoned) each have a
- * mutex, taken only on these segment-level events, never per block.
+ * freed goes back to the pool, where it is purged (its pages given back to
+ * the OS) after the purge delay unless some segment, normal or huge, reuses
+ * it first. A thread that exits abandons its segments that still hold live
+ * blocks; any thread that needs a page adopts them (their live blocks stay
+ * valid, their free ones are reused). The global lists (abandoned, registry)
+ * each have a mutex, taken only on these segment-level events, never per
+ * block.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -25,7 +27,6 @@ typedef struct segment_list_s {
     _Atomic(size_t) count; /* changed under lock; read without it as a hint */
 } segment_list_t;
 
-static segment_list_t segment_cache = {PTHREAD_MUTEX_INITIALIZER, NULL, NULL, 0};
 static segment_list_t segment_abandoned = {PTHREAD_MUTEX_INITIALIZER, NULL, NULL, 0};
 
 /* ---- the segment map ------------------------------------------------------ */
@@ -97,6 +98,11 @@ void coral_segment_registry_remove(coral_segment_t *seg) {
 
 /* ---- purging free slices ------------------------------------------------------------ */
 
+/* Free slices that may hold data count in the purge backlog (purge.c). */
+static void backlog_add_slices(uint64_t slices, int sign) {
+    coral_purge_backlog_add(sign * (int64_t)__builtin_popcountll(slices) * (int64_t)CORAL_SLICE_SIZE);
+}
+
 static bool span_trylock(coral_segment_t *seg) {
     return atomic_exchange_explicit(&seg->span_lock, 1, memory_order_acquire) == 0;
 }
@@ -128,6 +134,7 @@ static void segment_purge_free(coral_segment_t *seg) {
         left &= ~(n >= 64 ? ~(uint64_t)0 : ((((uint64_t)1 << n) - 1) << first));
     }
     atomic_store_explicit(&seg->dirty_slices, dirty & ~purge, memory_order_relaxed);
+    backlog_add_slices(purge, -1);
 }
 
 /* Purge every registered segment whose purge is due (all that have free
@@ -154,74 +161,81 @@ uint64_t coral_segments_purge_due(uint64_t now, bool force) {
     return next;
 }
 
-/* ---- the segment cache ------------------------------------------------------ */
-
-static void segment_unmap(coral_segment_t *seg) {
-    size_t size = seg->size;
-    coral_segment_registry_remove(seg);
-    coral_segment_map_set(seg, size, false);
-    coral_stat_count(&coral_gstats.segments, -1);
-    coral_os_unmap(seg, size);
-}
-
-static void segment_cache_put(coral_segment_t *seg) {
-    atomic_store_explicit(&seg->thread_id, 0, memory_order_release);
-    seg->tld = NULL;
-    coral_segment_t *evict = NULL;
-    pthread_mutex_lock(&segment_cache.lock);
-    list_push_front(&segment_cache.first, &segment_cache.last, seg);
-    size_t count = atomic_fetch_add_explicit(&segment_cache.count, 1, memory_order_relaxed) + 1;
-    if ((int64_t)count > coral_option(CORAL_OPT_SEGMENT_CACHE)) {
-        evict = segment_cache.last;
-        list_remove(&segment_cache.first, &segment_cache.last, evict);
-        atomic_fetch_sub_explicit(&segment_cache.count, 1, memory_order_relaxed);
-    }
-    pthread_mutex_unlock(&segment_cache.lock);
-    if (evict) segment_unmap(evict);
-}
-
-static coral_segment_t *segment_cache_take(void) {
-    if (atomic_load_explicit(&segment_cache.count, memory_order_relaxed) == 0)
-        return NULL;
-    pthread_mutex_lock(&segment_cache.lock);
-    coral_segment_t *seg = segment_cache.first; /* the most recent: least likely purged */
-    if (seg) {
-        list_remove(&segment_cache.first, &segment_cache.last, seg);
-        atomic_fetch_sub_explicit(&segment_cache.count, 1, memory_order_relaxed);
-    }
-    pthread_mutex_unlock(&segment_cache.lock);
-    return seg;
-}
-
 /* ---- acquiring and releasing segments ------------------------------------- */
+
+static uint64_t slice_mask(size_t first, size_t n);
+
+/* The header fields of a segment taken from the pool, before the caller
+ * sets its kind and size (the descriptors are the caller's business). */
+void coral_segment_header_reset(coral_segment_t *seg) {
+    atomic_store_explicit(&seg->thread_id, 0, memory_order_relaxed);
+    seg->kind = 0;
+    seg->used_pages = 0;
+    seg->size = 0;
+    atomic_store_explicit(&seg->used_slices, 0, memory_order_relaxed);
+    atomic_store_explicit(&seg->dirty_slices, 0, memory_order_relaxed);
+    atomic_store_explicit(&seg->span_lock, 0, memory_order_relaxed);
+    atomic_store_explicit(&seg->purge_due_ms, 0, memory_order_relaxed);
+    seg->tld = NULL;
+    seg->next = seg->prev = NULL;
+    seg->all_next = seg->all_prev = NULL;
+    seg->huge_dirty = 0;
+}
 
 /* CORALLOC_HUGE_PAGES advises huge pages from the segment that makes the
  * process hold more than 16 MiB of segments (see segment_map_new). */
 #define HUGE_PAGES_FROM_SEGMENTS 4
 
+/* A segment from the pool: its header is set up, its slices known dirty
+ * where the pool says they may hold data. */
 static coral_segment_t *segment_map_new(void) {
-    coral_segment_t *seg = coral_os_map_aligned(CORAL_SEGMENT_SIZE, CORAL_SEGMENT_SIZE);
+    coral_pool_got_t got;
+    coral_segment_t *seg = coral_pool_take(CORAL_SEGMENT_SIZE, &got);
     if (seg == NULL) return NULL;
     _Static_assert(sizeof(coral_segment_t) <= CORAL_SLICE_SIZE, "segment header fits slice 0");
+    /* A fresh one reads as zero; a freed segment's descriptors are all free
+     * (pages[0], never a page here, may describe a huge block: cleared). */
+    if (got.dirty != 0 && !got.header) memset(seg->pages, 0, sizeof seg->pages);
+    else if (got.dirty != 0) memset(&seg->pages[0], 0, sizeof seg->pages[0]);
+    coral_segment_header_reset(seg);
     /* kind and size never change while the segment is mapped: other
      * threads read them without synchronisation. */
     seg->kind = CORAL_SEGMENT_NORMAL;
     seg->size = CORAL_SEGMENT_SIZE;
+    size_t dirty = (got.dirty + CORAL_SLICE_SIZE - 1) / CORAL_SLICE_SIZE;
     atomic_store_explicit(&seg->used_slices, 1, memory_order_relaxed);
-    atomic_store_explicit(&seg->dirty_slices, 1, memory_order_relaxed); /* the header */
+    atomic_store_explicit(&seg->dirty_slices, 1 | slice_mask(0, dirty), /* the header too */
+                          memory_order_relaxed);
+    backlog_add_slices(slice_mask(0, dirty) & ~(uint64_t)1, +1); /* the pool no longer counts them */
     coral_segment_registry_add(seg);
     coral_segment_map_set(seg, CORAL_SEGMENT_SIZE, true);
-    /* Huge pages first: a populate afterwards then faults in 2 MiB pages.
-     * Only once the process has this many segments: a small program keeps
-     * its 4 KiB pages, whose RSS a 2 MiB page would multiply. */
-    if (coral_option(CORAL_OPT_HUGE_PAGES) &&
-        atomic_load_explicit(&coral_gstats.segments, memory_order_relaxed) >= HUGE_PAGES_FROM_SEGMENTS)
-        coral_os_advise_hugepage(seg, CORAL_SEGMENT_SIZE);
-    if (coral_option(CORAL_OPT_POPULATE) == CORAL_POPULATE_ON)
-        coral_os_populate(coral_segment_base(seg) + CORAL_SLICE_SIZE,
-                          CORAL_SEGMENT_SIZE - CORAL_SLICE_SIZE);
+    if (got.fresh) {
+        /* Huge pages first: a populate afterwards then faults in 2 MiB pages.
+         * Only once the process has this many segments: a small program
+         * keeps its 4 KiB pages, whose RSS a 2 MiB page would multiply. */
+        if (coral_option(CORAL_OPT_HUGE_PAGES) &&
+            atomic_load_explicit(&coral_gstats.segments, memory_order_relaxed) >=
+                HUGE_PAGES_FROM_SEGMENTS)
+            coral_os_advise_hugepage(seg, CORAL_SEGMENT_SIZE);
+        if (coral_option(CORAL_OPT_POPULATE) == CORAL_POPULATE_ON)
+            coral_os_populate(coral_segment_base(seg) + CORAL_SLICE_SIZE,
+                              CORAL_SEGMENT_SIZE - CORAL_SLICE_SIZE);
+    }
     coral_stat_gauge(&coral_gstats.segments, &coral_gstats.segments_peak, 1);
     return seg;
+}
+
+/* An empty segment leaves its owner (and the purger's registry) for the
+ * pool, which knows how far its slices may hold data. */
+static void segment_to_pool(coral_segment_t *seg) {
+    atomic_store_explicit(&seg->thread_id, 0, memory_order_release);
+    seg->tld = NULL;
+    coral_segment_registry_remove(seg); /* waits out a purge of it in progress */
+    uint64_t dirty = atomic_load_explicit(&seg->dirty_slices, memory_order_relaxed);
+    size_t dirty_end = (size_t)(64 - __builtin_clzll(dirty | 1)) * CORAL_SLICE_SIZE;
+    backlog_add_slices(dirty & ~(uint64_t)1, -1); /* the pool counts them now */
+    coral_stat_count(&coral_gstats.segments, -1);
+    coral_pool_put(seg, CORAL_SEGMENT_SIZE, dirty_end, true);
 }
 
 static void segment_own(coral_segment_t *seg, coral_tld_t *tld) {
@@ -230,20 +244,19 @@ static void segment_own(coral_segment_t *seg, coral_tld_t *tld) {
     list_push_front(&tld->segments, NULL, seg);
 }
 
-/* An empty segment for tld: from the cache, else from the OS. */
+/* An empty segment for tld. */
 static coral_segment_t *segment_acquire_empty(coral_tld_t *tld) {
-    coral_segment_t *seg = segment_cache_take();
-    if (seg == NULL) seg = segment_map_new();
+    coral_segment_t *seg = segment_map_new();
     if (seg == NULL) return NULL;
     seg->used_pages = 0; /* used_slices is 1: the header only */
     segment_own(seg, tld);
     return seg;
 }
 
-/* The segment has no page in use any more: off to the cache. */
+/* The segment has no page in use any more: off to the pool. */
 static void segment_release(coral_segment_t *seg) {
     list_remove(&seg->tld->segments, NULL, seg);
-    segment_cache_put(seg);
+    segment_to_pool(seg);
 }
 
 /* ---- spans of slices --------------------------------------------------------- */
@@ -278,6 +291,7 @@ static coral_page_t *segment_take_span(coral_segment_t *seg, size_t first, size_
     uint64_t used = atomic_load_explicit(&seg->used_slices, memory_order_relaxed);
     uint64_t dirty = atomic_load_explicit(&seg->dirty_slices, memory_order_relaxed);
     page->is_fresh = (dirty & mask) == 0;
+    backlog_add_slices(dirty & mask, -1);
     atomic_store_explicit(&seg->used_slices, used | mask, memory_order_relaxed);
     atomic_store_explicit(&seg->dirty_slices, dirty | mask, memory_order_relaxed);
     seg->used_pages++;
@@ -321,8 +335,8 @@ coral_page_t *coral_segment_page_alloc(coral_heap_t *heap, size_t n) {
     }
     coral_segment_t *seg = segment_acquire_empty(tld);
     if (seg == NULL) return NULL;
-    /* A segment just out of the cache may be under the purger's hand for
-     * the time of one madvise. */
+    /* The purger may already see the new segment (it is registered), but
+     * finds nothing to purge in it: the lock is free or soon free. */
     while (!span_trylock(seg)) __builtin_ia32_pause();
     page = segment_take_span(seg, 1, n);
     span_unlock(seg);
@@ -341,6 +355,7 @@ void coral_segment_page_free(coral_page_t *page) {
     atomic_store_explicit(&seg->used_slices, used & ~slice_mask(first, page->slice_count),
                           memory_order_relaxed);
     coral_stat_count(&coral_gstats.span_bytes, -(int64_t)(page->slice_count * CORAL_SLICE_SIZE));
+    backlog_add_slices(slice_mask(first, page->slice_count), +1);
     page->slice_count = 0;
     page->block_size = 0;
     /* Marked before the release: after it the segment may be someone else's. */
@@ -364,7 +379,7 @@ void coral_segments_abandon(coral_tld_t *tld) {
         coral_segment_t *next = seg->next;
         list_remove(&tld->segments, NULL, seg);
         if (seg->used_pages == 0) {
-            segment_cache_put(seg);
+            segment_to_pool(seg);
         } else {
             seg->tld = NULL;
             atomic_store_explicit(&seg->thread_id, 0, memory_order_release);
@@ -422,13 +437,11 @@ void coral_segments_adopt_all(coral_heap_t *heap) {
 /* Holding the registry lock also means the purger holds no span lock. */
 void coral_segment_locks_prefork(void) {
     pthread_mutex_lock(&segment_abandoned.lock);
-    pthread_mutex_lock(&segment_cache.lock);
     pthread_mutex_lock(&registry_lock);
 }
 
 void coral_segment_locks_postfork(void) {
     pthread_mutex_unlock(&registry_lock);
-    pthread_mutex_unlock(&segment_cache.lock);
     pthread_mutex_unlock(&segment_abandoned.lock);
 }
 
@@ -443,6 +456,7 @@ bool coral_segment_span_resize(coral_page_t *page, size_t slices) {
         atomic_store_explicit(&seg->used_slices, used & ~slice_mask(first + slices, now - slices),
                               memory_order_relaxed);
         coral_stat_count(&coral_gstats.span_bytes, -(int64_t)((now - slices) * CORAL_SLICE_SIZE));
+        backlog_add_slices(slice_mask(first + slices, now - slices), +1);
         page->slice_count = (uint32_t)slices;
         coral_segment_mark_purgeable(seg);
         return true;
@@ -455,6 +469,7 @@ bool coral_segment_span_resize(coral_page_t *page, size_t slices) {
     atomic_store_explicit(&seg->used_slices, used | grow, memory_order_relaxed);
     atomic_store_explicit(&seg->dirty_slices, dirty | grow, memory_order_relaxed);
     span_unlock(seg);
+    backlog_add_slices(dirty & grow, -1);
     coral_stat_gauge(&coral_gstats.span_bytes, &coral_gstats.span_bytes_peak,
                      (int64_t)((slices - now) * CORAL_SLICE_SIZE));
     page->slice_count = (uint32_t)slices;

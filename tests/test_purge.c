@@ -3,6 +3,11 @@
  *   - within the purge delay plus a bounded time, with no call from the
  *     program (the background purge thread; CORALLOC_PURGE_DELAY_MS=100);
  *   - at once on coral_collect(1), with the purge thread off.
+ * The purge thread starts only once 1 MiB or more waits to be purged.
+ * Until it is purged, freed memory is reused by any later segment (the
+ * chunk pool): a freed huge block's pages serve normal segments, several
+ * freed huge blocks' pages are moved under one bigger block, and a huge
+ * block grows in place into pooled chunks right after it.
  * And CORALLOC_HUGE_PAGES=1 leaves a small program's segments alone.
  * Each case runs in a child process with its options in the environment.
  * RSS figures are only meaningful without a sanitizer: release only. */
@@ -19,6 +24,7 @@
 #include "stats_json.h"
 #include "testutil.h"
 
+#define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
 
 enum { SMALL = 1 << 20, LARGE = 96, HUGE = 8 };
@@ -93,6 +99,119 @@ static int child_collect(void) {
     return 0;
 }
 
+/* ---- the purge thread starts once enough waits -------------------------------------------- */
+
+static int threads_now(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    CHECK_NOT_NULL(f);
+    char line[256];
+    int threads = -1;
+    while (fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, "Threads: %d", &threads) == 1) break;
+    fclose(f);
+    CHECK_GT(threads, 0);
+    return threads;
+}
+
+static void *touched(size_t size) {
+    void *p = coral_malloc(size);
+    CHECK_NOT_NULL(p);
+    memset(p, 5, size);
+    return p;
+}
+
+static int child_thread_start(void) {
+    coral_free(coral_malloc(1));
+    CHECK_EQ(threads_now(), 1);
+    /* A 640 KiB large block freed: too little to start a thread for. */
+    coral_free(touched(640 * KiB));
+    coral_free(coral_malloc(100));
+    CHECK_EQ(threads_now(), 1);
+    /* Two more (one reuses the first's slices): 1.25 MiB waits, and the
+     * thread starts at the end of the free that got there. */
+    void *a = touched(640 * KiB), *b = touched(640 * KiB);
+    coral_free(a);
+    CHECK_EQ(threads_now(), 1);
+    coral_free(b);
+    CHECK_EQ(threads_now(), 2);
+    printf("purge thread: not started for 640 KiB, started at 1.25 MiB\n");
+    return 0;
+}
+
+/* ---- the chunk pool ------------------------------------------------------------------------- */
+
+/* A freed huge block's chunks (and resident pages) become normal segments. */
+static int child_pool_kinds(void) {
+    coral_free(coral_malloc(1));
+    coral_free(touched(64 * MiB));
+    size_t rss0 = rss_mib();
+    long long maps0 = stats_os_calls("mmap");
+    enum { N = 48 };
+    static void *large[N]; /* 1 MiB each: 16 segments of 3 */
+    for (size_t i = 0; i < N; i++) large[i] = touched(MiB);
+    size_t rss1 = rss_mib();
+    printf("pool: 48 MiB of large blocks after a 64 MiB huge one: RSS %zu -> %zu MiB, %lld mmaps\n",
+           rss0, rss1, stats_os_calls("mmap") - maps0);
+    CHECK_EQ(stats_os_calls("mmap"), maps0); /* no segment was mapped anew */
+    CHECK_LE(rss1, rss0 + 4);          /* nor faulted in */
+    for (size_t i = 0; i < N; i++) coral_free(large[i]);
+    return 0;
+}
+
+/* Freed huge blocks, apart from each other, are moved under a bigger one:
+ * it reads as zero from calloc, its pages are theirs (RSS hardly grows),
+ * and it keeps its contents when it grows (moved again: now its range is
+ * several mappings, which the kernel moves one at a time). */
+static int child_pool_gather(void) {
+    coral_free(coral_malloc(1));
+    void *keep[4], *gone[4];
+    for (size_t i = 0; i < 4; i++) {
+        gone[i] = touched(8 * MiB);
+        keep[i] = touched(8 * MiB); /* so that no two freed ones are adjacent */
+    }
+    for (size_t i = 0; i < 4; i++) coral_free(gone[i]);
+    size_t rss0 = rss_mib();
+    long long remaps0 = stats_os_calls("mremap");
+    size_t size = 30 * MiB;
+    unsigned char *big = coral_calloc(1, size);
+    CHECK_NOT_NULL(big);
+    for (size_t i = 0; i < size; i++) CHECK_EQ(big[i], 0);
+    fill_pattern(big, size, 11);
+    size_t rss1 = rss_mib();
+    printf("pool: a 30 MiB block over four freed 8 MiB ones: RSS %zu -> %zu MiB, %lld mremaps\n",
+           rss0, rss1, stats_os_calls("mremap") - remaps0);
+    /* Each freed block gives its resident chunks; only their partly
+     * touched last chunks fault (a fresh block would fault 30 MiB). */
+    CHECK_LE(rss1, rss0 + 12);
+    CHECK_GT(stats_os_calls("mremap"), remaps0);
+    big = coral_realloc(big, 100 * MiB);
+    CHECK_NOT_NULL(big);
+    CHECK_EQ(pattern_mismatch(big, size, 11), (size_t)-1);
+    coral_free(big);
+    for (size_t i = 0; i < 4; i++) coral_free(keep[i]);
+    return 0;
+}
+
+/* A huge block takes the front of a freed bigger one; it grows in place
+ * into the rest, with no system call. */
+static int child_pool_grow(void) {
+    coral_free(coral_malloc(1));
+    coral_free(touched(24 * MiB)); /* 7 chunks in the pool */
+    void *p = touched(8 * MiB);    /* their first 3 */
+    fill_pattern(p, 8 * MiB, 3);
+    long long maps0 = stats_os_calls("mmap"), remaps0 = stats_os_calls("mremap");
+    void *q = coral_realloc(p, 20 * MiB); /* 6 chunks */
+    CHECK(q == p);
+    CHECK_EQ(stats_os_calls("mmap"), maps0);
+    CHECK_EQ(stats_os_calls("mremap"), remaps0);
+    CHECK_EQ(pattern_mismatch(q, 8 * MiB, 3), (size_t)-1);
+    CHECK_GE(coral_malloc_usable_size(q), 20 * MiB);
+    memset(q, 6, 20 * MiB);
+    coral_free(q);
+    printf("pool: a huge block grew in place into pooled chunks after it\n");
+    return 0;
+}
+
 /* CORALLOC_HUGE_PAGES=1: a small program gets no huge page advice; once it
  * holds more than 16 MiB of segments, each new segment does. */
 static int child_hugepages(void) {
@@ -115,11 +234,21 @@ int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "background") == 0) return child_background();
     if (argc == 2 && strcmp(argv[1], "collect") == 0) return child_collect();
     if (argc == 2 && strcmp(argv[1], "hugepages") == 0) return child_hugepages();
+    if (argc == 2 && strcmp(argv[1], "thread-start") == 0) return child_thread_start();
+    if (argc == 2 && strcmp(argv[1], "pool-kinds") == 0) return child_pool_kinds();
+    if (argc == 2 && strcmp(argv[1], "pool-gather") == 0) return child_pool_gather();
+    if (argc == 2 && strcmp(argv[1], "pool-grow") == 0) return child_pool_grow();
     static const char *const bg[] = {"CORALLOC_PURGE_DELAY_MS=100", NULL};
     static const char *const co[] = {"CORALLOC_PURGE_DELAY_MS=3600000",
                                      "CORALLOC_PURGE_THREAD=0", NULL};
+    static const char *const held[] = {"CORALLOC_PURGE_DELAY_MS=3600000", NULL};
+    static const char *const none[] = {NULL};
     run_child("background", bg);
     run_child("collect", co);
+    run_child("thread-start", none);
+    run_child("pool-kinds", held);
+    run_child("pool-gather", held);
+    run_child("pool-grow", held);
     static const char *const hp[] = {"CORALLOC_HUGE_PAGES=1", NULL};
     run_child("hugepages", hp);
     return 0;

@@ -127,6 +127,8 @@ static size_t class_page_slices(size_t block_size) {
     return slices > 16 ? 16 : slices;
 }
 
+/* A new page of class cls, first in its queue, with every block still to
+ * carve (nothing on its free list yet). */
 static coral_page_t *page_new(coral_heap_t *heap, unsigned cls) {
     size_t block_size = coral_class_size(cls);
     coral_page_t *page = coral_segment_page_alloc(heap, class_page_slices(block_size));
@@ -140,15 +142,19 @@ static coral_page_t *page_new(coral_heap_t *heap, unsigned cls) {
         coral_option(CORAL_OPT_POPULATE) == CORAL_POPULATE_ADAPTIVE && class_is_filling(heap, cls))
         coral_os_populate(page->start, (size_t)page->slice_count * CORAL_SLICE_SIZE);
     coral_page_init(heap, page, cls, block_size);
-    coral_page_extend(page);
     coral_queue_push_front(heap, cls, page);
     return page;
 }
 
-/* The first page of class cls with a free block, made first in its queue
- * (so direct[] points at it). Pages found full on the way move to the full
- * queue: each page is passed over at most once before it has space again. */
-coral_page_t *coral_heap_find_page(coral_heap_t *heap, unsigned cls) {
+static bool page_has_room(const coral_page_t *page) {
+    return page->free != NULL || page->capacity < page->reserved;
+}
+
+/* The first page of class cls with a free block or blocks still to carve,
+ * made first in its queue (so direct[] points at it). Pages found full on
+ * the way move to the full queue: each page is passed over at most once
+ * before it has space again. */
+coral_page_t *coral_heap_find_room(coral_heap_t *heap, unsigned cls) {
     coral_page_queue_t *queue = &heap->queues[cls];
     coral_page_t *page = queue->first;
     while (page != NULL) {
@@ -157,11 +163,7 @@ coral_page_t *coral_heap_find_page(coral_heap_t *heap, unsigned cls) {
         if (coral_unlikely(page->used > page->reserved))
             coral_fatal("double free detected in a page of %zu-byte blocks at %p",
                         page->block_size, (void *)page->start);
-        if (page->free != NULL) break;
-        if (page->capacity < page->reserved) {
-            coral_page_extend(page);
-            break;
-        }
+        if (page_has_room(page)) break;
         if (!page_try_full(heap, page)) break;
         page = next;
     }
@@ -170,6 +172,14 @@ coral_page_t *coral_heap_find_page(coral_heap_t *heap, unsigned cls) {
         coral_queue_remove(heap, cls, page);
         coral_queue_push_front(heap, cls, page);
     }
+    return page;
+}
+
+/* The first page of class cls with a free block on its free list (carved
+ * now if need be), made first in its queue. */
+coral_page_t *coral_heap_find_page(coral_heap_t *heap, unsigned cls) {
+    coral_page_t *page = coral_heap_find_room(heap, cls);
+    if (page != NULL && page->free == NULL) coral_page_extend(page);
     return page;
 }
 

@@ -287,6 +287,7 @@ void coral_segment_locks_postfork(void);
 /* page.c */
 void coral_page_init(coral_heap_t *heap, coral_page_t *page, unsigned cls, size_t block_size);
 void coral_page_extend(coral_page_t *page);
+void coral_page_reset_empty(coral_page_t *page);
 void coral_page_collect(coral_page_t *page);
 bool coral_page_thread_free_collect(coral_page_t *page);
 void coral_page_set_delay(coral_page_t *page, uintptr_t state, bool override_never);
@@ -300,6 +301,7 @@ void coral_queue_remove(coral_heap_t *heap, unsigned q, coral_page_t *page);
 void coral_page_unfull(coral_page_t *page);
 void coral_page_retire(coral_page_t *page);
 void coral_page_release(coral_page_t *page);
+coral_page_t *coral_heap_find_room(coral_heap_t *heap, unsigned cls);
 coral_page_t *coral_heap_find_page(coral_heap_t *heap, unsigned cls);
 void coral_heap_delayed_free_collect(coral_heap_t *heap);
 void coral_heap_collect(coral_heap_t *heap, bool release_empty);
@@ -312,6 +314,8 @@ void coral_heap_after_fork_child(coral_heap_t *heap);
 
 /* alloc.c: the slow paths of alloc.h */
 void *coral_malloc_generic(size_t size, coral_heap_t *heap, bool zero);
+void *coral_malloc_refill(size_t size, coral_heap_t *heap, bool zero);
+void coral_periodic_work(coral_heap_t *heap);
 void coral_free_slow(void *p);
 void *coral_malloc_aligned_in(coral_heap_t *heap, size_t size, size_t alignment, bool zero);
 

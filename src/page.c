@@ -62,6 +62,19 @@ void coral_page_extend(coral_page_t *page) {
     page->free_is_zero = page->is_fresh;
 }
 
+/* Owner: every block of the page is free again (used is 0, so no block is
+ * on thread_free or on its way there: each of those still counts in used).
+ * Forget the free lists and carve the blocks again from the first: they
+ * are then handed out by address, no list to walk. The span is no longer
+ * fresh: blocks carved again are not zero. */
+void coral_page_reset_empty(coral_page_t *page) {
+    page->free = NULL;
+    page->local_free = NULL;
+    page->capacity = 0;
+    page->free_is_zero = 0;
+    page->is_fresh = 0;
+}
+
 /* Owner: take the remote-freed blocks onto local_free. */
 bool coral_page_thread_free_collect(coral_page_t *page) {
     uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);

@@ -48,8 +48,9 @@ CORAL_API size_t coral_good_size(size_t size);
 
 /* ---- bulk ------------------------------------------------------------------
  * coral_malloc_bulk: up to n blocks of `size` bytes into out[0..n-1], taken a
- * whole free list at a time. Returns how many it gave: n, unless memory ran
- * out (then errno is ENOMEM and the blocks given are valid).
+ * page at a time (its free blocks, then new ones carved by address). Returns
+ * how many it gave: n, unless memory ran out (then errno is ENOMEM and the
+ * blocks given are valid).
  * coral_free_bulk: frees n blocks of any sizes, from any threads' heaps
  * (NULL entries are skipped), touching each page's list once per group of
  * its blocks. */

@@ -19,32 +19,61 @@ static void *enomem(void) {
     return NULL;
 }
 
-static void periodic_work(coral_heap_t *heap) {
+/* Work done now and then on the slow paths: start the purge thread when
+ * it is wanted, and purge from this thread every 256th time. */
+void coral_periodic_work(coral_heap_t *heap) {
     coral_purger_start_if_wanted();
     if ((++heap->heartbeat & 255) == 0) coral_purge_tick();
 }
 
-void *coral_malloc_generic(size_t size, coral_heap_t *heap, bool zero) {
-    if (coral_unlikely(heap == &coral_heap_empty)) {
-        heap = coral_thread_init();
-        if (heap == NULL) return enomem();
-    }
-    if (size > CORAL_CLASS_MAX_SIZE) return coral_malloc_large(heap, size, 0, zero);
-    periodic_work(heap);
-    coral_heap_delayed_pages_collect(heap);
-    unsigned cls = coral_size_class(size);
-    coral_page_t *page = heap->queues[cls].first;
-    if (page == NULL || page->free == NULL) page = coral_heap_find_page(heap, cls);
-    if (page == NULL) return enomem();
+/* A block off page's free list (it has one), for a request of size bytes
+ * of class cls; zero: cleared. */
+CORAL_INLINE void *page_pop(coral_heap_t *heap, coral_page_t *page, unsigned cls, size_t size,
+                            bool zero) {
     coral_block_t *block = page->free;
     page->free = block->next;
     page->used++;
+    (void)heap; /* both read by the statistics only, when compiled in */
+    (void)cls;
     coral_stat_inc(heap->stat_allocs[cls]);
     if (zero) {
-        if (page->free_is_zero) block->next = NULL;
-        else memset(block, 0, size);
+        if (!page->free_is_zero) return memset(block, 0, size);
+        block->next = NULL;
     }
     return block;
+}
+
+/* A thread's first allocation: set it up. */
+static CORAL_NOINLINE void *malloc_first(size_t size, bool zero) {
+    coral_heap_t *heap = coral_thread_init();
+    if (heap == NULL) return enomem();
+    return coral_malloc_generic(size, heap, zero);
+}
+
+/* The first page of the class of size (at most CORAL_CLASS_MAX_SIZE) has no
+ * free block, or the thread is not set up yet: the slow path's periodic
+ * work and other threads' frees, then the next page with a free block. */
+void *coral_malloc_refill(size_t size, coral_heap_t *heap, bool zero) {
+    if (coral_unlikely(heap == &coral_heap_empty)) return malloc_first(size, zero);
+    unsigned cls = coral_size_class(size);
+    coral_periodic_work(heap);
+    coral_heap_delayed_pages_collect(heap);
+    coral_page_t *page = coral_heap_find_page(heap, cls);
+    if (page == NULL) return enomem();
+    return page_pop(heap, page, cls, size, zero);
+}
+
+/* The other sizes: above CORAL_DIRECT_MAX_SIZE (no direct[] entry: their
+ * pop is here, from the first page of their class, as direct[] pages are;
+ * it saves no register), large and huge sizes, a thread's first call. */
+void *coral_malloc_generic(size_t size, coral_heap_t *heap, bool zero) {
+    if (coral_unlikely(heap == &coral_heap_empty)) return malloc_first(size, zero);
+    if (size > CORAL_CLASS_MAX_SIZE) return coral_malloc_large(heap, size, 0, zero);
+    unsigned cls = coral_size_class(size);
+    coral_page_t *page = heap->queues[cls].first;
+    if (coral_unlikely(page == NULL || page->free == NULL))
+        return coral_malloc_refill(size, heap, zero);
+    return page_pop(heap, page, cls, size, zero);
 }
 
 /* ---- free -------------------------------------------------------------------------- */

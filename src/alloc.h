@@ -34,7 +34,7 @@ CORAL_INLINE void coral_count_free(unsigned cls) { coral_count_frees(cls, 1); }
 CORAL_INLINE void *coral_pop_small(coral_heap_t *heap, size_t size, bool zero) {
     coral_page_t *page = heap->direct[(size + 15) >> 4];
     coral_block_t *block = page->free;
-    if (coral_unlikely(block == NULL)) return coral_malloc_generic(size, heap, zero);
+    if (coral_unlikely(block == NULL)) return coral_malloc_refill(size, heap, zero);
     page->free = block->next;
     page->used++;
     coral_stat_inc(heap->stat_allocs[page->class_idx]);
@@ -61,6 +61,25 @@ CORAL_INLINE void *coral_calloc_inline(size_t n, size_t size) {
     return coral_malloc_generic(total, heap, true);
 }
 
+/* free() by the segment's owner thread; slice is p's slice descriptor. */
+CORAL_INLINE void coral_free_owned(coral_page_t *slice, void *p) {
+    coral_block_t *block = p;
+    /* Full, aligned or interior pages and a block freed twice in a row take
+     * the generic path. A page that becomes empty is retired unless it is
+     * the first of its class queue (prev == NULL), which the next malloc of
+     * the class would take again at once. */
+    if (coral_likely(slice->flags == 0 && block != slice->local_free)) {
+        coral_count_free(slice->class_idx);
+        block->next = slice->local_free;
+        slice->local_free = block;
+        if (coral_unlikely(--slice->used == 0) && slice->prev != NULL) coral_page_retire(slice);
+        return;
+    }
+    coral_page_t *page = coral_slice_head(slice);
+    coral_count_free(page->class_idx);
+    coral_free_local_generic(page, p);
+}
+
 CORAL_INLINE void coral_free_inline(void *p) {
     uintptr_t a = (uintptr_t)p;
     /* NULL lands here too: the first 4 MiB of the address space is never a
@@ -74,23 +93,9 @@ CORAL_INLINE void coral_free_inline(void *p) {
      * INTERIOR (a later slice of a multi-slice page), which the generic
      * paths resolve. */
     coral_page_t *slice = coral_segment_slice_of(seg, p);
-    coral_block_t *block = p;
     if (coral_likely(atomic_load_explicit(&seg->thread_id, memory_order_relaxed) ==
                      coral_thread_id())) {
-        /* Owner. Full, aligned or interior pages and a block freed twice in
-         * a row take the generic path. A page that becomes empty is retired
-         * unless it is the first of its class queue (prev == NULL), which
-         * the next malloc of the class would take again at once. */
-        if (coral_likely(slice->flags == 0 && block != slice->local_free)) {
-            coral_count_free(slice->class_idx);
-            block->next = slice->local_free;
-            slice->local_free = block;
-            if (coral_unlikely(--slice->used == 0) && slice->prev != NULL) coral_page_retire(slice);
-            return;
-        }
-        coral_page_t *page = coral_slice_head(slice);
-        coral_count_free(page->class_idx);
-        coral_free_local_generic(page, p);
+        coral_free_owned(slice, p);
         return;
     }
     coral_page_t *page = coral_slice_head(slice);

@@ -102,7 +102,7 @@ void coral_page_release(coral_page_t *page) {
  * its block (state FREEING) before it lists the page, and sets NONE (release)
  * only after, so a page may already have all its blocks back while the
  * freer has still to list it: state FREEING says so. */
-static bool page_heap_notice_pending(coral_page_t *page) {
+bool coral_page_notice_pending(coral_page_t *page) {
     uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_acquire);
     return (tf & CORAL_DELAY_MASK) == CORAL_DELAY_FREEING ||
            atomic_load_explicit(&page->delayed_listed, memory_order_relaxed);
@@ -116,7 +116,7 @@ void coral_page_retire(coral_page_t *page) {
     if (page->class_idx != CORAL_CLASS_LARGE && page->prev == NULL &&
         !(page->flags & CORAL_PAGE_IN_FULL))
         return;
-    if (page_heap_notice_pending(page)) return;
+    if (coral_page_notice_pending(page)) return;
     coral_page_release(page);
     /* The end of a free: a safe point to start the purge thread if the
      * release left memory to purge (see purge.c). */
@@ -141,6 +141,8 @@ static size_t class_page_slices(size_t block_size) {
     return slices > 16 ? 16 : slices;
 }
 
+/* A new page of class cls, first in its queue, with every block still to
+ * carve (nothing on its free list yet). */
 static coral_page_t *page_new(coral_heap_t *heap, unsigned cls) {
     size_t block_size = coral_class_size(cls);
     coral_page_t *page = coral_segment_page_alloc(heap, class_page_slices(block_size));
@@ -154,15 +156,19 @@ static coral_page_t *page_new(coral_heap_t *heap, unsigned cls) {
         coral_option(CORAL_OPT_POPULATE) == CORAL_POPULATE_ADAPTIVE && class_is_filling(heap, cls))
         coral_os_populate(page->start, (size_t)page->slice_count * CORAL_SLICE_SIZE);
     coral_page_init(heap, page, cls, block_size);
-    coral_page_extend(page);
     coral_queue_push_front(heap, cls, page);
     return page;
 }
 
-/* The first page of class cls with a free block, made first in its queue
- * (so direct[] points at it). Pages found full on the way move to the full
- * queue: each page is passed over at most once before it has space again. */
-coral_page_t *coral_heap_find_page(coral_heap_t *heap, unsigned cls) {
+static bool page_has_room(const coral_page_t *page) {
+    return page->free != NULL || page->capacity < page->reserved;
+}
+
+/* The first page of class cls with a free block or blocks still to carve,
+ * made first in its queue (so direct[] points at it). Pages found full on
+ * the way move to the full queue: each page is passed over at most once
+ * before it has space again. */
+coral_page_t *coral_heap_find_room(coral_heap_t *heap, unsigned cls) {
     /* First the pages other threads freed into: that empties delayed_pages,
      * so no page of the walk below is still listed there when it may be
      * made full (and listed again) by page_try_full. */
@@ -175,11 +181,7 @@ coral_page_t *coral_heap_find_page(coral_heap_t *heap, unsigned cls) {
         if (coral_unlikely(page->used > page->reserved))
             coral_fatal("double free detected in a page of %zu-byte blocks at %p",
                         page->block_size, (void *)page->start);
-        if (page->free != NULL) break;
-        if (page->capacity < page->reserved) {
-            coral_page_extend(page);
-            break;
-        }
+        if (page_has_room(page)) break;
         if (!page_try_full(heap, page)) break;
         page = next;
     }
@@ -188,6 +190,14 @@ coral_page_t *coral_heap_find_page(coral_heap_t *heap, unsigned cls) {
         coral_queue_remove(heap, cls, page);
         coral_queue_push_front(heap, cls, page);
     }
+    return page;
+}
+
+/* The first page of class cls with a free block on its free list (carved
+ * now if need be), made first in its queue. */
+coral_page_t *coral_heap_find_page(coral_heap_t *heap, unsigned cls) {
+    coral_page_t *page = coral_heap_find_room(heap, cls);
+    if (page != NULL && page->free == NULL) coral_page_extend(page);
     return page;
 }
 
@@ -225,7 +235,7 @@ void coral_heap_collect(coral_heap_t *heap, bool release_empty) {
         while (page != NULL) {
             coral_page_t *next = page->next;
             coral_page_collect(page);
-            if (release_empty && page->used == 0 && !page_heap_notice_pending(page))
+            if (release_empty && page->used == 0 && !coral_page_notice_pending(page))
                 coral_page_release(page);
             page = next;
         }
@@ -304,7 +314,7 @@ bool coral_heap_adopt_page(coral_heap_t *heap, coral_page_t *page) {
      * before the state was USE. */
     page_push_full(heap, page);
     coral_page_collect(page);
-    if (page->used != 0 || page_heap_notice_pending(page)) return false;
+    if (page->used != 0 || coral_page_notice_pending(page)) return false;
     coral_page_release(page);
     return true;
 }

@@ -333,6 +333,7 @@ void coral_segment_locks_postfork(void);
 void coral_orphans_lock(void);
 void coral_orphans_unlock(void);
 void coral_orphan_add(coral_page_t *page);
+void coral_orphan_take_back(coral_page_t *page);
 void coral_orphan_forget(coral_page_t *page);
 uint64_t coral_orphans_reclaim_due(uint64_t now, bool force);
 void coral_orphans_prefork(void);
@@ -341,6 +342,7 @@ void coral_orphans_postfork(bool child);
 /* page.c */
 void coral_page_init(coral_heap_t *heap, coral_page_t *page, unsigned cls, size_t block_size);
 void coral_page_extend(coral_page_t *page);
+void coral_page_reset_empty(coral_page_t *page);
 void coral_page_collect(coral_page_t *page);
 bool coral_page_thread_free_collect(coral_page_t *page);
 void coral_page_push_remote(coral_page_t *page, coral_block_t *head, coral_block_t *tail, uint32_t n);
@@ -354,8 +356,10 @@ uint8_t *coral_page_block_start(const coral_page_t *page, const void *p);
 void coral_queue_push_front(coral_heap_t *heap, unsigned q, coral_page_t *page);
 void coral_queue_remove(coral_heap_t *heap, unsigned q, coral_page_t *page);
 void coral_page_unfull(coral_page_t *page);
+bool coral_page_notice_pending(coral_page_t *page);
 void coral_page_retire(coral_page_t *page);
 void coral_page_release(coral_page_t *page);
+coral_page_t *coral_heap_find_room(coral_heap_t *heap, unsigned cls);
 coral_page_t *coral_heap_find_page(coral_heap_t *heap, unsigned cls);
 void coral_heap_delayed_pages_collect(coral_heap_t *heap);
 void coral_heap_collect(coral_heap_t *heap, bool release_empty);
@@ -368,6 +372,8 @@ void coral_heap_after_fork_child(coral_heap_t *heap);
 
 /* alloc.c: the slow paths of alloc.h */
 void *coral_malloc_generic(size_t size, coral_heap_t *heap, bool zero);
+void *coral_malloc_refill(size_t size, coral_heap_t *heap, bool zero);
+void coral_periodic_work(coral_heap_t *heap);
 void coral_free_slow(void *p);
 void *coral_malloc_aligned_in(coral_heap_t *heap, size_t size, size_t alignment, bool zero);
 

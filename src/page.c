@@ -31,9 +31,9 @@
  * owner is doing: the owner's free lists are then empty and it has no live
  * block there, so it touches the page's memory only after taking the list.
  * That freer lists the page as an orphan. It takes the orphan lock *before*
- * its CAS, so an owner that takes the full list afterwards (and then looks
- * for the page on the orphan list, under the same lock) always finds it
- * listed. The purger may later claim an orphan: one CAS from
+ * its CAS and lists the page after it, so an owner that takes the full list
+ * and then takes the same lock (always, even when the page does not look
+ * listed yet) always finds it listed, and unlists it. The purger may later claim an orphan: one CAS from
  * (all blocks, reserved, s) to (NULL, 0, s | RECLAIMED | BUSY), return its
  * memory to the OS, then clear BUSY (release). An owner that finds RECLAIMED
  * waits for BUSY to clear (acquire) and resets the page to empty, its memory
@@ -116,6 +116,19 @@ static CORAL_COLD void thread_free_overflow(const coral_page_t *page, const void
                 "%zu-byte blocks (block %p)", page->block_size, block);
 }
 
+/* Owner: every block of the page is free again (used is 0, so no block is
+ * on thread_free or on its way there: each of those still counts in used).
+ * Forget the free lists and carve the blocks again from the first: they
+ * are then handed out by address, no list to walk. The span is no longer
+ * fresh: blocks carved again are not zero. */
+void coral_page_reset_empty(coral_page_t *page) {
+    page->free = NULL;
+    page->local_free = NULL;
+    page->capacity = 0;
+    page->free_is_zero = 0;
+    page->is_fresh = 0;
+}
+
 /* Owner: take the remote-freed blocks onto local_free. */
 bool coral_page_thread_free_collect(coral_page_t *page) {
     uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
@@ -128,9 +141,9 @@ bool coral_page_thread_free_collect(coral_page_t *page) {
     } while (!atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, tf & CORAL_DELAY_MASK,
                                                     memory_order_acquire, memory_order_relaxed));
     uint32_t count = coral_tf_count(tf);
-    /* Every block was on the list: the freer of the last one listed the
+    /* Every block was on the list: the freer of the last one lists the
      * page as an orphan (see above); it is ours again. */
-    if (count == page->reserved) coral_orphan_forget(page);
+    if (count == page->reserved) coral_orphan_take_back(page);
     if (count > page->used) thread_free_overflow(page, coral_tf_list(tf));
     coral_block_t *head = coral_tf_list(tf), *tail = head;
     for (uint32_t i = 1; i < count; i++) tail = tail->next;

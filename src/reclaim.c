@@ -73,14 +73,22 @@ void coral_orphan_add(coral_page_t *page) {
     coral_purge_backlog_add(orphan_bytes(page));
 }
 
-/* The page is its owner's again, or is being released: unlist it. The
- * unlocked check is enough: only a freer holding the lock lists a page, and
- * it does so before anyone can take the page's blocks (page.c). */
-void coral_orphan_forget(coral_page_t *page) {
-    if (!atomic_load_explicit(&page->orphan_listed, memory_order_relaxed)) return;
+/* Its owner took all the page's blocks back (the whole list, count ==
+ * reserved): unlist it. The lock is taken even when the page does not look
+ * listed: the freer of its last block lists it only after its CAS, holding
+ * the lock from before that CAS, so waiting for the lock here is what makes
+ * sure it is listed by now (and not after the page is released). */
+void coral_orphan_take_back(coral_page_t *page) {
     pthread_mutex_lock(&orphans_lock);
     if (atomic_load_explicit(&page->orphan_listed, memory_order_relaxed)) orphan_unlink(page);
     pthread_mutex_unlock(&orphans_lock);
+}
+
+/* The page is being released, its blocks dead (coral_heap_destroy) or
+ * taken back already: unlist it if it still is. No free of its blocks can
+ * be in flight, so the unlocked check is enough. */
+void coral_orphan_forget(coral_page_t *page) {
+    if (atomic_load_explicit(&page->orphan_listed, memory_order_relaxed)) coral_orphan_take_back(page);
 }
 
 /* Under the lock: take all the page's blocks if they are still all on its

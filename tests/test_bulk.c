@@ -1,6 +1,10 @@
 /* The bulk API: coral_malloc_bulk gives valid, distinct, aligned, usable
- * blocks; coral_free_bulk frees arrays of mixed sizes and mixed owners
- * (blocks allocated on several threads, freed in one call elsewhere). */
+ * blocks, from a page's free list, from the blocks its owner freed
+ * (local_free) and by carving new ones by address; coral_free_bulk frees
+ * arrays of mixed sizes and mixed owners (blocks allocated on several
+ * threads, freed in one call elsewhere), in address order (long stretches
+ * of one page) or not, and a page whose every block it frees is reset and
+ * carved again. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdlib.h>
@@ -33,7 +37,8 @@ static void check_blocks(void **p, size_t n, size_t size) {
 }
 
 static void test_sizes(void) {
-    static const size_t sizes[] = {0, 1, 16, 24, 64, 100, 1024, 1700, 5000, 70000, 600000};
+    static const size_t sizes[] = {0,    1,     16,    24,    64,    100,
+                                    1024, 1700, 5000, 10000, 20000, 70000, 600000};
     enum { N = 3000 };
     void **p = malloc(N * sizeof *p);
     CHECK_NOT_NULL(p);
@@ -111,7 +116,128 @@ static void test_mixed_owners(void) {
     coral_collect(1);
 }
 
+/* ---- the paths of one page, each in a thread of its own (a new heap) ---- */
+
+#define FRESH_SIZE 48 /* bytes: a class no test before these uses */
+
+static void *run_in_thread(void *(*fn)(void *)) {
+    pthread_t th;
+    void *ret;
+    CHECK_EQ(pthread_create(&th, NULL, fn, NULL), 0);
+    CHECK_EQ(pthread_join(th, &ret), 0);
+    return ret;
+}
+
+/* A new heap's first page: malloc_bulk takes the blocks the first malloc
+ * carved onto the free list, then carves the others straight into the
+ * array, by address: one contiguous stretch of the page, in order. */
+static void *carve_by_address(void *arg) {
+    (void)arg;
+    enum { N = 1000 };
+    static void *p[N];
+    CHECK_EQ(coral_malloc_bulk(FRESH_SIZE, N, p), N);
+    check_blocks(p, N, FRESH_SIZE);
+    CHECK_EQ(coral_malloc_usable_size(p[0]), (size_t)FRESH_SIZE);
+    for (size_t i = 1; i < N; i++) CHECK_EQ((uintptr_t)p[i], (uintptr_t)p[i - 1] + FRESH_SIZE);
+    coral_free_bulk(p, N);
+    return NULL;
+}
+
+/* Blocks freed one by one go on the page's local_free; malloc_bulk takes
+ * them back before it carves any new block. */
+static void *take_local_free(void *arg) {
+    (void)arg;
+    enum { N = 300, FREED = 40 };
+    static void *p[N], *again[FREED];
+    CHECK_EQ(coral_malloc_bulk(FRESH_SIZE, N, p), N);
+    for (size_t i = 100; i < 100 + FREED; i++) coral_free(p[i]);
+    CHECK_EQ(coral_malloc_bulk(FRESH_SIZE, FREED, again), FREED);
+    qsort(again, FREED, sizeof *again, cmp_ptr);
+    for (size_t i = 0; i < FREED; i++) CHECK_EQ((uintptr_t)again[i], (uintptr_t)p[100 + i]);
+    for (size_t i = 0; i < FREED; i++) p[100 + i] = again[i];
+    check_blocks(p, N, FRESH_SIZE);
+    coral_free_bulk(p, N);
+    return NULL;
+}
+
+/* free_bulk of every block of the first page of a class, in order: the
+ * page is reset, so the next malloc_bulk carves the same blocks again, in
+ * the same order; the page's memory is no longer fresh, so calloc clears
+ * what it gives. Then the same with the array reversed and shuffled (no
+ * long stretch): the page is emptied all the same. */
+static void *reset_emptied_page(void *arg) {
+    (void)arg;
+    enum { N = 500 };
+    static void *p[N], *q[N];
+    CHECK_EQ(coral_malloc_bulk(FRESH_SIZE, N, p), N);
+    check_blocks(p, N, FRESH_SIZE); /* fills them: dirty */
+    coral_free_bulk(p, N);
+    CHECK_EQ(coral_malloc_bulk(FRESH_SIZE, N, q), N);
+    for (size_t i = 0; i < N; i++) CHECK_EQ((uintptr_t)q[i], (uintptr_t)p[i]);
+    check_blocks(q, N, FRESH_SIZE);
+    coral_free_bulk(q, N);
+    unsigned char *z = coral_calloc(1, FRESH_SIZE);
+    CHECK_NOT_NULL(z);
+    for (size_t i = 0; i < FRESH_SIZE; i++) CHECK_EQ(z[i], 0);
+    coral_free(z);
+    /* Not in address order. */
+    CHECK_EQ(coral_malloc_bulk(FRESH_SIZE, N, p), N);
+    tu_rng rng = {7};
+    for (size_t i = N - 1; i > 0; i--) {
+        size_t j = rng_range(&rng, 0, i);
+        void *t = p[i];
+        p[i] = p[j];
+        p[j] = t;
+    }
+    coral_free_bulk(p, N);
+    CHECK_EQ(coral_malloc_bulk(FRESH_SIZE, N, q), N);
+    check_blocks(q, N, FRESH_SIZE);
+    coral_free_bulk(q, N);
+    return NULL;
+}
+
+/* One array mixing long stretches in address order, blocks of many pages
+ * one by one, NULLs, aligned, large and huge blocks; then the heap must
+ * still hand out distinct blocks (a list freed wrong would give one block
+ * twice). */
+static void *mixed_array(void *arg) {
+    (void)arg;
+    enum { RUN = 200, SMALL = 64, N = 3 * RUN + SMALL + 8 };
+    static void *mix[N], *small[SMALL], *check[4 * RUN];
+    size_t n = 0;
+    CHECK_EQ(coral_malloc_bulk(32, RUN, mix + n), RUN);
+    n += RUN;
+    for (size_t i = 0; i < SMALL; i++) {
+        small[i] = coral_malloc(16 + 16 * (i % 60));
+        CHECK_NOT_NULL(small[i]);
+        mix[n++] = small[i];
+        if (i % 16 == 0) mix[n++] = NULL;
+    }
+    CHECK_EQ(coral_malloc_bulk(1700, RUN, mix + n), RUN);
+    n += RUN;
+    mix[n++] = coral_aligned_alloc(256, 256);
+    mix[n++] = coral_malloc(100000);
+    mix[n++] = coral_malloc(5u << 20);
+    CHECK_EQ(coral_malloc_bulk(32, RUN, mix + n), RUN);
+    n += RUN;
+    CHECK(n <= N);
+    coral_free_bulk(mix, n);
+    static const size_t again[] = {32, 1700, 16, 496};
+    for (size_t s = 0; s < 4; s++) {
+        CHECK_EQ(coral_malloc_bulk(again[s], 4 * RUN, check), 4 * RUN);
+        check_blocks(check, 4 * RUN, again[s]);
+        coral_free_bulk(check, 4 * RUN);
+    }
+    return NULL;
+}
+
 int main(void) {
+    /* First: the process's first allocation, so its page is in a segment
+     * fresh from the OS (zero), which calloc must not trust after a reset. */
+    run_in_thread(reset_emptied_page);
+    run_in_thread(carve_by_address);
+    run_in_thread(take_local_free);
+    run_in_thread(mixed_array);
     test_sizes();
     test_mixed_owners();
     printf("bulk: ok\n");

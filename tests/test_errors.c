@@ -2,7 +2,8 @@
  * test runs itself with the scenario's name, and options in the
  * environment, since coralloc reads them at start-up) and the parent checks
  * how the child ended and what it printed:
- *   double-free / double-free-huge / invalid-pointer: abort with a message;
+ *   double-free / double-free-bulk / bulk-dup-pointer / double-free-huge /
+ *   invalid-pointer: abort with a message;
  *   bad-option: one clear line naming the variable, then a normal run;
  *   fail-os: the first OS mapping fails -> NULL with ENOMEM, the next works;
  *   rlimit: under RLIMIT_AS, a large request fails cleanly and the allocator
@@ -25,6 +26,26 @@ static int child_double_free(void) {
     void *p = opaque(coral_malloc(32));
     coral_free(p);
     coral_free(p);
+    coral_free(keep);
+    return 0; /* not reached */
+}
+
+/* The same array freed twice in bulk: more blocks than the page has in use. */
+static int child_double_free_bulk(void) {
+    enum { N = 20 };
+    void *p[N];
+    CHECK_EQ(coral_malloc_bulk(32, N, p), N);
+    coral_free_bulk(opaque(p), N);
+    coral_free_bulk(opaque(p), N);
+    return 0; /* not reached */
+}
+
+/* One block twice in a row in one array. */
+static int child_double_free_bulk_pair(void) {
+    void *keep = coral_malloc(32); /* so the page keeps a block in use */
+    void *p[2];
+    p[0] = p[1] = coral_malloc(32);
+    coral_free_bulk(opaque(p), 2);
     coral_free(keep);
     return 0; /* not reached */
 }
@@ -129,6 +150,8 @@ typedef struct {
 
 static const scenario_t scenarios[] = {
     {"double-free", child_double_free, NULL, SIGABRT, "double free"},
+    {"double-free-bulk", child_double_free_bulk, NULL, SIGABRT, "double free"},
+    {"bulk-dup-pointer", child_double_free_bulk_pair, NULL, SIGABRT, "double free"},
     {"double-free-huge", child_double_free_huge, NULL, SIGABRT, "double free"},
     {"double-free-orphan", child_double_free_reclaimed, NULL, SIGABRT, "double free"},
     {"invalid-pointer", child_invalid_pointer, NULL, SIGABRT, "invalid pointer"},

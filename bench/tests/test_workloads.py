@@ -70,3 +70,22 @@ def test_sqlite_expected_output() -> None:
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines() == realprogs.sqlite_expected(n)
+
+
+def test_bulk_matrix_is_complete() -> None:
+    """Every size x release x memset combination runs through malloc/free and
+    through the bulk API, with the same arguments but --api."""
+    bulk = {w.name: w for w in WORKLOADS if w.group == "bulk"}
+    assert len(bulk) == 3 * 2 * 2 * 2
+    for name, w in bulk.items():
+        if name.endswith("-api"):
+            continue
+        twin = bulk[name + "-api"]
+        for p in PROFILES:
+            plain, api = w.argv_tail(p, 2), twin.argv_tail(p, 2)
+            assert plain[plain.index("--api") + 1] == "plain"
+            assert api[api.index("--api") + 1] == "bulk"
+            assert [a for a in plain if a != "plain"] == [a for a in api if a != "bulk"]
+        args = w.argv_tail("full", 2)
+        assert (args[args.index("--memset") + 1] == "0") == ("-touch" in name)
+        assert (args[args.index("--release") + 1] == "subset") == ("-subset" in name)

@@ -10,7 +10,7 @@ as many threads (oversubscribed).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, List, Sequence, Tuple
 
 from coralloc_bench.util import BenchError
 
@@ -113,6 +113,60 @@ def _threaded(quick: Sequence[object], full: Sequence[object], factor: int = 1) 
 
 FULL_ONLY = ("full",)
 
+
+# Block sizes of the bulk workloads: name part, --min-max, description, and
+# quick-profile rounds for (release all, release subset) x (memset, touch).
+_BULK_SIZES: Sequence[Tuple[str, str, str, Dict[Tuple[str, int], int]]] = (
+    ("64", "64", "64 B", {("all", 1): 5_000, ("subset", 1): 20_000,
+                          ("all", 0): 15_000, ("subset", 0): 40_000}),
+    ("rand", "1-1024", "1-1024 B", {("all", 1): 2_000, ("subset", 1): 5_000,
+                                    ("all", 0): 6_000, ("subset", 0): 12_000}),
+    ("1700", "1700", "1700 B", {("all", 1): 800, ("subset", 1): 3_000,
+                                ("all", 0): 8_000, ("subset", 0): 16_000}),
+)
+
+# The four workloads of the issue's list, in the quick profile; every other
+# combination is in the full profile only.
+_BULK_QUICK = ("bulk-64", "bulk-rand", "bulk-1700", "bulk-rand-subset")
+
+
+def _bulk_name(short: str, release: str, memset: int, api: str) -> str:
+    parts = ["bulk", short]
+    if release == "subset":
+        parts.append("subset")
+    if not memset:
+        parts.append("touch")
+    if api == "bulk":
+        parts.append("api")
+    return "-".join(parts)
+
+
+def _bulk_description(label: str, release: str, memset: int, api: str) -> str:
+    fill = "memset" if memset else "tag only (no memset)"
+    order = "released in order" if release == "all" else "a random half released per round"
+    via = (" (coral_malloc_bulk/coral_free_bulk; plain malloc/free under other allocators)"
+           if api == "bulk" else "")
+    return f"1000-block batches of {label}, {fill}, {order}{via}"
+
+
+def _bulk_matrix() -> List[Workload]:
+    """bulk-SIZE[-subset][-touch][-api]: every block size, released in full
+    or a random half per round, filled (memset) or only tagged (-touch),
+    through malloc/free or coralloc's bulk calls (-api), so that each -api
+    workload has its plain twin in the same run."""
+    out: List[Workload] = []
+    for api in ("plain", "bulk"):
+        for memset in (1, 0):
+            for release in ("all", "subset"):
+                for short, sizes, label, rounds in _BULK_SIZES:
+                    name = _bulk_name(short, release, memset, api)
+                    args = _bulk(sizes, release, memset, api, rounds[(release, memset)])
+                    profiles = PROFILES if name in _BULK_QUICK else FULL_ONLY
+                    what = _bulk_description(label, release, memset, api)
+                    out.append(Workload(name, "bulk", what, "bulk", args, profiles=profiles))
+    return out
+
+
 WORKLOADS: List[Workload] = [
     # 1. Larson server pattern
     Workload("larson-128", "larson", "Larson, 8-128 B (tiny contention), 1024 chunks/thread",
@@ -145,29 +199,8 @@ WORKLOADS: List[Workload] = [
              "churn", _threaded(["--total", 1500, "--blocks", 2000],
                                 ["--total", 6000, "--blocks", 2000], 2),
              thread_factor=2, profiles=FULL_ONLY),
-    # 5. bulk-test patterns (1000 x 1000 loops, repeated)
-    Workload("bulk-64", "bulk", "1000-block batches of 64 B, memset, released in order",
-             "bulk", _bulk("64", "all", 1, "plain", 5_000)),
-    Workload("bulk-rand", "bulk", "1000-block batches of 1-1024 B, memset, released in order",
-             "bulk", _bulk("1-1024", "all", 1, "plain", 2_000)),
-    Workload("bulk-1700", "bulk", "1000-block batches of 1700 B, memset, released in order",
-             "bulk", _bulk("1700", "all", 1, "plain", 800)),
-    Workload("bulk-rand-subset", "bulk", "1-1024 B, memset, a random half released per round",
-             "bulk", _bulk("1-1024", "subset", 1, "plain", 5_000)),
-    Workload("bulk-64-touch", "bulk", "64 B batches, tag only (no memset), released in order",
-             "bulk", _bulk("64", "all", 0, "plain", 15_000), profiles=FULL_ONLY),
-    Workload("bulk-rand-touch", "bulk", "1-1024 B batches, tag only, released in order",
-             "bulk", _bulk("1-1024", "all", 0, "plain", 6_000), profiles=FULL_ONLY),
-    Workload("bulk-1700-subset", "bulk", "1700 B, memset, a random half released per round",
-             "bulk", _bulk("1700", "subset", 1, "plain", 3_000), profiles=FULL_ONLY),
-    Workload("bulk-64-subset", "bulk", "64 B, memset, a random half released per round",
-             "bulk", _bulk("64", "subset", 1, "plain", 20_000), profiles=FULL_ONLY),
-    Workload("bulk-64-api", "bulk", "64 B batches through coral_malloc_bulk/coral_free_bulk "
-             "(plain malloc/free under other allocators)",
-             "bulk", _bulk("64", "all", 1, "bulk", 5_000), profiles=FULL_ONLY),
-    Workload("bulk-rand-subset-api", "bulk", "1-1024 B subset through the bulk API "
-             "(plain malloc/free under other allocators)",
-             "bulk", _bulk("1-1024", "subset", 1, "bulk", 5_000), profiles=FULL_ONLY),
+    # 5. bulk-test patterns (1000 x 1000 loops, repeated): see _bulk_matrix
+    *_bulk_matrix(),
     # 6. glibc benchtest
     Workload("glibc-simple-16", "glibc-simple", "N=25..1600 blocks of 16 B, main thread",
              "glibc-simple", _glibc(16, 0, 3_000_000)),

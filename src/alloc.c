@@ -57,8 +57,7 @@ void *coral_malloc_refill(size_t size, coral_heap_t *heap, bool zero) {
     if (coral_unlikely(heap == &coral_heap_empty)) return malloc_first(size, zero);
     unsigned cls = coral_size_class(size);
     coral_periodic_work(heap);
-    coral_heap_delayed_pages_collect(heap);
-    coral_page_t *page = coral_heap_find_page(heap, cls);
+    coral_page_t *page = coral_heap_find_page(heap, cls); /* takes other threads' frees first */
     if (page == NULL) return enomem();
     return page_pop(heap, page, cls, size, zero);
 }

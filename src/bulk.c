@@ -86,7 +86,6 @@ static CORAL_NOINLINE size_t malloc_batch(size_t size, size_t n, void **out) {
             /* The first page is used up: the slow path's work, then the
              * next page with room (made first in the queue). */
             coral_periodic_work(heap);
-            coral_heap_delayed_pages_collect(heap);
             page = coral_heap_find_room(heap, cls);
             if (page == NULL) {
                 errno = ENOMEM;

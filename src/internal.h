@@ -106,7 +106,6 @@ typedef struct coral_tld_s coral_tld_t;
 #define CORAL_TF_BUSY ((uintptr_t)8)
 #define CORAL_TF_COUNT_SHIFT 48
 #define CORAL_TF_LIST_MASK ((((uintptr_t)1) << CORAL_TF_COUNT_SHIFT) - 16)
-#define CORAL_TF_KEEP_MASK (CORAL_DELAY_MASK | CORAL_TF_RECLAIMED | CORAL_TF_BUSY)
 
 CORAL_INLINE struct coral_block_s *coral_tf_list(uintptr_t tf) {
     return (struct coral_block_s *)(tf & CORAL_TF_LIST_MASK);

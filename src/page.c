@@ -246,8 +246,8 @@ void coral_page_push_remote(coral_page_t *page, coral_block_t *head, coral_block
         state = tf & CORAL_DELAY_MASK;
         uintptr_t next_state = state == CORAL_DELAY_USE ? CORAL_DELAY_FREEING : state;
         tail->next = coral_tf_list(tf);
-        uintptr_t next = (uintptr_t)head | ((uintptr_t)count << CORAL_TF_COUNT_SHIFT) |
-                         (tf & (CORAL_TF_KEEP_MASK & ~CORAL_DELAY_MASK)) | next_state;
+        /* (RECLAIMED and BUSY are clear: checked above.) */
+        uintptr_t next = (uintptr_t)head | ((uintptr_t)count << CORAL_TF_COUNT_SHIFT) | next_state;
         if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, next,
                                                   memory_order_release, memory_order_relaxed))
             break;

@@ -95,7 +95,7 @@ static size_t usable_size_of(coral_segment_t *seg, const void *p) {
     coral_page_t *page = coral_segment_page_of(seg, p);
     if (page->slice_count == 0) return 0;
     uint8_t *block = (uint8_t *)p;
-    if (__atomic_load_n(&page->flags, __ATOMIC_RELAXED) & CORAL_PAGE_HAS_ALIGNED)
+    if (page->shared_flags & CORAL_PAGE_HAS_ALIGNED)
         block = coral_page_block_start(page, p);
     return (size_t)(block + page->block_size - (const uint8_t *)p);
 }

@@ -113,27 +113,34 @@ CORAL_INLINE struct coral_block_s *coral_tf_list(uintptr_t tf) {
 CORAL_INLINE uint32_t coral_tf_count(uintptr_t tf) { return (uint32_t)(tf >> CORAL_TF_COUNT_SHIFT); }
 
 /* A page descriptor is 128 bytes, a power of two so that finding it is a
- * shift: the owner's fields fill the first cache line, the fields other
- * threads write (thread_free) sit on the second, so remote frees do not
- * bounce the line the owner's fast paths use. */
+ * shift. The first cache line holds what the owner's fast paths write on
+ * every call (free, local_free, used) and what only the owner reads; a
+ * remote free never reads it. The second holds what remote frees write
+ * (thread_free) and everything they read (slice_offset, slice_count,
+ * reserved, shared_flags, heap): a free from another thread then costs the
+ * owner nothing on its malloc and free lines. (With slice_offset and
+ * reserved on the first line, every remote free pulled the line the owner
+ * was writing into the freer's cache and back.) */
 typedef struct coral_page_s {
-    /* Owner-only fields: read and written by the segment's owner thread
-     * (remote frees read the ones set at page creation). */
+    /* First cache line: the owner's. Written only by the segment's owner
+     * thread; other threads read none of it, except the purger and orphan
+     * code under their protocols (orphan_since_ms, under the orphan lock). */
     coral_block_t *free;       /* blocks malloc pops */
     coral_block_t *local_free; /* blocks the owner freed, moved to free later */
     uint32_t used;             /* blocks handed out and not yet returned */
-    uint32_t slice_offset;     /* every descriptor: bytes back to the span's head */
+    uint32_t capacity;         /* blocks carved out of the span so far */
     uint8_t flags;             /* CORAL_PAGE_* */
     uint8_t free_is_zero;      /* every block on `free` is zero but its link */
     uint8_t is_fresh;          /* the span came zeroed from the OS */
     uint8_t class_idx;         /* size class, or CORAL_CLASS_LARGE */
-    uint32_t capacity;         /* blocks carved out of the span so far */
-    uint32_t reserved;         /* blocks that fit in the span */
-    uint32_t slice_count;      /* head descriptor: slices in the span; 0 = free */
+    uint32_t padding1;
     size_t block_size;
     uint8_t *start;            /* first block */
     struct coral_page_s *prev; /* in the owner heap's queue; NULL: first */
-    /* Second cache line. */
+    uint64_t orphan_since_ms;  /* when it was listed as an orphan (reclaim.c) */
+    /* Second cache line: shared with other threads. The plain fields are
+     * written by the owner only while no other thread can free into the
+     * span (it is being set up or torn down), and read by remote frees. */
     struct coral_page_s *next;
     _Atomic(uintptr_t) thread_free; /* remote-freed blocks, count, state */
     _Atomic(coral_heap_t *) heap;   /* owner heap; NULL while abandoned */
@@ -144,10 +151,15 @@ typedef struct coral_page_s {
     /* The orphan list (reclaim.c), under its lock: pages all of whose blocks
      * were remote-freed, waiting for their owner or the purger. */
     struct coral_page_s *orphan_next, *orphan_prev;
-    uint64_t orphan_since_ms; /* when it was listed */
+    uint32_t slice_offset;     /* every descriptor: bytes back to the span's head */
+    uint32_t slice_count;      /* head descriptor: slices in the span; 0 = free */
+    uint32_t reserved;         /* blocks that fit in the span */
     _Atomic(uint8_t) delayed_listed;
     _Atomic(uint8_t) orphan_listed;
-    uint8_t padding[6];
+    /* CORAL_PAGE_HAS_ALIGNED, mirrored from flags when the owner sets it
+     * (before the block that needs it is handed out), for other threads. */
+    uint8_t shared_flags;
+    uint8_t padding2;
 } coral_page_t;
 
 _Static_assert(sizeof(coral_page_t) == 128, "page descriptors are 128 bytes");

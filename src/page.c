@@ -51,6 +51,7 @@ void coral_page_init(coral_heap_t *heap, coral_page_t *page, unsigned cls, size_
     page->capacity = 0;
     page->reserved = (uint32_t)(((size_t)page->slice_count * CORAL_SLICE_SIZE) / block_size);
     __atomic_store_n(&page->flags, 0, __ATOMIC_RELAXED);
+    page->shared_flags = 0;
     page->free_is_zero = 0;
     page->class_idx = (uint8_t)cls;
     page->block_size = block_size;
@@ -272,7 +273,7 @@ void coral_free_remote(coral_segment_t *seg, coral_page_t *page, void *p) {
     }
     if (page->slice_count == 0) invalid_free(p, "in no page in use: double free?");
     coral_block_t *block = p;
-    if (__atomic_load_n(&page->flags, __ATOMIC_RELAXED) & CORAL_PAGE_HAS_ALIGNED)
+    if (page->shared_flags & CORAL_PAGE_HAS_ALIGNED)
         block = (coral_block_t *)coral_page_block_start(page, p);
     coral_page_push_remote(page, block, block, 1);
 }

@@ -8,6 +8,12 @@
  * not allocate it. Waiting is spin-then-yield (no futex), so oversubscribed
  * runs make progress.
  *
+ * --pin (diagnostic: with more threads than cores the figure depends on
+ * where the scheduler puts each thread, and runs fall into a fast and a slow
+ * mode): 0 lets the scheduler place threads; 1 puts both threads of pair i
+ * on core i mod cores (each pair works within one core); 2 puts producers
+ * and consumers on different cores (every handover crosses cores).
+ *
  * Figure: ops_per_sec, one op = one block allocated by one thread and freed
  * by another.
  */
@@ -30,7 +36,7 @@ typedef struct {
     uint64_t produced, consumed;
 } pair_t;
 
-static long g_blocks = 1000000, g_batch = 100, g_min = 16, g_max = 256, g_seed = 1;
+static long g_blocks = 1000000, g_batch = 100, g_min = 16, g_max = 256, g_seed = 1, g_pin = 0;
 static gate_t g_gate;
 
 static size_t batch_bytes(long n) {
@@ -46,8 +52,22 @@ static uint64_t *batch_tags(batch_t *b, long n) {
     return (uint64_t *)(batch_ptrs(b, n) + n);
 }
 
+/* Pin the calling thread as --pin says (role 0: producer, 1: consumer). */
+static void pin_thread(long pair, int role) {
+    if (g_pin == 0) return;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores < 1) cores = 1;
+    long core = g_pin == 1 ? pair % cores : (2 * pair + role) % cores;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET((int)core, &set);
+    if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0)
+        check_failed("xthread: cannot pin to core %ld", core);
+}
+
 static void *producer(void *arg) {
     pair_t *pr = (pair_t *)arg;
+    pin_thread(pr->id, 0);
     rng_t rng;
     rng_seed(&rng, (uint64_t)g_seed * 7919u + (uint64_t)pr->id);
     gate_wait(&g_gate);
@@ -79,6 +99,7 @@ static void *producer(void *arg) {
 
 static void *consumer(void *arg) {
     pair_t *pr = (pair_t *)arg;
+    pin_thread(pr->id, 1);
     gate_wait(&g_gate);
     unsigned long t = 0;
     while (pr->consumed < (uint64_t)g_blocks) {
@@ -111,10 +132,12 @@ int main(int argc, char **argv) {
         {"min", "smallest block size (bytes)", &g_min, NULL},
         {"max", "largest block size (bytes)", &g_max, NULL},
         {"seed", "random seed", &g_seed, NULL},
+        {"pin", "0: scheduler places threads, 1: pair per core, 2: pair across cores", &g_pin,
+         NULL},
     };
     OPTS_PARSE(argc, argv, "Producer/consumer: blocks are freed by another thread.", opts);
-    if (g_batch < 1 || g_min < 1 || g_max < g_min || g_max > 0xffffffffL)
-        usage_error("xthread: need batch >= 1 and 1 <= min <= max < 4 GiB");
+    if (g_batch < 1 || g_min < 1 || g_max < g_min || g_max > 0xffffffffL || g_pin < 0 || g_pin > 2)
+        usage_error("xthread: need batch >= 1, 1 <= min <= max < 4 GiB and pin 0, 1 or 2");
     long pairs = threads / 2 < 1 ? 1 : threads / 2;
 
     pair_t *ps = (pair_t *)aligned_alloc(64, sizeof(pair_t) * (size_t)pairs);
@@ -149,8 +172,8 @@ int main(int argc, char **argv) {
     free(th);
     free(ps);
     report_malloc_lib();
-    printf("info: pairs=%ld blocks=%llu sizes=%ld-%ld batch=%ld seconds=%.4f\n", pairs,
-           (unsigned long long)total, g_min, g_max, g_batch, elapsed);
+    printf("info: pairs=%ld blocks=%llu sizes=%ld-%ld batch=%ld pin=%ld seconds=%.4f\n", pairs,
+           (unsigned long long)total, g_min, g_max, g_batch, g_pin, elapsed);
     printf("result: ops_per_sec=%.1f\n", (double)total / elapsed);
     return 0;
 }

@@ -61,13 +61,13 @@ def _larson(maxsize: int, factor: int, quick_ops: int, full_ops: int) -> Dict[st
     return _a(make(quick_ops, 10), make(full_ops, 20))
 
 
-def _xthread(factor: int) -> Dict[str, ArgsFn]:
+def _xthread(factor: int, pin: int = 0) -> Dict[str, ArgsFn]:
     def make(total: int) -> ArgsFn:
         def f(t: int) -> List[str]:
             n = t * factor
             pairs = max(1, n // 2)
             return _s("--threads", n, "--blocks", total // pairs, "--batch", 100,
-                      "--min", 16, "--max", 256)
+                      "--min", 16, "--max", 256, "--pin", pin)
         return f
     return _a(make(2_000_000), make(8_000_000))
 
@@ -182,6 +182,13 @@ WORKLOADS: List[Workload] = [
              "xthread", _xthread(1), thread_factor=1),
     Workload("xthread-x2", "xthread", "producer/consumer, 2x oversubscribed",
              "xthread", _xthread(2), thread_factor=2),
+    # the same with threads pinned, so the figure does not depend on where the
+    # scheduler puts them (unpinned runs with more threads than cores fall
+    # into a fast or a slow mode)
+    Workload("xthread-pair-core", "xthread", "producer/consumer, each pair pinned to one core",
+             "xthread", _xthread(1, 1), thread_factor=1, profiles=FULL_ONLY),
+    Workload("xthread-cross-core", "xthread", "producer/consumer, pairs pinned across cores",
+             "xthread", _xthread(1, 2), thread_factor=1, profiles=FULL_ONLY),
     # 3. false sharing
     Workload("cache-scratch", "cache", "passive false sharing (blocks freed near others')",
              "cache-scratch", _cache(1), thread_factor=1),

@@ -186,9 +186,9 @@ WORKLOADS: List[Workload] = [
     # scheduler puts them (unpinned runs with more threads than cores fall
     # into a fast or a slow mode)
     Workload("xthread-pair-core", "xthread", "producer/consumer, each pair pinned to one core",
-             "xthread", _xthread(1, 1), thread_factor=1, profiles=FULL_ONLY),
+             "xthread", _xthread(1, 1), thread_factor=1),
     Workload("xthread-cross-core", "xthread", "producer/consumer, pairs pinned across cores",
-             "xthread", _xthread(1, 2), thread_factor=1, profiles=FULL_ONLY),
+             "xthread", _xthread(1, 2), thread_factor=1),
     # 3. false sharing
     Workload("cache-scratch", "cache", "passive false sharing (blocks freed near others')",
              "cache-scratch", _cache(1), thread_factor=1),

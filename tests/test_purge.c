@@ -7,7 +7,9 @@
  * Until it is purged, freed memory is reused by any later segment (the
  * chunk pool): a freed huge block's pages serve normal segments, several
  * freed huge blocks' pages are moved under one bigger block, and a huge
- * block grows in place into pooled chunks right after it.
+ * block grows in place into pooled chunks right after it, and a pooled
+ * region never counts pages as resident that are not (its partly touched
+ * end stays apart from a dirty neighbour).
  * And CORALLOC_HUGE_PAGES=1 leaves a small program's segments alone.
  * Each case runs in a child process with its options in the environment.
  * RSS figures are only meaningful without a sanitizer: release only. */
@@ -212,6 +214,38 @@ static int child_pool_grow(void) {
     return 0;
 }
 
+/* A freed, partly touched region followed by a freed, touched one stay two
+ * regions: joined, their dirty length would count the first one's clean
+ * end as resident, and a block taking them would fault it in while a
+ * touched chunk elsewhere in the pool stayed unused. */
+static int child_pool_exact(void) {
+    coral_free(coral_malloc(1));
+    const size_t header = 64 * KiB;
+    /* Four chunks of one mapping, purged: clean, in the pool. */
+    coral_free(coral_malloc(16 * MiB - header));
+    coral_collect(1);
+    void *a = touched(2 * MiB);          /* chunk 0: 2 MiB of 4 touched */
+    void *b = touched(8 * MiB - header); /* chunks 1-2, touched */
+    void *c = coral_malloc(4 * MiB - header); /* chunk 3: kept, a neighbour in use */
+    void *e = touched(4 * MiB - header);      /* a chunk elsewhere, touched */
+    void *k = coral_malloc(4 * MiB - header); /* kept: e's region stands alone */
+    coral_free(e);
+    coral_free(b);
+    coral_free(a);
+    /* 12 MiB: chunks 1-2 and e's chunk are all resident; chunk 0 half. */
+    long faults0 = minor_faults();
+    size_t rss0 = rss_kib();
+    void *d = touched(12 * MiB - header);
+    long faults = minor_faults() - faults0;
+    printf("pool: a 12 MiB block over 12 MiB of resident pooled chunks: %ld faults, RSS +%zu KiB\n",
+           faults, rss_kib() - rss0);
+    CHECK_LT(faults, 128); /* not the 496 of chunk 0's clean half */
+    coral_free(d);
+    coral_free(c);
+    coral_free(k);
+    return 0;
+}
+
 /* CORALLOC_HUGE_PAGES=1: a small program gets no huge page advice; once it
  * holds more than 16 MiB of segments, each new segment does. */
 static int child_hugepages(void) {
@@ -238,6 +272,7 @@ int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "pool-kinds") == 0) return child_pool_kinds();
     if (argc == 2 && strcmp(argv[1], "pool-gather") == 0) return child_pool_gather();
     if (argc == 2 && strcmp(argv[1], "pool-grow") == 0) return child_pool_grow();
+    if (argc == 2 && strcmp(argv[1], "pool-exact") == 0) return child_pool_exact();
     static const char *const bg[] = {"CORALLOC_PURGE_DELAY_MS=100", NULL};
     static const char *const co[] = {"CORALLOC_PURGE_DELAY_MS=3600000",
                                      "CORALLOC_PURGE_THREAD=0", NULL};
@@ -249,6 +284,7 @@ int main(int argc, char **argv) {
     run_child("pool-kinds", held);
     run_child("pool-gather", held);
     run_child("pool-grow", held);
+    run_child("pool-exact", held);
     static const char *const hp[] = {"CORALLOC_HUGE_PAGES=1", NULL};
     run_child("hugepages", hp);
     return 0;

@@ -9,13 +9,15 @@
  * freed huge blocks' pages are moved under one bigger block, and a huge
  * block grows in place into pooled chunks right after it, and a pooled
  * region never counts pages as resident that are not (its partly touched
- * end stays apart from a dirty neighbour).
+ * end stays apart from a dirty neighbour). And a new page of small blocks
+ * touches only its first OS page for its first blocks.
  * And CORALLOC_HUGE_PAGES=1 leaves a small program's segments alone.
  * Each case runs in a child process with its options in the environment.
  * RSS figures are only meaningful without a sanitizer: release only. */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -246,6 +248,25 @@ static int child_pool_exact(void) {
     return 0;
 }
 
+/* The first block of a new page of 3072-byte blocks: linking the blocks
+ * carved with it touches no OS page after its own (16 KiB worth were
+ * linked before: three pages faulted in for blocks nobody asked for). */
+static int child_first_carve(void) {
+    coral_free(coral_malloc(1));
+    unsigned char *p = coral_malloc(3000);
+    CHECK_NOT_NULL(p);
+    CHECK_EQ((uintptr_t)p % (64 * KiB), 0); /* the first block of a fresh page */
+    p[0] = 1;
+    unsigned char resident[4];
+    CHECK_EQ(mincore(p, 16 * KiB, resident), 0);
+    printf("first carve of a 3 KiB class page: OS pages resident %d %d %d %d\n",
+           resident[0] & 1, resident[1] & 1, resident[2] & 1, resident[3] & 1);
+    CHECK_EQ(resident[0] & 1, 1);
+    for (size_t i = 1; i < 4; i++) CHECK_EQ(resident[i] & 1, 0);
+    coral_free(p);
+    return 0;
+}
+
 /* CORALLOC_HUGE_PAGES=1: a small program gets no huge page advice; once it
  * holds more than 16 MiB of segments, each new segment does. */
 static int child_hugepages(void) {
@@ -273,6 +294,7 @@ int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "pool-gather") == 0) return child_pool_gather();
     if (argc == 2 && strcmp(argv[1], "pool-grow") == 0) return child_pool_grow();
     if (argc == 2 && strcmp(argv[1], "pool-exact") == 0) return child_pool_exact();
+    if (argc == 2 && strcmp(argv[1], "first-carve") == 0) return child_first_carve();
     static const char *const bg[] = {"CORALLOC_PURGE_DELAY_MS=100", NULL};
     static const char *const co[] = {"CORALLOC_PURGE_DELAY_MS=3600000",
                                      "CORALLOC_PURGE_THREAD=0", NULL};
@@ -285,6 +307,7 @@ int main(int argc, char **argv) {
     run_child("pool-gather", held);
     run_child("pool-grow", held);
     run_child("pool-exact", held);
+    run_child("first-carve", none);
     static const char *const hp[] = {"CORALLOC_HUGE_PAGES=1", NULL};
     run_child("hugepages", hp);
     return 0;

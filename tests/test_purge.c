@@ -10,7 +10,9 @@
  * block grows in place into pooled chunks right after it, and a pooled
  * region never counts pages as resident that are not (its partly touched
  * end stays apart from a dirty neighbour). And a new page of small blocks
- * touches only its first OS page for its first blocks.
+ * touches only its first OS page for its first blocks, and goes to the
+ * segment of the thread's other small pages, not to the newest segment,
+ * which large blocks then hand back to the pool whole.
  * And CORALLOC_HUGE_PAGES=1 leaves a small program's segments alone.
  * Each case runs in a child process with its options in the environment.
  * RSS figures are only meaningful without a sanitizer: release only. */
@@ -267,6 +269,33 @@ static int child_first_carve(void) {
     return 0;
 }
 
+/* Segment A holds the small pages and two large blocks, B (newer) a third
+ * large block; a new page of 288-byte blocks goes to A, so B goes back to
+ * the pool when its block is freed. */
+static int child_small_apart(void) {
+    const uintptr_t segment_mask = ~(uintptr_t)(4 * MiB - 1);
+    void *first = coral_malloc(16);
+    CHECK_NOT_NULL(first);
+    void *l1 = coral_malloc(1900 * KiB), *l2 = coral_malloc(1900 * KiB); /* 30 slices each */
+    void *l3 = coral_malloc(1900 * KiB);
+    CHECK(l1 && l2 && l3);
+    CHECK_EQ((uintptr_t)l1 & segment_mask, (uintptr_t)first & segment_mask);
+    CHECK_EQ((uintptr_t)l2 & segment_mask, (uintptr_t)first & segment_mask);
+    CHECK(((uintptr_t)l3 & segment_mask) != ((uintptr_t)first & segment_mask));
+    long long segments = stats_get("segments");
+    void *small = coral_malloc(288);
+    CHECK_NOT_NULL(small);
+    CHECK_EQ((uintptr_t)small & segment_mask, (uintptr_t)first & segment_mask);
+    coral_free(l3);
+    CHECK_EQ(stats_get("segments"), segments - 1); /* B went back to the pool */
+    printf("a new small page joins the older small pages: the newest segment was released\n");
+    coral_free(small);
+    coral_free(l2);
+    coral_free(l1);
+    coral_free(first);
+    return 0;
+}
+
 /* CORALLOC_HUGE_PAGES=1: a small program gets no huge page advice; once it
  * holds more than 16 MiB of segments, each new segment does. */
 static int child_hugepages(void) {
@@ -295,6 +324,7 @@ int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "pool-grow") == 0) return child_pool_grow();
     if (argc == 2 && strcmp(argv[1], "pool-exact") == 0) return child_pool_exact();
     if (argc == 2 && strcmp(argv[1], "first-carve") == 0) return child_first_carve();
+    if (argc == 2 && strcmp(argv[1], "small-apart") == 0) return child_small_apart();
     static const char *const bg[] = {"CORALLOC_PURGE_DELAY_MS=100", NULL};
     static const char *const co[] = {"CORALLOC_PURGE_DELAY_MS=3600000",
                                      "CORALLOC_PURGE_THREAD=0", NULL};
@@ -308,6 +338,7 @@ int main(int argc, char **argv) {
     run_child("pool-grow", held);
     run_child("pool-exact", held);
     run_child("first-carve", none);
+    run_child("small-apart", held);
     static const char *const hp[] = {"CORALLOC_HUGE_PAGES=1", NULL};
     run_child("hugepages", hp);
     return 0;

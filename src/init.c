@@ -197,6 +197,7 @@ coral_heap_t *coral_thread_init(void) {
     tld->thread_id = coral_thread_id();
     tld->heap_default = heap;
     tld->heaps = heap;
+    tld->small_segment = NULL;
     coral_heap_init(heap, tld);
     heap->is_default = true;
     coral_tls_heap = heap;

@@ -202,6 +202,10 @@ struct coral_tld_s {
     coral_heap_t *heap_default;
     coral_heap_t *heaps;         /* all heaps of the thread (list via next_heap) */
     coral_segment_t *segments;   /* owned segments that have pages in use */
+    /* The segment of the last one-slice page (blocks up to 8 KiB), tried
+     * first for the next: one of `segments` or NULL (cleared when it
+     * leaves the thread). */
+    coral_segment_t *small_segment;
 };
 
 struct coral_heap_s {

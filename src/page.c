@@ -63,9 +63,14 @@ void coral_page_init(coral_heap_t *heap, coral_page_t *page, unsigned cls, size_
 
 /* Carve more blocks out of the span onto the (empty) free list: 4 KiB worth,
  * or 16 blocks when that is more (at most 16 KiB), and blocks of 4 KiB or
- * more one at a time, so memory is touched only as it is needed. The blocks carved first keep circulating between free and
- * local_free, so the count also sets how often a page's free list runs dry
- * and malloc takes the slow path. */
+ * more one at a time, so memory is touched only as it is needed. The first
+ * carve of a page links only the blocks that start in its first OS page:
+ * many pages (a thread's TLS vector, a class used once) never get past
+ * their first blocks, and linking the 16th block of 288 bytes faulted in a
+ * second page for it. The blocks carved first keep circulating between
+ * free and local_free, so the count also sets how often a page's free list
+ * runs dry and malloc takes the slow path (pages that fill up carve on as
+ * before). */
 void coral_page_extend(coral_page_t *page) {
     size_t bs = page->block_size;
     size_t span = bs < 1024 ? 16 * bs : 16 * 1024;
@@ -73,6 +78,8 @@ void coral_page_extend(coral_page_t *page) {
     /* Linking more blocks of an OS page or more would fault in a page each
      * for blocks nobody asked for yet (a 4 KiB stdio buffer touched four). */
     uint32_t step = bs >= CORAL_OS_PAGE_SIZE ? 1u : (uint32_t)(span / bs);
+    if (page->capacity == 0 && bs < CORAL_OS_PAGE_SIZE)
+        step = (uint32_t)((CORAL_OS_PAGE_SIZE + bs - 1) / bs); /* starts below 4 KiB */
     uint32_t n = page->reserved - page->capacity;
     if (n > step) n = step;
     uint8_t *first = page->start + (size_t)page->capacity * bs;

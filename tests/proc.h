@@ -6,6 +6,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,6 +23,13 @@ static inline size_t rss_kib(void) {
 }
 
 static inline size_t rss_mib(void) { return rss_kib() / 1024; }
+
+/* Minor page faults of this process so far (getrusage). */
+static inline long minor_faults(void) {
+    struct rusage u;
+    CHECK_EQ(getrusage(RUSAGE_SELF, &u), 0);
+    return u.ru_minflt;
+}
 
 /* Run /proc/self/exe with the one argument `mode` and the NAME=value
  * strings of env (NULL-terminated) added to its environment; the child

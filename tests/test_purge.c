@@ -7,13 +7,19 @@
  * Until it is purged, freed memory is reused by any later segment (the
  * chunk pool): a freed huge block's pages serve normal segments, several
  * freed huge blocks' pages are moved under one bigger block, and a huge
- * block grows in place into pooled chunks right after it.
+ * block grows in place into pooled chunks right after it, and a pooled
+ * region never counts pages as resident that are not (its partly touched
+ * end stays apart from a dirty neighbour). And a new page of small blocks
+ * touches only its first OS page for its first blocks, and goes to the
+ * segment of the thread's other small pages, not to the newest segment,
+ * which large blocks then hand back to the pool whole.
  * And CORALLOC_HUGE_PAGES=1 leaves a small program's segments alone.
  * Each case runs in a child process with its options in the environment.
  * RSS figures are only meaningful without a sanitizer: release only. */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -212,6 +218,84 @@ static int child_pool_grow(void) {
     return 0;
 }
 
+/* A freed, partly touched region followed by a freed, touched one stay two
+ * regions: joined, their dirty length would count the first one's clean
+ * end as resident, and a block taking them would fault it in while a
+ * touched chunk elsewhere in the pool stayed unused. */
+static int child_pool_exact(void) {
+    coral_free(coral_malloc(1));
+    const size_t header = 64 * KiB;
+    /* Four chunks of one mapping, purged: clean, in the pool. */
+    coral_free(coral_malloc(16 * MiB - header));
+    coral_collect(1);
+    void *a = touched(2 * MiB);          /* chunk 0: 2 MiB of 4 touched */
+    void *b = touched(8 * MiB - header); /* chunks 1-2, touched */
+    void *c = coral_malloc(4 * MiB - header); /* chunk 3: kept, a neighbour in use */
+    void *e = touched(4 * MiB - header);      /* a chunk elsewhere, touched */
+    void *k = coral_malloc(4 * MiB - header); /* kept: e's region stands alone */
+    coral_free(e);
+    coral_free(b);
+    coral_free(a);
+    /* 12 MiB: chunks 1-2 and e's chunk are all resident; chunk 0 half. */
+    long faults0 = minor_faults();
+    size_t rss0 = rss_kib();
+    void *d = touched(12 * MiB - header);
+    long faults = minor_faults() - faults0;
+    printf("pool: a 12 MiB block over 12 MiB of resident pooled chunks: %ld faults, RSS +%zu KiB\n",
+           faults, rss_kib() - rss0);
+    CHECK_LT(faults, 128); /* not the 496 of chunk 0's clean half */
+    coral_free(d);
+    coral_free(c);
+    coral_free(k);
+    return 0;
+}
+
+/* The first block of a new page of 3072-byte blocks: linking the blocks
+ * carved with it touches no OS page after its own (16 KiB worth were
+ * linked before: three pages faulted in for blocks nobody asked for). */
+static int child_first_carve(void) {
+    coral_free(coral_malloc(1));
+    unsigned char *p = coral_malloc(3000);
+    CHECK_NOT_NULL(p);
+    CHECK_EQ((uintptr_t)p % (64 * KiB), 0); /* the first block of a fresh page */
+    p[0] = 1;
+    unsigned char resident[4];
+    CHECK_EQ(mincore(p, 16 * KiB, resident), 0);
+    printf("first carve of a 3 KiB class page: OS pages resident %d %d %d %d\n",
+           resident[0] & 1, resident[1] & 1, resident[2] & 1, resident[3] & 1);
+    CHECK_EQ(resident[0] & 1, 1);
+    for (size_t i = 1; i < 4; i++) CHECK_EQ(resident[i] & 1, 0);
+    coral_free(p);
+    return 0;
+}
+
+/* Segment A holds the small pages and two large blocks, B (newer) a third
+ * large block; a new page of 288-byte blocks goes to A, so B goes back to
+ * the pool when its block is freed. */
+static int child_small_apart(void) {
+    const uintptr_t segment_mask = ~(uintptr_t)(4 * MiB - 1);
+    void *first = coral_malloc(16);
+    CHECK_NOT_NULL(first);
+    void *l1 = coral_malloc(1900 * KiB), *l2 = coral_malloc(1900 * KiB); /* 30 slices each */
+    void *l3 = coral_malloc(1900 * KiB);
+    CHECK(l1 && l2 && l3);
+    CHECK_EQ((uintptr_t)l1 & segment_mask, (uintptr_t)first & segment_mask);
+    CHECK_EQ((uintptr_t)l2 & segment_mask, (uintptr_t)first & segment_mask);
+    CHECK(((uintptr_t)l3 & segment_mask) != ((uintptr_t)first & segment_mask));
+    long long segments = stats_get("segments");
+    void *small = coral_malloc(288);
+    CHECK_NOT_NULL(small);
+    CHECK_EQ((uintptr_t)small & segment_mask, (uintptr_t)first & segment_mask);
+    coral_free(l3);
+    CHECK_EQ(stats_get("segments"), segments - 1); /* B went back to the pool */
+    printf("a new small page joins the older small pages: the newest segment was released\n");
+    coral_free(small);
+    coral_free(l2);
+    coral_free(l1);
+    coral_free(first);
+    return 0;
+}
+
 /* CORALLOC_HUGE_PAGES=1: a small program gets no huge page advice; once it
  * holds more than 16 MiB of segments, each new segment does. */
 static int child_hugepages(void) {
@@ -238,6 +322,9 @@ int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "pool-kinds") == 0) return child_pool_kinds();
     if (argc == 2 && strcmp(argv[1], "pool-gather") == 0) return child_pool_gather();
     if (argc == 2 && strcmp(argv[1], "pool-grow") == 0) return child_pool_grow();
+    if (argc == 2 && strcmp(argv[1], "pool-exact") == 0) return child_pool_exact();
+    if (argc == 2 && strcmp(argv[1], "first-carve") == 0) return child_first_carve();
+    if (argc == 2 && strcmp(argv[1], "small-apart") == 0) return child_small_apart();
     static const char *const bg[] = {"CORALLOC_PURGE_DELAY_MS=100", NULL};
     static const char *const co[] = {"CORALLOC_PURGE_DELAY_MS=3600000",
                                      "CORALLOC_PURGE_THREAD=0", NULL};
@@ -249,6 +336,9 @@ int main(int argc, char **argv) {
     run_child("pool-kinds", held);
     run_child("pool-gather", held);
     run_child("pool-grow", held);
+    run_child("pool-exact", held);
+    run_child("first-carve", none);
+    run_child("small-apart", held);
     static const char *const hp[] = {"CORALLOC_HUGE_PAGES=1", NULL};
     run_child("hugepages", hp);
     return 0;

@@ -4,11 +4,16 @@
  * list, then the blocks its owner freed (local_free), then blocks never
  * handed out yet, whose addresses it computes without touching them.
  *
+ * coral_malloc_bulk_sizes takes a size per block: the malloc fast path in a
+ * loop (one TLS load per call, no call per block), the slow paths for the
+ * rest.
+ *
  * coral_free_bulk keeps a run (a chain of blocks) per 64 KiB slice seen,
  * direct-mapped by the slice's number: a block whose slot holds its slice's
- * run is linked on with no page lookup, and a long stretch of one slice
- * (an array in address order) is taken whole. Each run goes on its page's
- * list in one push at the end (one CAS for other threads' pages). A run
+ * run is linked on with no page lookup, and a stretch of one slice (8
+ * entries or more: an array in address order) is taken whole. Each run goes
+ * on its page's list in one push at the end (one CAS for other threads'
+ * pages). A run
  * that frees the last blocks in use of the calling thread's page empties
  * it: as after free(), the page goes back to its segment unless it is the
  * first of its class, which is reset instead (after a long run), so that
@@ -170,7 +175,7 @@ size_t coral_malloc_bulk_sizes(const size_t *sizes, size_t n, void **out) {
 typedef struct runs_s {
     uintptr_t key[OPEN_RUNS]; /* the blocks' slice number (address >> 16), or NO_RUN */
     coral_block_t *head[OPEN_RUNS];
-    uint32_t count[OPEN_RUNS];
+    uintptr_t count[OPEN_RUNS]; /* (a word: indexed like key and head) */
     bool owned[OPEN_RUNS]; /* page[r] is the calling thread's */
     coral_page_t *page[OPEN_RUNS];
     coral_block_t *tail[OPEN_RUNS];
@@ -178,7 +183,7 @@ typedef struct runs_s {
 
 /* The slot of a slice number: its index in its segment (so that a segment's
  * slices never share a slot; two segments' slices may). */
-static unsigned run_slot(uintptr_t key) { return (unsigned)key % OPEN_RUNS; }
+static size_t run_slot(uintptr_t key) { return key % OPEN_RUNS; }
 
 /* The owner freed the last blocks in use of a page, `count` of them in one
  * run. As after free(), a page that is not the first of its class queue
@@ -205,9 +210,9 @@ static bool page_emptied(coral_page_t *page, uint32_t count) {
 
 /* The calling thread's page: the chain goes on local_free in one push (or
  * the page is emptied: page_emptied). */
-static void run_free_local(runs_t *runs, unsigned r) {
+static void run_free_local(runs_t *runs, size_t r) {
     coral_page_t *page = runs->page[r];
-    uint32_t count = runs->count[r];
+    uint32_t count = (uint32_t)runs->count[r];
     coral_block_t *head = runs->head[r];
     /* The checks free() makes: more blocks freed than are in use, or the
      * block freed last freed again. */
@@ -222,10 +227,12 @@ static void run_free_local(runs_t *runs, unsigned r) {
 
 /* Push run r: on local_free (the calling thread's page), or on thread_free
  * in one CAS (another thread's page). */
-static void run_flush(runs_t *runs, unsigned r) {
+static void run_flush(runs_t *runs, size_t r) {
     coral_count_frees(runs->page[r]->class_idx, runs->count[r]);
     if (runs->owned[r]) run_free_local(runs, r);
-    else coral_page_push_remote(runs->page[r], runs->head[r], runs->tail[r], runs->count[r]);
+    else
+        coral_page_push_remote(runs->page[r], runs->head[r], runs->tail[r],
+                               (uint32_t)runs->count[r]);
 }
 
 static void runs_flush(runs_t *runs) {
@@ -271,7 +278,7 @@ static coral_page_t *run_page(void *p, bool *owned) {
 /* p's slice (number key) has no open run in its slot r: p opens one (the
  * run in the slot is pushed first), or, when the ordinary free must see it,
  * is freed at once. */
-static CORAL_NOINLINE void run_open(runs_t *runs, unsigned r, void *p, uintptr_t key) {
+static CORAL_NOINLINE void run_open(runs_t *runs, size_t r, void *p, uintptr_t key) {
     bool owned = false;
     coral_page_t *page = run_page(p, &owned);
     if (coral_unlikely(page == NULL)) {
@@ -294,7 +301,7 @@ static bool same_slice(const void *a, const void *b) {
  * order onto the front of run r (open, of that slice); returns the
  * stretch's end (the first entry before end in another slice: NULL always
  * is). */
-static void *const *run_add_stretch(runs_t *runs, unsigned r, void *const *blocks,
+static void *const *run_add_stretch(runs_t *runs, size_t r, void *const *blocks,
                                     void *const *end) {
     uintptr_t first = (uintptr_t)blocks[0];
     coral_block_t *last = blocks[0];
@@ -318,7 +325,7 @@ static void *const *run_add_stretch(runs_t *runs, unsigned r, void *const *block
     }
     last->next = runs->head[r];
     runs->head[r] = blocks[0];
-    runs->count[r] += (uint32_t)(q - blocks);
+    runs->count[r] += (uintptr_t)(q - blocks);
     return q;
 }
 
@@ -326,7 +333,7 @@ static void *const *run_add_stretch(runs_t *runs, unsigned r, void *const *block
  * opens one. */
 CORAL_INLINE void free_one(runs_t *runs, void *p) {
     uintptr_t key = (uintptr_t)p >> CORAL_SLICE_SHIFT;
-    unsigned r = run_slot(key);
+    size_t r = run_slot(key);
     if (coral_unlikely(runs->key[r] != key)) {
         run_open(runs, r, p, key);
         return;
@@ -343,7 +350,7 @@ CORAL_INLINE void free_one(runs_t *runs, void *p) {
  * whole; returns its end. */
 static CORAL_NOINLINE void *const *free_stretch(runs_t *runs, void *const *q, void *const *end) {
     uintptr_t key = (uintptr_t)q[0] >> CORAL_SLICE_SHIFT;
-    unsigned r = run_slot(key);
+    size_t r = run_slot(key);
     if (runs->key[r] == key) return run_add_stretch(runs, r, q, end);
     run_open(runs, r, q[0], key);
     if (runs->key[r] == key) return run_add_stretch(runs, r, q + 1, end);

@@ -1,6 +1,7 @@
 /* The bulk API: coral_malloc_bulk (one size) and coral_malloc_bulk_sizes
- * (a size per block) give valid, distinct, aligned, usable blocks, from a page's free list, from the blocks its owner freed
- * (local_free) and by carving new ones by address; coral_free_bulk frees
+ * (a size per block) give valid, distinct, aligned, usable blocks, from a
+ * page's free list, from the blocks its owner freed (local_free) and by
+ * carving new ones by address; coral_free_bulk frees
  * arrays of mixed sizes and mixed owners (blocks allocated on several
  * threads, freed in one call elsewhere), in address order (long stretches
  * of one page) or not, and a page whose every block it frees is reset and

@@ -606,7 +606,8 @@ static void op_bulk_malloc(fstate *st) {
     int per_block = k < 97 && (rng_next(r) & 1);
     for (size_t j = 0; j < n; j++)
         sizes[j] = per_block ? rng_range(r, 0, (size_t)1 << rng_range(r, 3, 12)) : size;
-    size_t got = per_block ? coral_malloc_bulk_sizes(sizes, n, out) : coral_malloc_bulk(size, n, out);
+    size_t got =
+        per_block ? coral_malloc_bulk_sizes(sizes, n, out) : coral_malloc_bulk(size, n, out);
     FCHECK(st, got == n, "coral_malloc_bulk%s(%zu, %zu) gave %zu: %s", per_block ? "_sizes" : "",
            size, n, got, strerror(errno));
     range rr[BULK_MAX];

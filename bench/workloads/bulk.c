@@ -205,10 +205,11 @@ int main(int argc, char **argv) {
     free(want);
     free(tmp);
     report_malloc_lib();
-    printf("info: api=%s sizes_call=%d outer=%ld inner=%ld sizes=%ld-%ld release=%s memset=%ld blocks=%llu "
+    printf("info: api=%s sizes_call=%d outer=%ld inner=%ld sizes=%ld-%ld release=%s memset=%ld "
+           "blocks=%llu "
            "seconds=%.4f\n",
-           g_bulk_alloc ? "bulk" : "plain", g_bulk_alloc_sizes != NULL, outer, inner, min, max, release, g_memset,
-           (unsigned long long)allocs, elapsed);
+           g_bulk_alloc ? "bulk" : "plain", g_bulk_alloc_sizes != NULL, outer, inner, min, max,
+           release, g_memset, (unsigned long long)allocs, elapsed);
     printf("result: ops_per_sec=%.1f\n", (double)allocs / elapsed);
     return 0;
 }

@@ -57,6 +57,15 @@ CORAL_API size_t coral_good_size(size_t size);
 CORAL_API size_t coral_malloc_bulk(size_t size, size_t n, void **out);
 CORAL_API void coral_free_bulk(void **ptrs, size_t n);
 
+/* coral_malloc_bulk_sizes: n blocks of sizes[0..n-1] bytes (each size may
+ * differ) into out[0..n-1], in order: out[i] has sizes[i] usable bytes, as
+ * from malloc(sizes[i]). One call instead of n: sizes up to 1 KiB are popped
+ * inline, with no call, TLS access or check per block. Returns how many it
+ * gave: n, unless a block could not be had (memory ran out or a size is too
+ * large to allocate); then it stops at that block, errno is ENOMEM, and
+ * out[0..returned-1] are valid blocks for the caller to use or free. */
+CORAL_API size_t coral_malloc_bulk_sizes(const size_t *sizes, size_t n, void **out);
+
 /* ---- heaps -------------------------------------------------------------------
  * A heap belongs to the thread that creates it: only that thread allocates
  * from it, resets or destroys it. Any thread may free its blocks (with

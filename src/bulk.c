@@ -4,11 +4,16 @@
  * list, then the blocks its owner freed (local_free), then blocks never
  * handed out yet, whose addresses it computes without touching them.
  *
+ * coral_malloc_bulk_sizes takes a size per block: the malloc fast path in a
+ * loop (one TLS load per call, no call per block), the slow paths for the
+ * rest.
+ *
  * coral_free_bulk keeps a run (a chain of blocks) per 64 KiB slice seen,
  * direct-mapped by the slice's number: a block whose slot holds its slice's
- * run is linked on with no page lookup, and a long stretch of one slice
- * (an array in address order) is taken whole. Each run goes on its page's
- * list in one push at the end (one CAS for other threads' pages). A run
+ * run is linked on with no page lookup, and a stretch of one slice (8
+ * entries or more: an array in address order) is taken whole. Each run goes
+ * on its page's list in one push at the end (one CAS for other threads'
+ * pages). A run
  * that frees the last blocks in use of the calling thread's page empties
  * it: as after free(), the page goes back to its segment unless it is the
  * first of its class, which is reset instead (after a long run), so that
@@ -108,36 +113,77 @@ size_t coral_malloc_bulk(size_t size, size_t n, void **out) {
     return (out[0] = coral_malloc_inline(size)) != NULL;
 }
 
+/* ---- coral_malloc_bulk_sizes ------------------------------------------------ */
+
+/* A block of sizes[i] bytes the inline pop could not give: the page of its
+ * direct[] entry is out of free blocks, the size is above
+ * CORAL_DIRECT_MAX_SIZE, or the thread is not set up yet. Out of line, so
+ * that the loop below keeps its registers. */
+static CORAL_NOINLINE void *malloc_sizes_slow(size_t size) {
+    coral_heap_t *heap = coral_tls_heap;
+    if (size <= CORAL_DIRECT_MAX_SIZE) return coral_malloc_refill(size, heap, false);
+    return coral_malloc_generic(size, heap, false);
+}
+
+size_t coral_malloc_bulk_sizes(const size_t *sizes, size_t n, void **out) {
+    size_t i = 0;
+    while (i < n) {
+        /* The heap is loaded once per stretch of inline pops; the slow path
+         * may set the thread up (coral_tls_heap changes from the empty heap
+         * to the thread's own), so it is loaded again after each. The empty
+         * heap's direct[] entries all name a page without free blocks, so
+         * its pops always take the slow path. */
+        coral_heap_t *heap = coral_tls_heap;
+        for (; i < n; i++) {
+            size_t size = sizes[i];
+            if (coral_unlikely(size > CORAL_DIRECT_MAX_SIZE)) break;
+            /* The malloc fast path (coral_pop_small) without the call, the
+             * TLS load and the refill: a page with no free block goes to
+             * the slow path below. */
+            coral_page_t *page = heap->direct[(size + 15) >> 4];
+            coral_block_t *block = page->free;
+            if (coral_unlikely(block == NULL)) break;
+            page->free = block->next;
+            page->used++;
+            coral_stat_inc(heap->stat_allocs[page->class_idx]);
+            out[i] = block;
+        }
+        if (i == n) break;
+        void *p = malloc_sizes_slow(sizes[i]);
+        if (coral_unlikely(p == NULL)) break; /* the slow path set errno to ENOMEM */
+        out[i++] = p;
+    }
+    return i;
+}
+
 /* ---- coral_free_bulk -------------------------------------------------------------- */
-
-/* A chain of blocks of one slice of a page, built while scanning: the
- * calling thread's page or another thread's. */
-typedef struct run_s {
-    uintptr_t key; /* the blocks' slice number (address >> 16), or NO_RUN */
-    coral_block_t *head;
-    uint32_t count;
-    bool owned;
-    coral_page_t *page;
-    coral_block_t *tail;
-} run_t;
-
-/* No pointer's slice number: the key of a slot without a run. */
-#define NO_RUN UINTPTR_MAX
 
 /* Open runs, direct-mapped by slice: an array mixing blocks of up to about
  * this many slices keeps one run per slice. */
 #define OPEN_RUNS 64
 
-/* Another thread's page: the chain goes on thread_free in one CAS. */
-static void run_free_remote(run_t *run) {
-    coral_page_push_remote(run->page, run->head, run->tail, run->count);
-}
+/* No pointer's slice number: the key of a slot without a run. */
+#define NO_RUN UINTPTR_MAX
 
-/* The slot of a slice number: its index in its segment, mixed with the
- * segment's number, so that a segment's slices never share a slot. */
-static unsigned run_slot(uintptr_t key) {
-    return (unsigned)(key ^ (key >> (CORAL_SEGMENT_SHIFT - CORAL_SLICE_SHIFT))) % OPEN_RUNS;
-}
+/* The open runs: chains of blocks of one slice of a page each, built while
+ * scanning, the calling thread's page or another thread's. What the loop
+ * over the blocks reads and writes per block (the slot's key, chain head
+ * and count) is in arrays of its own, indexed by slot; the rest is only
+ * read when a run is opened or pushed. Slot r holds a run exactly when
+ * key[r] != NO_RUN; then head[r] .. tail[r] is its chain of count[r]
+ * blocks, all in slice key[r] of page[r]. */
+typedef struct runs_s {
+    uintptr_t key[OPEN_RUNS]; /* the blocks' slice number (address >> 16), or NO_RUN */
+    coral_block_t *head[OPEN_RUNS];
+    uintptr_t count[OPEN_RUNS]; /* (a word: indexed like key and head) */
+    bool owned[OPEN_RUNS]; /* page[r] is the calling thread's */
+    coral_page_t *page[OPEN_RUNS];
+    coral_block_t *tail[OPEN_RUNS];
+} runs_t;
+
+/* The slot of a slice number: its index in its segment (so that a segment's
+ * slices never share a slot; two segments' slices may). */
+static size_t run_slot(uintptr_t key) { return key % OPEN_RUNS; }
 
 /* The owner freed the last blocks in use of a page, `count` of them in one
  * run. As after free(), a page that is not the first of its class queue
@@ -164,28 +210,34 @@ static bool page_emptied(coral_page_t *page, uint32_t count) {
 
 /* The calling thread's page: the chain goes on local_free in one push (or
  * the page is emptied: page_emptied). */
-static void run_free_local(run_t *run) {
-    coral_page_t *page = run->page;
+static void run_free_local(runs_t *runs, size_t r) {
+    coral_page_t *page = runs->page[r];
+    uint32_t count = (uint32_t)runs->count[r];
+    coral_block_t *head = runs->head[r];
     /* The checks free() makes: more blocks freed than are in use, or the
      * block freed last freed again. */
-    if (coral_unlikely(page->used < run->count || run->head == page->local_free))
+    if (coral_unlikely(page->used < count || head == page->local_free))
         coral_fatal("double free detected: free_bulk gave %u blocks (one %p) to a page with "
-                    "%u in use", run->count, (void *)run->head, page->used);
-    if (run->count == page->used && page_emptied(page, run->count)) return;
-    run->tail->next = page->local_free;
-    page->local_free = run->head;
-    page->used -= run->count;
+                    "%u in use", count, (void *)head, page->used);
+    if (count == page->used && page_emptied(page, count)) return;
+    runs->tail[r]->next = page->local_free;
+    page->local_free = head;
+    page->used -= count;
 }
 
-static void run_flush(run_t *run) {
-    coral_count_frees(run->page->class_idx, run->count);
-    if (run->owned) run_free_local(run);
-    else run_free_remote(run);
+/* Push run r: on local_free (the calling thread's page), or on thread_free
+ * in one CAS (another thread's page). */
+static void run_flush(runs_t *runs, size_t r) {
+    coral_count_frees(runs->page[r]->class_idx, runs->count[r]);
+    if (runs->owned[r]) run_free_local(runs, r);
+    else
+        coral_page_push_remote(runs->page[r], runs->head[r], runs->tail[r],
+                               (uint32_t)runs->count[r]);
 }
 
-static void runs_flush(run_t *runs) {
+static void runs_flush(runs_t *runs) {
     for (unsigned r = 0; r < OPEN_RUNS; r++)
-        if (runs[r].key != NO_RUN) run_flush(&runs[r]);
+        if (runs->key[r] != NO_RUN) run_flush(runs, r);
 }
 
 /* The calling thread's class page of a slice (a full one is taken back to
@@ -223,22 +275,22 @@ static coral_page_t *run_page(void *p, bool *owned) {
     return *owned ? owned_class_page(slice, p) : remote_class_page(seg, slice);
 }
 
-/* p's slice (number key) has no open run in its slot: p opens one (the run
- * in the slot is pushed first), or, when the ordinary free must see it, is
- * freed at once. */
-static CORAL_NOINLINE void run_open(run_t *run, void *p, uintptr_t key) {
+/* p's slice (number key) has no open run in its slot r: p opens one (the
+ * run in the slot is pushed first), or, when the ordinary free must see it,
+ * is freed at once. */
+static CORAL_NOINLINE void run_open(runs_t *runs, size_t r, void *p, uintptr_t key) {
     bool owned = false;
     coral_page_t *page = run_page(p, &owned);
     if (coral_unlikely(page == NULL)) {
         coral_free_inline(p);
         return;
     }
-    if (run->key != NO_RUN) run_flush(run);
-    run->key = key;
-    run->page = page;
-    run->head = run->tail = p;
-    run->count = 1;
-    run->owned = owned;
+    if (runs->key[r] != NO_RUN) run_flush(runs, r);
+    runs->key[r] = key;
+    runs->page[r] = page;
+    runs->head[r] = runs->tail[r] = p;
+    runs->count[r] = 1;
+    runs->owned[r] = owned;
 }
 
 static bool same_slice(const void *a, const void *b) {
@@ -246,9 +298,11 @@ static bool same_slice(const void *a, const void *b) {
 }
 
 /* The stretch of blocks[0]'s slice that starts at blocks, linked in array
- * order onto the front of its run; returns the stretch's end (the first
- * entry before end in another slice: NULL always is). */
-static void *const *run_add_stretch(run_t *run, void *const *blocks, void *const *end) {
+ * order onto the front of run r (open, of that slice); returns the
+ * stretch's end (the first entry before end in another slice: NULL always
+ * is). */
+static void *const *run_add_stretch(runs_t *runs, size_t r, void *const *blocks,
+                                    void *const *end) {
     uintptr_t first = (uintptr_t)blocks[0];
     coral_block_t *last = blocks[0];
     void *const *q = blocks + 1;
@@ -269,42 +323,65 @@ static void *const *run_add_stretch(run_t *run, void *const *blocks, void *const
         last->next = *q;
         last = *q;
     }
-    last->next = run->head;
-    run->head = blocks[0];
-    run->count += (uint32_t)(q - blocks);
+    last->next = runs->head[r];
+    runs->head[r] = blocks[0];
+    runs->count[r] += (uintptr_t)(q - blocks);
     return q;
 }
 
-/* How far on coral_free_bulk looks for a block of the same slice. */
-#define LONG_STRETCH 8
+/* One block of a scattered stretch: linked on its slice's open run, or it
+ * opens one. */
+CORAL_INLINE void free_one(runs_t *runs, void *p) {
+    uintptr_t key = (uintptr_t)p >> CORAL_SLICE_SHIFT;
+    size_t r = run_slot(key);
+    if (coral_unlikely(runs->key[r] != key)) {
+        run_open(runs, r, p, key);
+        return;
+    }
+    coral_block_t *head = runs->head[r];
+    if (coral_unlikely(p == head)) /* as free() checks */
+        coral_fatal("double free detected: free_bulk was given block %p twice in a row", p);
+    ((coral_block_t *)p)->next = head;
+    runs->head[r] = p;
+    runs->count[r]++;
+}
+
+/* The stretch of q[0]'s slice that starts at q (at least 2 entries), taken
+ * whole; returns its end. */
+static CORAL_NOINLINE void *const *free_stretch(runs_t *runs, void *const *q, void *const *end) {
+    uintptr_t key = (uintptr_t)q[0] >> CORAL_SLICE_SHIFT;
+    size_t r = run_slot(key);
+    if (runs->key[r] == key) return run_add_stretch(runs, r, q, end);
+    run_open(runs, r, q[0], key);
+    if (runs->key[r] == key) return run_add_stretch(runs, r, q + 1, end);
+    /* The ordinary free must see q[0] (NULL, aligned blocks, a large or a
+     * huge block): and the rest of its slice, one by one (free_one sends
+     * each the same way). */
+    return q + 1;
+}
+
+/* coral_free_bulk looks at the array in groups of this many entries. */
+#define GROUP 8
 
 void coral_free_bulk(void **ptrs, size_t n) {
-    run_t runs[OPEN_RUNS];
-    for (unsigned r = 0; r < OPEN_RUNS; r++) runs[r].key = NO_RUN;
-    void *const *end = ptrs + n;
-    for (void *const *q = ptrs; q < end;) {
-        void *p = *q;
-        uintptr_t key = (uintptr_t)p >> CORAL_SLICE_SHIFT;
-        run_t *run = &runs[run_slot(key)];
-        if (coral_unlikely(run->key != key)) {
-            run_open(run, p, key);
-            q++;
+    runs_t runs;
+    for (unsigned r = 0; r < OPEN_RUNS; r++) runs.key[r] = NO_RUN;
+    void *const *q = ptrs, *const *end = ptrs + n;
+    /* A group of entries all in one slice starts a stretch taken whole (an
+     * array in address order, a run of neighbours); else its entries go
+     * one by one. One test per group, no branch per entry on where it
+     * lies: the test is predictable (an array is mostly one kind or the
+     * other), and neighbours of a few blocks are linked one by one. */
+    while (end - q >= GROUP) {
+        uintptr_t first = (uintptr_t)q[0], differ = 0;
+        for (unsigned k = 1; k < GROUP; k++) differ |= (uintptr_t)q[k] ^ first;
+        if (differ >> CORAL_SLICE_SHIFT == 0) {
+            q = free_stretch(&runs, q, end);
             continue;
         }
-        /* The block LONG_STRETCH places on in the same slice: a long
-         * stretch of it (an array in address order), taken whole. Else one
-         * block. Both branches are predictable: an array is mostly one or
-         * the other, and short stretches rarely pass the test. */
-        if (end - q > LONG_STRETCH && same_slice(p, q[LONG_STRETCH])) {
-            q = run_add_stretch(run, q, end);
-            continue;
-        }
-        if (coral_unlikely(p == run->head)) /* as free() checks */
-            coral_fatal("double free detected: free_bulk was given block %p twice in a row", p);
-        ((coral_block_t *)p)->next = run->head;
-        run->head = p;
-        run->count++;
-        q++;
+        for (unsigned k = 0; k < GROUP; k++) free_one(&runs, q[k]);
+        q += GROUP;
     }
-    runs_flush(runs);
+    for (; q < end; q++) free_one(&runs, *q);
+    runs_flush(&runs);
 }

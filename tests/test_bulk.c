@@ -1,12 +1,16 @@
-/* The bulk API: coral_malloc_bulk gives valid, distinct, aligned, usable
- * blocks, from a page's free list, from the blocks its owner freed
- * (local_free) and by carving new ones by address; coral_free_bulk frees
+/* The bulk API: coral_malloc_bulk (one size) and coral_malloc_bulk_sizes
+ * (a size per block) give valid, distinct, aligned, usable blocks, from a
+ * page's free list, from the blocks its owner freed (local_free) and by
+ * carving new ones by address; coral_free_bulk frees
  * arrays of mixed sizes and mixed owners (blocks allocated on several
  * threads, freed in one call elsewhere), in address order (long stretches
  * of one page) or not, and a page whose every block it frees is reset and
- * carved again. */
+ * carved again. coral_malloc_bulk_sizes stops at a size it cannot give
+ * (ENOMEM) and returns how many it gave. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "check.h"
@@ -34,6 +38,87 @@ static void check_blocks(void **p, size_t n, size_t size) {
     for (size_t i = 1; i < n; i++)
         CHECK_GE((uintptr_t)sorted[i], (uintptr_t)sorted[i - 1] + size);
     free(sorted);
+}
+
+typedef struct {
+    uintptr_t at;
+    size_t size;
+} sized_t;
+
+static int cmp_sized(const void *a, const void *b) {
+    uintptr_t x = ((const sized_t *)a)->at, y = ((const sized_t *)b)->at;
+    return x < y ? -1 : x > y;
+}
+
+/* As check_blocks, each block p[i] with its own size sizes[i]. */
+static void check_blocks_sized(void **p, const size_t *sizes, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        CHECK_NOT_NULL(p[i]);
+        CHECK_ALIGNED(p[i], 16);
+        CHECK_GE(coral_malloc_usable_size(p[i]), sizes[i]);
+        fill_pattern(p[i], sizes[i], i);
+    }
+    for (size_t i = 0; i < n; i++) CHECK_EQ(pattern_mismatch(p[i], sizes[i], i), (size_t)-1);
+    /* Sorted by address, each block ends before the next starts (a block
+     * of 0 bytes takes one: distinct pointers). */
+    sized_t *order = malloc((n ? n : 1) * sizeof *order);
+    CHECK_NOT_NULL(order);
+    for (size_t i = 0; i < n; i++) order[i] = (sized_t){(uintptr_t)p[i], sizes[i] ? sizes[i] : 1};
+    qsort(order, n, sizeof *order, cmp_sized);
+    for (size_t i = 1; i < n; i++) CHECK_GE(order[i].at, order[i - 1].at + order[i - 1].size);
+    free(order);
+}
+
+/* coral_malloc_bulk_sizes, on a thread of its own (its first call sets the
+ * thread up): random small sizes (more blocks of some classes than a page
+ * holds, so pages run out mid-call), every size path (0, direct sizes,
+ * above 1 KiB, large, huge), n = 0, and sizes it cannot give. */
+static void *bulk_sizes(void *arg) {
+    (void)arg;
+    enum { N = 6000 };
+    static size_t sizes[N];
+    static void *p[N];
+    tu_rng rng = {42};
+    for (int round = 0; round < 3; round++) {
+        for (size_t i = 0; i < N; i++) sizes[i] = rng_range(&rng, 1, round == 2 ? 64 : 1024);
+        CHECK_EQ(coral_malloc_bulk_sizes(sizes, N, p), (size_t)N);
+        check_blocks_sized(p, sizes, N);
+        if (round == 0) { /* free every other block one by one, the rest in bulk */
+            for (size_t i = 0; i < N; i += 2) coral_free(p[i]), p[i] = NULL;
+        }
+        coral_free_bulk(p, N);
+    }
+    static const size_t paths[] = {0,     1,    16,     24,      1024,      1025,     1700, 5000,
+                                   10000, 100000, 600000, 5u << 20, 48,       16 << 10, 0,    33};
+    enum { P = sizeof paths / sizeof *paths };
+    void *q[P];
+    CHECK_EQ(coral_malloc_bulk_sizes(paths, P, q), (size_t)P);
+    check_blocks_sized(q, paths, P);
+    coral_free_bulk(q, P);
+    /* n = 0: nothing given, nothing written. */
+    q[0] = (void *)&rng;
+    CHECK_EQ(coral_malloc_bulk_sizes(paths, 0, q), (size_t)0);
+    CHECK_EQ((uintptr_t)q[0], (uintptr_t)&rng);
+    /* A size too large to allocate (or overflowing) stops the call there:
+     * the blocks before it are given and valid, errno says ENOMEM. */
+    static const size_t absurd[][4] = {
+        {16, 2000, SIZE_MAX, 64},
+        {100, 70000, (size_t)PTRDIFF_MAX, 64},
+        {SIZE_MAX - 15, 16, 16, 16},
+        {1024, 32, (size_t)1 << 62, 8},
+    };
+    static const size_t given[] = {2, 2, 0, 2};
+    for (size_t a = 0; a < sizeof absurd / sizeof *absurd; a++) {
+        errno = 0;
+        void *r[4] = {NULL, NULL, NULL, NULL};
+        size_t got = coral_malloc_bulk_sizes(absurd[a], 4, r);
+        CHECK_EQ(got, given[a]);
+        CHECK_EQ(errno, ENOMEM);
+        check_blocks_sized(r, absurd[a], got);
+        for (size_t i = got; i < 4; i++) CHECK_NULL(r[i]);
+        coral_free_bulk(r, got);
+    }
+    return NULL;
 }
 
 static void test_sizes(void) {
@@ -76,10 +161,15 @@ static void *blocks[THREADS][PER];
 static void *allocate(void *arg) {
     uintptr_t t = (uintptr_t)arg;
     tu_rng rng = {t + 100};
+    static size_t sizes[THREADS][PER];
+    for (size_t i = 0; i < PER; i++) sizes[t][i] = rng_range(&rng, 1, 2000);
+    /* Odd threads take all their blocks in one coral_malloc_bulk_sizes. */
+    if (t % 2) CHECK_EQ(coral_malloc_bulk_sizes(sizes[t], PER, blocks[t]), (size_t)PER);
     for (size_t i = 0; i < PER; i++) {
-        size_t n = rng_range(&rng, 1, 2000);
-        blocks[t][i] = coral_malloc(n);
+        size_t n = sizes[t][i];
+        if (t % 2 == 0) blocks[t][i] = coral_malloc(n);
         CHECK_NOT_NULL(blocks[t][i]);
+        CHECK_GE(coral_malloc_usable_size(blocks[t][i]), n);
         fill_pattern(blocks[t][i], 8 < n ? 8 : n, t * PER + i);
     }
     return NULL;
@@ -238,6 +328,7 @@ int main(void) {
     run_in_thread(carve_by_address);
     run_in_thread(take_local_free);
     run_in_thread(mixed_array);
+    run_in_thread(bulk_sizes);
     test_sizes();
     test_mixed_owners();
     printf("bulk: ok\n");

@@ -8,7 +8,8 @@
  *   coral_aligned_alloc / coral_posix_memalign / coral_memalign (16 B ..
  *   1 MiB), coral_free, coral_free_sized / coral_free_aligned_sized,
  *   coral_malloc_usable_size (stable, >= the request, all of it written),
- *   coral_malloc_bulk / coral_free_bulk (batches of any sizes and owners),
+ *   coral_malloc_bulk / coral_malloc_bulk_sizes / coral_free_bulk (batches of
+ *   any sizes and owners),
  *   hand-offs of blocks to another thread through a locked queue (the
  *   receiver checks them and frees, reallocs or bulk-frees them: remote
  *   frees of small, large and huge blocks), and now and then coral_collect.
@@ -600,13 +601,19 @@ static void op_bulk_malloc(fstate *st) {
     if (st->nlive + n > MAX_LIVE) n = MAX_LIVE - st->nlive;
     if (n == 0) return;
     void *out[BULK_MAX];
-    size_t got = coral_malloc_bulk(size, n, out);
-    FCHECK(st, got == n, "coral_malloc_bulk(%zu, %zu) gave %zu: %s", size, n, got,
-           strerror(errno));
+    /* Half the small batches: a size per block (coral_malloc_bulk_sizes). */
+    size_t sizes[BULK_MAX];
+    int per_block = k < 97 && (rng_next(r) & 1);
+    for (size_t j = 0; j < n; j++)
+        sizes[j] = per_block ? rng_range(r, 0, (size_t)1 << rng_range(r, 3, 12)) : size;
+    size_t got =
+        per_block ? coral_malloc_bulk_sizes(sizes, n, out) : coral_malloc_bulk(size, n, out);
+    FCHECK(st, got == n, "coral_malloc_bulk%s(%zu, %zu) gave %zu: %s", per_block ? "_sizes" : "",
+           size, n, got, strerror(errno));
     range rr[BULK_MAX];
     size_t nr = 0;
     size_t first = st->nlive;
-    for (size_t j = 0; j < n; j++) add_block(st, out[j], size, 16, K_BULK, 1);
+    for (size_t j = 0; j < n; j++) add_block(st, out[j], sizes[j], 16, K_BULK, 1);
     for (size_t j = first; j < st->nlive; j++) add_range(rr, &nr, &st->live[j], st->id);
     check_ranges(st, rr, nr);
     for (size_t j = first; j < st->nlive; j++) check_pattern(st, &st->live[j], "after bulk");

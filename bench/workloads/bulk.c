@@ -7,21 +7,32 @@
  * them in order (--release=all) or a random half of them (--release=subset:
  * the rest stay for the next rounds). The end frees everything.
  *
- * All allocation and release goes through bench_alloc() / bench_free() so
- * that --api=bulk swaps in coralloc's bulk calls
+ * All allocation and release goes through bench_alloc(), bench_alloc_sizes()
+ * and bench_free() so that --api=bulk swaps in coralloc's bulk calls
  *     size_t coral_malloc_bulk(size_t size, size_t n, void **out);
+ *     size_t coral_malloc_bulk_sizes(const size_t *sizes, size_t n, void **out);
  *     void coral_free_bulk(void **ptrs, size_t n);
  * resolved with dlsym, so the program still runs under any other allocator
- * (it then says api=plain and uses malloc/free).
+ * (it then says api=plain and uses malloc/free). Random sizes are drawn
+ * into an array before each round's allocations in both modes, so the two
+ * modes do the same harness work: plain mode mallocs over the array, bulk
+ * mode passes it to coral_malloc_bulk_sizes (a coralloc without that call
+ * mallocs over it, and says sizes_call=0).
+ *
+ * The harness's choices are branch-free (which slots are empty, which
+ * blocks a random half releases): an unpredictable branch per block would
+ * cost both modes alike and hide the allocator's share of the time.
  *
  * Figure: ops_per_sec, one op = one block allocated and freed.
  */
 #include "common.h"
 
 typedef size_t (*bulk_alloc_fn)(size_t size, size_t n, void **out);
+typedef size_t (*bulk_alloc_sizes_fn)(const size_t *sizes, size_t n, void **out);
 typedef void (*bulk_free_fn)(void **ptrs, size_t n);
 
 static bulk_alloc_fn g_bulk_alloc;
+static bulk_alloc_sizes_fn g_bulk_alloc_sizes;
 static bulk_free_fn g_bulk_free;
 
 /* n blocks of `size` bytes into out[0..n) */
@@ -34,6 +45,19 @@ static void bench_alloc(size_t size, size_t n, void **out) {
     for (size_t i = 0; i < n; i++) {
         out[i] = malloc(size);
         if (out[i] == NULL) out_of_memory(size);
+    }
+}
+
+/* n blocks of sizes[0..n) bytes into out[0..n) */
+static void bench_alloc_sizes(const size_t *sizes, size_t n, void **out) {
+    if (g_bulk_alloc_sizes) {
+        size_t got = g_bulk_alloc_sizes(sizes, n, out);
+        if (got != n) out_of_memory(sizes[got]);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        out[i] = malloc(sizes[i]);
+        if (out[i] == NULL) out_of_memory(sizes[i]);
     }
 }
 
@@ -85,6 +109,9 @@ int main(int argc, char **argv) {
         g_bulk_alloc = (bulk_alloc_fn)(uintptr_t)dlsym(RTLD_DEFAULT, "coral_malloc_bulk");
         g_bulk_free = (bulk_free_fn)(uintptr_t)dlsym(RTLD_DEFAULT, "coral_free_bulk");
         if (!g_bulk_alloc || !g_bulk_free) g_bulk_alloc = NULL, g_bulk_free = NULL;
+        else
+            g_bulk_alloc_sizes =
+                (bulk_alloc_sizes_fn)(uintptr_t)dlsym(RTLD_DEFAULT, "coral_malloc_bulk_sizes");
     } else if (strcmp(api, "plain") != 0) {
         usage_error("bulk: --api must be plain or bulk, not '%s'", api);
     }
@@ -97,6 +124,8 @@ int main(int argc, char **argv) {
     uint32_t *sizes = (uint32_t *)xmalloc(sizeof(uint32_t) * n);
     uint64_t *tags = (uint64_t *)xmalloc(sizeof(uint64_t) * n);
     size_t *empty = (size_t *)xmalloc(sizeof(size_t) * n);
+    size_t *pick = (size_t *)xmalloc(sizeof(size_t) * n);
+    size_t *want = (size_t *)xmalloc(sizeof(size_t) * n);
     void **tmp = (void **)xmalloc(sizeof(void *) * n);
     memset(slot, 0, sizeof(void *) * n);
     uint64_t counter = 0, allocs = 0, frees = 0, alloc_sum = 0, free_sum = 0;
@@ -104,20 +133,23 @@ int main(int argc, char **argv) {
 
     double t0 = now_sec();
     for (long r = 0; r < outer; r++) {
-        /* allocate every empty slot */
+        /* allocate every empty slot (listed without a branch per slot:
+         * i is written at the end of the list, which grows when it is empty) */
         size_t ne = 0;
-        for (size_t i = 0; i < n; i++)
-            if (slot[i] == NULL) empty[ne++] = i;
+        for (size_t i = 0; i < n; i++) {
+            empty[ne] = i;
+            ne += slot[i] == NULL;
+        }
         if (fixed) {
             bench_alloc((size_t)min, ne, tmp);
             for (size_t k = 0; k < ne; k++)
                 slot[empty[k]] = tmp[k], sizes[empty[k]] = (uint32_t)min;
         } else {
-            for (size_t k = 0; k < ne; k++) {
-                size_t size = (size_t)rng_range(&rng, (uint64_t)min, (uint64_t)max);
-                bench_alloc(size, 1, &slot[empty[k]]);
-                sizes[empty[k]] = (uint32_t)size;
-            }
+            for (size_t k = 0; k < ne; k++)
+                want[k] = (size_t)rng_range(&rng, (uint64_t)min, (uint64_t)max);
+            bench_alloc_sizes(want, ne, tmp);
+            for (size_t k = 0; k < ne; k++)
+                slot[empty[k]] = tmp[k], sizes[empty[k]] = (uint32_t)want[k];
         }
         for (size_t k = 0; k < ne; k++) {
             size_t i = empty[k];
@@ -126,10 +158,20 @@ int main(int argc, char **argv) {
             alloc_sum += tags[i];
         }
         allocs += ne;
-        /* release all, or a random subset, checking each block */
+        /* release all, or a random subset (each block kept when its draw's
+         * low bit is set; the picks listed without a branch, as above),
+         * checking each block */
+        size_t np = n;
+        if (subset) {
+            np = 0;
+            for (size_t i = 0; i < n; i++) {
+                pick[np] = i;
+                np += (size_t)(~rng_next(&rng) & 1);
+            }
+        }
         size_t nf = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (subset && (rng_next(&rng) & 1)) continue;
+        for (size_t k = 0; k < np; k++) {
+            size_t i = subset ? pick[k] : k;
             if (!touched_ok(slot[i], sizes[i], tags[i], (i & 63) == 0))
                 check_failed("bulk: round %ld block %zu (%u bytes) was overwritten", r, i,
                              sizes[i]);
@@ -159,12 +201,15 @@ int main(int argc, char **argv) {
     free(sizes);
     free(tags);
     free(empty);
+    free(pick);
+    free(want);
     free(tmp);
     report_malloc_lib();
-    printf("info: api=%s outer=%ld inner=%ld sizes=%ld-%ld release=%s memset=%ld blocks=%llu "
+    printf("info: api=%s sizes_call=%d outer=%ld inner=%ld sizes=%ld-%ld release=%s memset=%ld "
+           "blocks=%llu "
            "seconds=%.4f\n",
-           g_bulk_alloc ? "bulk" : "plain", outer, inner, min, max, release, g_memset,
-           (unsigned long long)allocs, elapsed);
+           g_bulk_alloc ? "bulk" : "plain", g_bulk_alloc_sizes != NULL, outer, inner, min, max,
+           release, g_memset, (unsigned long long)allocs, elapsed);
     printf("result: ops_per_sec=%.1f\n", (double)allocs / elapsed);
     return 0;
 }

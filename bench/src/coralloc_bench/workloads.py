@@ -144,7 +144,8 @@ def _bulk_name(short: str, release: str, memset: int, api: str) -> str:
 def _bulk_description(label: str, release: str, memset: int, api: str) -> str:
     fill = "memset" if memset else "tag only (no memset)"
     order = "released in order" if release == "all" else "a random half released per round"
-    via = (" (coral_malloc_bulk/coral_free_bulk; plain malloc/free under other allocators)"
+    call = "coral_malloc_bulk_sizes" if label.startswith("1-") else "coral_malloc_bulk"
+    via = (f" ({call}/coral_free_bulk; plain malloc/free under other allocators)"
            if api == "bulk" else "")
     return f"1000-block batches of {label}, {fill}, {order}{via}"
 

@@ -197,7 +197,10 @@ coral_page_t *coral_heap_find_room(coral_heap_t *heap, unsigned cls) {
  * now if need be), made first in its queue. */
 coral_page_t *coral_heap_find_page(coral_heap_t *heap, unsigned cls) {
     coral_page_t *page = coral_heap_find_room(heap, cls);
-    if (page != NULL && page->free == NULL) coral_page_extend(page);
+    if (page == NULL) return NULL;
+    if (page->free == NULL) coral_page_extend(page);
+    /* (A first carve covers 16 blocks or more for blocks up to 256 bytes.) */
+    else if (coral_unlikely(page->capacity < 16)) coral_page_top_up_first_carve(page);
     return page;
 }
 

@@ -357,6 +357,7 @@ void coral_orphans_postfork(bool child);
 /* page.c */
 void coral_page_init(coral_heap_t *heap, coral_page_t *page, unsigned cls, size_t block_size);
 void coral_page_extend(coral_page_t *page);
+void coral_page_top_up_first_carve(coral_page_t *page);
 void coral_page_reset_empty(coral_page_t *page);
 void coral_page_collect(coral_page_t *page);
 bool coral_page_thread_free_collect(coral_page_t *page);

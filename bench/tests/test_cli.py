@@ -12,7 +12,7 @@ from typing import List, Tuple
 import pytest
 
 from conftest import BENCH, other_shared_lib
-from coralloc_bench.cli import build_parser, main
+from coralloc_bench.cli import build_parser, main, resolve_out_dir
 
 
 def cli(args: List[str], env_extra: dict[str, str] | None = None) -> Tuple[int, str, str]:
@@ -122,6 +122,15 @@ def test_parser_contract() -> None:
     assert a.profile == "quick" and a.reps is None and a.baseline == "mimalloc"
     a = p.parse_args(["compare", "old.json", "new.json"])
     assert (a.old, a.new) == ("old.json", "new.json")
+
+
+def test_relative_out_dir_is_made_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # redis-server runs in a directory of its own with --dir under --out: a
+    # relative --out used to make it fail to start
+    monkeypatch.chdir(tmp_path)
+    got = resolve_out_dir("results/x", tmp_path / "repo")
+    assert got.is_absolute() and got == tmp_path / "results" / "x"
+    assert resolve_out_dir(None, tmp_path).is_absolute()
 
 
 def test_main_returns_codes() -> None:

@@ -171,6 +171,15 @@ def machine_info() -> Dict[str, object]:
     return info
 
 
+
+def resolve_out_dir(out: Optional[str], root: Path) -> Path:
+    """The results directory, absolute: programs run with their own working
+    directory (redis-server gets --dir inside it), so a relative --out must
+    not be resolved again from there."""
+    if out:
+        return Path(out).resolve()
+    return root / "bench" / "results" / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+
 def cmd_run(args: argparse.Namespace) -> int:
     t_start = time.monotonic()
     root = repo_root()
@@ -211,8 +220,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             _log(f"{a.name}: NOT verified: {res.reason}; its runs are reported as failed")
             blocked[a.name] = f"allocator not verified: {res.reason}"
 
-    out_dir = Path(args.out) if args.out else \
-        root / "bench" / "results" / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out_dir = resolve_out_dir(args.out, root)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "work").mkdir(exist_ok=True)

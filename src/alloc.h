@@ -31,13 +31,24 @@ CORAL_INLINE void coral_count_frees(unsigned cls, uint64_t n) {
 
 CORAL_INLINE void coral_count_free(unsigned cls) { coral_count_frees(cls, 1); }
 
-CORAL_INLINE void *coral_pop_small(coral_heap_t *heap, size_t size, bool zero) {
+/* A block of size bytes (at most CORAL_DIRECT_MAX_SIZE) off the free list
+ * of heap's direct[] page for it, or NULL when that list is empty (*pagep
+ * is the page either way). The pop that malloc and the bulk calls share. */
+CORAL_INLINE coral_block_t *coral_pop_direct(coral_heap_t *heap, size_t size, coral_page_t **pagep) {
     coral_page_t *page = heap->direct[(size + 15) >> 4];
+    *pagep = page;
     coral_block_t *block = page->free;
-    if (coral_unlikely(block == NULL)) return coral_malloc_refill(size, heap, zero);
+    if (coral_unlikely(block == NULL)) return NULL;
     page->free = block->next;
     page->used++;
     coral_stat_inc(heap->stat_allocs[page->class_idx]);
+    return block;
+}
+
+CORAL_INLINE void *coral_pop_small(coral_heap_t *heap, size_t size, bool zero) {
+    coral_page_t *page;
+    coral_block_t *block = coral_pop_direct(heap, size, &page);
+    if (coral_unlikely(block == NULL)) return coral_malloc_refill(size, heap, zero);
     if (zero) {
         if (page->free_is_zero) block->next = NULL;
         else memset(block, 0, size);

@@ -137,15 +137,11 @@ size_t coral_malloc_bulk_sizes(const size_t *sizes, size_t n, void **out) {
         for (; i < n; i++) {
             size_t size = sizes[i];
             if (coral_unlikely(size > CORAL_DIRECT_MAX_SIZE)) break;
-            /* The malloc fast path (coral_pop_small) without the call, the
-             * TLS load and the refill: a page with no free block goes to
-             * the slow path below. */
-            coral_page_t *page = heap->direct[(size + 15) >> 4];
-            coral_block_t *block = page->free;
+            /* The malloc fast path without the call, the TLS load and the
+             * refill: a page with no free block goes to the slow path below. */
+            coral_page_t *page;
+            coral_block_t *block = coral_pop_direct(heap, size, &page);
             if (coral_unlikely(block == NULL)) break;
-            page->free = block->next;
-            page->used++;
-            coral_stat_inc(heap->stat_allocs[page->class_idx]);
             out[i] = block;
         }
         if (i == n) break;
@@ -183,6 +179,7 @@ typedef struct runs_s {
 
 /* The slot of a slice number: its index in its segment (so that a segment's
  * slices never share a slot; two segments' slices may). */
+_Static_assert(OPEN_RUNS == CORAL_SLICES_PER_SEGMENT, "a slot per slice of a segment");
 static size_t run_slot(uintptr_t key) { return key % OPEN_RUNS; }
 
 /* The owner freed the last blocks in use of a page, `count` of them in one
@@ -254,13 +251,17 @@ static coral_page_t *owned_class_page(coral_page_t *slice, const void *p) {
     return page;
 }
 
-/* Another thread's class page holding p, or NULL when the ordinary free must
- * see p: a huge block, a page with aligned blocks, a full page (its owner
- * must hear of the free), a large page (always full). */
+/* Another thread's page holding p, or NULL when the ordinary free must see
+ * p: a huge block, a page with aligned blocks (p may point inside one), a
+ * slice in no page (the ordinary free reports it). A run's push is what the
+ * ordinary remote free does for one block (coral_page_push_remote: a full
+ * page's owner hears of it there), so full and large pages take runs too.
+ * Reads only the descriptor's shared cache line (internal.h). */
 static coral_page_t *remote_class_page(coral_segment_t *seg, coral_page_t *slice) {
     if (seg->kind != CORAL_SEGMENT_NORMAL) return NULL;
     coral_page_t *page = coral_slice_head(slice);
-    return __atomic_load_n(&page->flags, __ATOMIC_RELAXED) == 0 ? page : NULL;
+    if (page->slice_count == 0 || (page->shared_flags & CORAL_PAGE_HAS_ALIGNED)) return NULL;
+    return page;
 }
 
 /* The class page of p for a run, or NULL when the ordinary free must see

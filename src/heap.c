@@ -199,8 +199,9 @@ coral_page_t *coral_heap_find_page(coral_heap_t *heap, unsigned cls) {
     coral_page_t *page = coral_heap_find_room(heap, cls);
     if (page == NULL) return NULL;
     if (page->free == NULL) coral_page_extend(page);
-    /* (A first carve covers 16 blocks or more for blocks up to 256 bytes.) */
-    else if (coral_unlikely(page->capacity < 16)) coral_page_top_up_first_carve(page);
+    /* (Only a page still below a step needs a top-up: cheap test first.) */
+    else if (coral_unlikely(page->capacity < CORAL_CARVE_MIN_BLOCKS))
+        coral_page_top_up_first_carve(page);
     return page;
 }
 

@@ -123,8 +123,10 @@ CORAL_INLINE uint32_t coral_tf_count(uintptr_t tf) { return (uint32_t)(tf >> COR
  * was writing into the freer's cache and back.) */
 typedef struct coral_page_s {
     /* First cache line: the owner's. Written only by the segment's owner
-     * thread; other threads read none of it, except the purger and orphan
-     * code under their protocols (orphan_since_ms, under the orphan lock). */
+     * thread. A remote free reads none of it, except to resolve a pointer
+     * inside an aligned block (start, block_size) and, in CORAL_STATS
+     * builds, to count the free (class_idx); the purger reads
+     * orphan_since_ms under the orphan lock (reclaim.c). */
     coral_block_t *free;       /* blocks malloc pops */
     coral_block_t *local_free; /* blocks the owner freed, moved to free later */
     uint32_t used;             /* blocks handed out and not yet returned */
@@ -358,6 +360,11 @@ void coral_orphans_postfork(bool child);
 void coral_page_init(coral_heap_t *heap, coral_page_t *page, unsigned cls, size_t block_size);
 void coral_page_extend(coral_page_t *page);
 void coral_page_top_up_first_carve(coral_page_t *page);
+/* A carve step links this many blocks of sizes 256 B-1 KiB, fewer above,
+ * more below (page.c). So a page with this many carved needs no top-up:
+ * above 256 bytes a step is at most this many, and up to 256 bytes the
+ * first carve (an OS page) is a whole step. */
+#define CORAL_CARVE_MIN_BLOCKS 16u
 void coral_page_reset_empty(coral_page_t *page);
 void coral_page_collect(coral_page_t *page);
 bool coral_page_thread_free_collect(coral_page_t *page);

@@ -33,9 +33,10 @@
  * That freer lists the page as an orphan. It takes the orphan lock *before*
  * its CAS and lists the page after it, so an owner that takes the full list
  * and then takes the same lock (always, even when the page does not look
- * listed yet) always finds it listed, and unlists it. The purger may later claim an orphan: one CAS from
- * (all blocks, reserved, s) to (NULL, 0, s | RECLAIMED | BUSY), return its
- * memory to the OS, then clear BUSY (release). An owner that finds RECLAIMED
+ * listed yet) always finds it listed, and unlists it. The purger may later
+ * claim an orphan: one CAS from (all blocks, reserved, s) to
+ * (NULL, 0, s | RECLAIMED | BUSY), return its memory to the OS, then clear
+ * BUSY (release). An owner that finds RECLAIMED
  * waits for BUSY to clear (acquire) and resets the page to empty, its memory
  * zero. A remote push that finds RECLAIMED is a double free.
  */
@@ -67,7 +68,7 @@ void coral_page_init(coral_heap_t *heap, coral_page_t *page, unsigned cls, size_
  * asked for yet: a 4 KiB stdio buffer touched four). */
 static uint32_t carve_step(size_t bs) {
     if (bs >= CORAL_OS_PAGE_SIZE) return 1;
-    size_t span = bs < 1024 ? 16 * bs : 16 * 1024;
+    size_t span = bs < 1024 ? CORAL_CARVE_MIN_BLOCKS * bs : CORAL_CARVE_MIN_BLOCKS * 1024;
     if (span < CORAL_OS_PAGE_SIZE) span = CORAL_OS_PAGE_SIZE;
     return (uint32_t)(span / bs);
 }
@@ -88,16 +89,14 @@ static void page_carve(coral_page_t *page, uint32_t n) {
     page->capacity += n;
 }
 
-/* Carve more blocks out of the span onto the (empty) free list: 4 KiB worth,
- * or 16 blocks when that is more (at most 16 KiB), and blocks of 4 KiB or
- * more one at a time, so memory is touched only as it is needed. The first
- * carve of a page links only the blocks that start in its first OS page:
- * many pages (a thread's TLS vector, a class used once) never get past
- * their first blocks, and linking the 16th block of 288 bytes faulted in a
- * second page for it. The blocks carved first keep circulating between
- * free and local_free, so the count also sets how often a page's free list
- * runs dry and malloc takes the slow path (pages that fill up carve on as
- * before). */
+/* Carve a step of blocks (carve_step) onto the (empty) free list, so memory
+ * is touched only as it is needed. The first carve of a page links only the
+ * blocks that start in its first OS page: many pages (a thread's TLS vector,
+ * a class used once) never get past their first blocks, and linking the
+ * 16th block of 288 bytes faulted in a second page for it. The blocks
+ * carved first keep circulating between free and local_free, so the count
+ * also sets how often a page's free list runs dry and malloc takes the slow
+ * path (see coral_page_top_up_first_carve). */
 void coral_page_extend(coral_page_t *page) {
     size_t bs = page->block_size;
     uint32_t step = carve_step(bs);

@@ -32,10 +32,10 @@
  *      first: mremap moves their page tables, so their pages are reused
  *      without a copy or a fault, and the clean pages they land on were not
  *      resident, so nothing is lost.
- * Putting merges the region with adjacent ones where dirty stays exact. Dirty regions are purged
- * (MADV_DONTNEED) once they stayed unused for CORALLOC_PURGE_DELAY_MS; the
- * pool keeps at most CORALLOC_SEGMENT_CACHE x 4 MiB, beyond which the least
- * recently freed regions are unmapped.
+ * Putting merges the region with adjacent ones where dirty stays exact.
+ * Dirty regions are purged (MADV_DONTNEED) once they stayed unused for
+ * CORALLOC_PURGE_DELAY_MS; the pool keeps at most CORALLOC_SEGMENT_CACHE x
+ * 4 MiB, beyond which the least recently freed regions are unmapped.
  *
  * Locking: one mutex guards the region table and the map entries of pooled
  * chunks; it is a leaf (no other lock is taken under it) and no system call

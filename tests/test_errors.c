@@ -3,7 +3,8 @@
  * environment, since coralloc reads them at start-up) and the parent checks
  * how the child ended and what it printed:
  *   double-free / double-free-bulk / bulk-dup-pointer / double-free-huge /
- *   invalid-pointer: abort with a message;
+ *   double-free-orphan / bulk-released-remote / invalid-pointer: abort with
+ *   a message;
  *   bad-option: one clear line naming the variable, then a normal run;
  *   fail-os: the first OS mapping fails -> NULL with ENOMEM, the next works;
  *   rlimit: under RLIMIT_AS, a large request fails cleanly and the allocator
@@ -64,25 +65,62 @@ enum { PAGE_OF_1K = 64 }; /* 1 KiB blocks in one 64 KiB page */
 static void *page_of_1k[PAGE_OF_1K];
 static int ready_pipe[2], idle_pipe[2];
 
-static void *idle_owner(void *arg) {
+/* Run prepare on a new thread that then idles for good (its segments stay
+ * owned), and wait until prepare is done. */
+static void (*owner_prepare)(void);
+
+static void *idling_thread(void *arg) {
     (void)arg;
-    for (size_t i = 0; i < PAGE_OF_1K; i++) page_of_1k[i] = coral_malloc(1024);
+    owner_prepare();
     char c = 1;
     CHECK_EQ(write(ready_pipe[1], &c, 1), 1);
     CHECK_EQ(read(idle_pipe[0], &c, 1), 1); /* idles here forever */
     return NULL;
 }
 
-static int child_double_free_reclaimed(void) {
+static void start_idle_owner(void (*prepare)(void)) {
     CHECK_EQ(pipe(ready_pipe), 0);
     CHECK_EQ(pipe(idle_pipe), 0);
     pthread_t owner;
-    CHECK_EQ(pthread_create(&owner, NULL, idle_owner, NULL), 0);
+    owner_prepare = prepare;
+    CHECK_EQ(pthread_create(&owner, NULL, idling_thread, NULL), 0);
     char c;
     CHECK_EQ(read(ready_pipe[0], &c, 1), 1);
+}
+
+static void fill_page_of_1k(void) {
+    for (size_t i = 0; i < PAGE_OF_1K; i++) page_of_1k[i] = coral_malloc(1024);
+}
+
+static int child_double_free_reclaimed(void) {
+    start_idle_owner(fill_page_of_1k);
     for (size_t i = 0; i < PAGE_OF_1K; i++) coral_free(page_of_1k[i]);
     coral_collect(1); /* reclaims the page now */
     coral_free(page_of_1k[7]);
+    return 0; /* not reached */
+}
+
+/* coral_free_bulk of a block of another thread's page that its owner has
+ * freed and released already: reported as the ordinary free would, not
+ * pushed onto the released span's list. The owner fills three pages of
+ * 1 KiB blocks and frees them all: the pages behind the first go back to
+ * the segment (malloc_usable_size then says 0). */
+enum { THREE_PAGES_OF_1K = 3 * PAGE_OF_1K };
+static void *released_blocks[THREE_PAGES_OF_1K];
+
+static void fill_and_free_three_pages(void) {
+    for (size_t i = 0; i < THREE_PAGES_OF_1K; i++) released_blocks[i] = coral_malloc(1024);
+    for (size_t i = 0; i < THREE_PAGES_OF_1K; i++) coral_free(released_blocks[i]);
+}
+
+static int child_bulk_free_released_remote(void) {
+    start_idle_owner(fill_and_free_three_pages);
+    void *released = NULL;
+    for (size_t i = 0; i < THREE_PAGES_OF_1K && released == NULL; i++)
+        if (coral_malloc_usable_size(released_blocks[i]) == 0) released = released_blocks[i];
+    CHECK_NOT_NULL(released);
+    void *one[1] = {released};
+    coral_free_bulk(opaque(one), 1);
     return 0; /* not reached */
 }
 
@@ -154,6 +192,7 @@ static const scenario_t scenarios[] = {
     {"bulk-dup-pointer", child_double_free_bulk_pair, NULL, SIGABRT, "double free"},
     {"double-free-huge", child_double_free_huge, NULL, SIGABRT, "double free"},
     {"double-free-orphan", child_double_free_reclaimed, NULL, SIGABRT, "double free"},
+    {"bulk-released-remote", child_bulk_free_released_remote, NULL, SIGABRT, "invalid pointer"},
     {"invalid-pointer", child_invalid_pointer, NULL, SIGABRT, "invalid pointer"},
     {"bad-option", child_bad_option, "CORALLOC_PURGE_DELAY_MS=soon", 0,
      "CORALLOC_PURGE_DELAY_MS=soon is not valid"},

@@ -16,7 +16,7 @@ static long g_iters = 100000, g_writes = 100, g_size = 8;
 static gate_t g_gate;
 
 typedef struct {
-    long id;
+    PER_THREAD long id;
     unsigned char *given;
     uint64_t sum;
 } arg_t;
@@ -42,7 +42,7 @@ int main(int argc, char **argv) {
     OPTS_PARSE(argc, argv, "Passive false sharing: blocks freed by a thread near others'.", opts);
     if (threads < 1 || g_size < 1) usage_error("cache-scratch: need threads >= 1 and size >= 1");
     pthread_t *th = (pthread_t *)xmalloc(sizeof(pthread_t) * (size_t)threads);
-    arg_t *args = (arg_t *)xmalloc(sizeof(arg_t) * (size_t)threads);
+    arg_t *args = (arg_t *)xmalloc_lines(sizeof(arg_t) * (size_t)threads);
     for (long t = 0; t < threads; t++) {
         args[t].id = t;
         args[t].sum = 0;

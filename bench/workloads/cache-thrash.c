@@ -14,7 +14,7 @@ static long g_iters = 100000, g_writes = 100, g_size = 8;
 static gate_t g_gate;
 
 typedef struct {
-    long id;
+    PER_THREAD long id;
     uint64_t sum;
 } arg_t;
 
@@ -36,7 +36,7 @@ int main(int argc, char **argv) {
     OPTS_PARSE(argc, argv, "Active false sharing between threads' small blocks.", opts);
     if (threads < 1 || g_size < 1) usage_error("cache-thrash: need threads >= 1 and size >= 1");
     pthread_t *th = (pthread_t *)xmalloc(sizeof(pthread_t) * (size_t)threads);
-    arg_t *args = (arg_t *)xmalloc(sizeof(arg_t) * (size_t)threads);
+    arg_t *args = (arg_t *)xmalloc_lines(sizeof(arg_t) * (size_t)threads);
     g_gate.total = (int)threads;
     double t0 = now_sec();
     for (long t = 0; t < threads; t++) {

@@ -61,7 +61,7 @@ static void *worker(void *arg) {
             local_tag[k] = h->tag;
         } else {
             alloc_sum += h->tag;
-            size_t slot = (size_t)(rng_next(&rng) % (uint64_t)g_pool);
+            size_t slot = (size_t)rng_below(&rng, (uint64_t)g_pool);
             hdr_t *old = atomic_exchange(&g_slots[slot], h);
             if (old) free_sum += check_and_free(old, "pooled");
         }

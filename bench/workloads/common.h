@@ -72,6 +72,22 @@ static inline UNUSED void *xmalloc(size_t size) {
     return p;
 }
 
+/* Per-thread state of a workload: each thread's record starts on its own cache
+ * line and fills whole lines, so no two threads write the same line through
+ * the harness. (A plain malloc'ed array of small records puts two threads'
+ * counters on one line, and whether it does depends on where the allocator
+ * under test placed the array: the harness would then measure its own false
+ * sharing, differently for each allocator.) */
+#define CACHE_LINE 64
+#define PER_THREAD _Alignas(CACHE_LINE)
+
+static inline UNUSED void *xmalloc_lines(size_t size) {
+    size_t rounded = (size + CACHE_LINE - 1) / CACHE_LINE * CACHE_LINE;
+    void *p = aligned_alloc(CACHE_LINE, rounded);
+    if (p == NULL) out_of_memory(rounded);
+    return p;
+}
+
 static inline UNUSED void *xrealloc(void *old, size_t size) {
     void *p = realloc(old, size);
     if (p == NULL) out_of_memory(size);
@@ -117,9 +133,17 @@ static inline UNUSED uint64_t rng_next(rng_t *r) {
 }
 
 /* uniform in [lo, hi] */
+/* A number in [0, n), n >= 1, by multiply-high rather than modulo: a 64-bit
+ * division costs tens of cycles, which in a loop around one malloc/free pair
+ * is harness time of the order of the allocator's own. (The bias, at most
+ * n / 2^64, is far below anything measured.) */
+static inline UNUSED uint64_t rng_below(rng_t *r, uint64_t n) {
+    return (uint64_t)(((unsigned __int128)rng_next(r) * n) >> 64);
+}
+
 static inline UNUSED uint64_t rng_range(rng_t *r, uint64_t lo, uint64_t hi) {
     if (hi <= lo) return lo;
-    return lo + rng_next(r) % (hi - lo + 1);
+    return lo + rng_below(r, hi - lo + 1);
 }
 
 /* ---- block tags ----------------------------------------------------------
@@ -314,6 +338,7 @@ static UNUSED void report_malloc_lib(void) {
  * line, every write bounces the line (false sharing). */
 static inline UNUSED void write_blocks_loop(const char *name, long id, long iters, long size,
                                             long writes, uint64_t *sum) {
+    uint64_t total = 0; /* local: the caller's *sum may sit near another thread's */
     for (long i = 0; i < iters; i++) {
         volatile unsigned char *p = (volatile unsigned char *)xmalloc((size_t)size);
         for (long s = 0; s < size; s++)
@@ -326,10 +351,11 @@ static inline UNUSED void write_blocks_loop(const char *name, long id, long iter
             long times = writes / size + (s < writes % size ? 1 : 0);
             unsigned char want = (unsigned char)(id + s + times);
             if (p[s] != want) check_failed("%s: thread %ld byte %ld is wrong", name, id, s);
-            *sum += p[s];
+            total += p[s];
         }
         free((void *)p);
     }
+    *sum = total;
 }
 
 #endif

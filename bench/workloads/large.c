@@ -49,7 +49,7 @@ static int run_window(long window, long iters, size_t min, size_t max, long seed
     memset(p, 0, sizeof(void *) * (size_t)window);
     double bytes = 0;
     for (long it = 0; it < iters + window; it++) {
-        long i = it < window ? it : (long)(rng_next(&rng) % (uint64_t)window);
+        long i = it < window ? it : (long)rng_below(&rng, (uint64_t)window);
         if (p[i]) {
             size_t s = sizes[i];
             if (!page_ok(p[i], 0, tags[i]) ||
@@ -97,7 +97,7 @@ static long run_realloc(long reps, size_t min, size_t max, size_t step, long see
             if (!page_ok(p, 0, tag) || !page_ok(p, last_old, tag))
                 check_failed("large: realloc to %zu lost the old contents", next);
             for (int k = 0; k < 8; k++) {
-                size_t off = (size_t)(rng_next(&rng) % (size / PAGE)) * PAGE;
+                size_t off = (size_t)rng_below(&rng, size / PAGE) * PAGE;
                 if (!page_ok(p, off, tag))
                     check_failed("large: realloc to %zu lost page %zu", next, off);
             }

@@ -13,7 +13,7 @@
 #include "common.h"
 
 typedef struct {
-    long id;
+    PER_THREAD long id; /* the thread working a window writes its record every op */
     void **blocks;
     uint32_t *sizes;
     uint64_t *tags;
@@ -54,7 +54,7 @@ static void *chain_thread(void *arg) {
     window_t *w = (window_t *)arg;
     if (w->has_prev) xthread_join(w->prev);
     for (long i = 0; i < g_ops; i++)
-        replace(w, (long)(rng_next(&w->rng) % (uint64_t)g_chunks));
+        replace(w, (long)rng_below(&w->rng, (uint64_t)g_chunks));
     w->ops += (uint64_t)g_ops;
     w->gen++;
     w->prev = pthread_self();
@@ -86,7 +86,7 @@ int main(int argc, char **argv) {
     if (threads < 1 || g_chunks < 1 || g_rounds < 1 || g_min < 1 || g_max < g_min)
         usage_error("larson: need threads, chunks, rounds >= 1 and 1 <= min <= max");
 
-    window_t *ws = (window_t *)xmalloc(sizeof(window_t) * (size_t)threads);
+    window_t *ws = (window_t *)xmalloc_lines(sizeof(window_t) * (size_t)threads);
     for (long t = 0; t < threads; t++) {
         window_t *w = &ws[t];
         memset(w, 0, sizeof(*w));

@@ -190,7 +190,7 @@ static void *worker(void *argp) {
         root = insert(root, new_node(&rng, k));
     }
     for (long op = 0; op < g_ops; op++) {
-        long i = (long)(rng_next(&rng) % (uint64_t)g_nodes);
+        long i = (long)rng_below(&rng, (uint64_t)g_nodes);
         node_t *gone = NULL;
         root = erase(root, keys[i], &gone);
         if (gone == NULL || gone->key != keys[i]) check_failed("tree: key to delete not found");

@@ -32,6 +32,9 @@ typedef struct {
     _Alignas(64) atomic_ulong tail; /* written by the consumer */
     _Alignas(64) batch_t *slot[RING];
     long id;
+    /* written once, when the thread is done (each thread counts in locals:
+     * on one line, the producer's and the consumer's counters would be
+     * false sharing of the harness's own) */
     uint64_t produced_sum, consumed_sum;
     uint64_t produced, consumed;
 } pair_t;
@@ -71,7 +74,7 @@ static void *producer(void *arg) {
     rng_t rng;
     rng_seed(&rng, (uint64_t)g_seed * 7919u + (uint64_t)pr->id);
     gate_wait(&g_gate);
-    uint64_t counter = 0;
+    uint64_t counter = 0, produced = 0, produced_sum = 0;
     for (long done = 0; done < g_blocks; done += g_batch) {
         long n = g_blocks - done < g_batch ? g_blocks - done : g_batch;
         batch_t *b = (batch_t *)xmalloc(batch_bytes(n));
@@ -85,15 +88,17 @@ static void *producer(void *arg) {
             tag_put(p[i], size, tag);
             b->sizes[i] = (uint32_t)size;
             tags[i] = tag;
-            pr->produced_sum += tag;
+            produced_sum += tag;
         }
-        pr->produced += (uint64_t)n;
+        produced += (uint64_t)n;
         unsigned long h = atomic_load_explicit(&pr->head, memory_order_relaxed);
         while (h - atomic_load_explicit(&pr->tail, memory_order_acquire) >= RING)
             sched_yield();
         pr->slot[h % RING] = b;
         atomic_store_explicit(&pr->head, h + 1, memory_order_release);
     }
+    pr->produced = produced;
+    pr->produced_sum = produced_sum;
     return NULL;
 }
 
@@ -102,7 +107,8 @@ static void *consumer(void *arg) {
     pin_thread(pr->id, 1);
     gate_wait(&g_gate);
     unsigned long t = 0;
-    while (pr->consumed < (uint64_t)g_blocks) {
+    uint64_t consumed = 0, consumed_sum = 0;
+    while (consumed < (uint64_t)g_blocks) {
         while (atomic_load_explicit(&pr->head, memory_order_acquire) == t)
             sched_yield();
         batch_t *b = pr->slot[t % RING];
@@ -114,12 +120,14 @@ static void *consumer(void *arg) {
             if (!tag_ok(p[i], b->sizes[i], tags[i]))
                 check_failed("xthread: pair %ld block of %u bytes overwritten", pr->id,
                              b->sizes[i]);
-            pr->consumed_sum += tags[i];
+            consumed_sum += tags[i];
             free(p[i]);
         }
-        pr->consumed += (uint64_t)n;
+        consumed += (uint64_t)n;
         free(b);
     }
+    pr->consumed = consumed;
+    pr->consumed_sum = consumed_sum;
     return NULL;
 }
 

@@ -12,7 +12,10 @@
  * where the scheduler puts each thread, and runs fall into a fast and a slow
  * mode): 0 lets the scheduler place threads; 1 puts both threads of pair i
  * on core i mod cores (each pair works within one core); 2 puts producers
- * and consumers on different cores (every handover crosses cores).
+ * and consumers on different cores (every handover crosses cores, the
+ * producers share cores); 3 splits every pair too, but puts pair i's
+ * producer on core i mod cores and its consumer on the next core, so with
+ * 2 pairs on 2 cores each core runs one producer and one consumer.
  *
  * Figure: ops_per_sec, one op = one block allocated by one thread and freed
  * by another.
@@ -60,7 +63,9 @@ static void pin_thread(long pair, int role) {
     if (g_pin == 0) return;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (cores < 1) cores = 1;
-    long core = g_pin == 1 ? pair % cores : (2 * pair + role) % cores;
+    long core = g_pin == 1   ? pair % cores
+                : g_pin == 2 ? (2 * pair + role) % cores
+                             : (pair + role) % cores;
     cpu_set_t set;
     CPU_ZERO(&set);
     CPU_SET((int)core, &set);
@@ -140,12 +145,13 @@ int main(int argc, char **argv) {
         {"min", "smallest block size (bytes)", &g_min, NULL},
         {"max", "largest block size (bytes)", &g_max, NULL},
         {"seed", "random seed", &g_seed, NULL},
-        {"pin", "0: scheduler places threads, 1: pair per core, 2: pair across cores", &g_pin,
+        {"pin", "0: scheduler places threads, 1: pair per core, 2: pairs across cores (producers "
+                "together), 3: pairs across cores (a producer and a consumer per core)", &g_pin,
          NULL},
     };
     OPTS_PARSE(argc, argv, "Producer/consumer: blocks are freed by another thread.", opts);
-    if (g_batch < 1 || g_min < 1 || g_max < g_min || g_max > 0xffffffffL || g_pin < 0 || g_pin > 2)
-        usage_error("xthread: need batch >= 1, 1 <= min <= max < 4 GiB and pin 0, 1 or 2");
+    if (g_batch < 1 || g_min < 1 || g_max < g_min || g_max > 0xffffffffL || g_pin < 0 || g_pin > 3)
+        usage_error("xthread: need batch >= 1, 1 <= min <= max < 4 GiB and pin 0 to 3");
     long pairs = threads / 2 < 1 ? 1 : threads / 2;
 
     pair_t *ps = (pair_t *)aligned_alloc(64, sizeof(pair_t) * (size_t)pairs);

@@ -190,6 +190,9 @@ WORKLOADS: List[Workload] = [
              "xthread", _xthread(1, 1), thread_factor=1),
     Workload("xthread-cross-core", "xthread", "producer/consumer, pairs pinned across cores",
              "xthread", _xthread(1, 2), thread_factor=1),
+    Workload("xthread-cross-mixed", "xthread",
+             "producer/consumer, pairs pinned across cores, a producer and a consumer per core",
+             "xthread", _xthread(1, 3), thread_factor=1),
     # 3. false sharing
     Workload("cache-scratch", "cache", "passive false sharing (blocks freed near others')",
              "cache-scratch", _cache(1), thread_factor=1),

@@ -286,6 +286,58 @@ static void *reset_emptied_page(void *arg) {
     return NULL;
 }
 
+/* A random half of a page's blocks, freed by free_bulk in shuffled order
+ * (stretches and single blocks alike get chase hints in their word 1, see
+ * bulk.c), comes back: malloc_bulk gives distinct blocks, most of them the
+ * freed ones, none of them a block kept. Then calloc from those lists gives
+ * zeroed memory, hint word included. */
+static void *scattered_half(void *arg) {
+    (void)arg;
+    enum { N = 600, HALF = N / 2 };
+    static void *p[N], *again[HALF], *kept[HALF];
+    static size_t want[HALF];
+    for (size_t size = 16; size <= 1700; size = size * 3 + 16) {
+        CHECK_EQ(coral_malloc_bulk(size, N, p), N);
+        check_blocks(p, N, size); /* fills block i with pattern i */
+        tu_rng rng = {size};
+        for (size_t i = N - 1; i > 0; i--) {
+            size_t j = rng_range(&rng, 0, i);
+            void *t = p[i];
+            p[i] = p[j];
+            p[j] = t;
+        }
+        /* p[0..HALF) go; the rest keep their contents (pattern of their
+         * index before the shuffle, checked through a copy of their order) */
+        for (size_t i = 0; i < HALF; i++) kept[i] = p[HALF + i];
+        for (size_t i = 0; i < HALF; i++) fill_pattern(kept[i], size, 1000 + i);
+        coral_free_bulk(p, HALF);
+        CHECK_EQ(coral_malloc_bulk(size, HALF, again), HALF);
+        check_blocks(again, HALF, size); /* distinct, and filled */
+        for (size_t i = 0; i < HALF; i++)
+            CHECK_EQ(pattern_mismatch(kept[i], size, 1000 + i), (size_t)-1);
+        /* The freed blocks were taken again (a page's freed blocks come
+         * before its blocks never handed out, which a page of big blocks
+         * may still have: then some of those instead). */
+        qsort(again, HALF, sizeof *again, cmp_ptr);
+        size_t reused = 0;
+        for (size_t i = 0; i < HALF; i++)
+            reused += bsearch(&p[i], again, HALF, sizeof *again, cmp_ptr) != NULL;
+        CHECK_GE(reused, HALF * 8 / 10);
+        coral_free_bulk(again, HALF);
+        for (size_t i = 0; i < HALF; i++) {
+            unsigned char *z = coral_calloc(1, size);
+            CHECK_NOT_NULL(z);
+            for (size_t k = 0; k < size; k++) CHECK_EQ(z[k], 0);
+            again[i] = z;
+            want[i] = size;
+        }
+        check_blocks_sized(again, want, HALF);
+        coral_free_bulk(again, HALF);
+        coral_free_bulk(kept, HALF);
+    }
+    return NULL;
+}
+
 /* One array mixing long stretches in address order, blocks of many pages
  * one by one, NULLs, aligned, large and huge blocks; then the heap must
  * still hand out distinct blocks (a list freed wrong would give one block
@@ -328,6 +380,7 @@ int main(void) {
     run_in_thread(carve_by_address);
     run_in_thread(take_local_free);
     run_in_thread(mixed_array);
+    run_in_thread(scattered_half);
     run_in_thread(bulk_sizes);
     test_sizes();
     test_mixed_owners();

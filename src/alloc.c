@@ -201,7 +201,9 @@ void *coral_pvalloc(size_t size) {
 static void *realloc_move(void *p, size_t old_usable, size_t size) {
     void *q = coral_malloc_inline(size);
     if (q == NULL) return NULL;
-    memcpy(q, p, old_usable < size ? old_usable : size);
+    size_t copy = old_usable < size ? old_usable : size;
+    if (coral_populate_adaptive()) coral_populate_copy(q, copy); /* before the copy writes it */
+    memcpy(q, p, copy);
     coral_free_inline(p);
     return q;
 }

@@ -125,14 +125,15 @@ void coral_page_retire(coral_page_t *page) {
 
 /* ---- finding a page with a free block ------------------------------------------------ */
 
-/* Has the heap a full page of class cls? (Only looked for when a new page
- * of the class is needed: the full queue is then usually short to scan.) */
-static bool class_is_filling(coral_heap_t *heap, unsigned cls) {
+/* The heap's newest full page of class cls, among the 8 newest full pages;
+ * NULL if none. (Only looked for when a new clean page of the class is
+ * made: the full queue is then usually short to scan.) */
+static const coral_page_t *class_full_page(coral_heap_t *heap, unsigned cls) {
     unsigned seen = 0;
     for (coral_page_t *p = heap->queues[CORAL_QUEUE_FULL].first; p != NULL && seen < 8;
          p = p->next, seen++)
-        if (p->class_idx == cls) return true;
-    return false;
+        if (p->class_idx == cls) return p;
+    return NULL;
 }
 
 static size_t class_page_slices(size_t block_size) {
@@ -141,20 +142,27 @@ static size_t class_page_slices(size_t block_size) {
     return slices > 16 ? 16 : slices;
 }
 
+/* The bytes a span's blocks of block_size fill (the tail past the last
+ * whole block is never used). */
+static size_t page_blocks_bytes(const coral_page_t *page, size_t block_size) {
+    size_t span = (size_t)page->slice_count * CORAL_SLICE_SIZE;
+    return span / block_size * block_size;
+}
+
 /* A new page of class cls, first in its queue, with every block still to
  * carve (nothing on its free list yet). */
 static coral_page_t *page_new(coral_heap_t *heap, unsigned cls) {
     size_t block_size = coral_class_size(cls);
     coral_page_t *page = coral_segment_page_alloc(heap, class_page_slices(block_size));
     if (page == NULL) return NULL;
-    /* Adaptive populate: a fresh (never touched, or purged) span for a class
-     * that already filled a page of this heap is about to be filled too:
-     * fault it in with one system call instead of a fault per 4 KiB. The
-     * first page of a class is left to fault in as it is used, so a small
-     * program's footprint does not grow. */
-    if (page->is_fresh && heap->queues[CORAL_QUEUE_FULL].first != NULL &&
-        coral_option(CORAL_OPT_POPULATE) == CORAL_POPULATE_ADAPTIVE && class_is_filling(heap, cls))
-        coral_os_populate(page->start, (size_t)page->slice_count * CORAL_SLICE_SIZE);
+    /* Adaptive populate: a clean (never touched, or purged) span for a
+     * class that already filled a page of this heap, and wrote it (see
+     * populate.c), is faulted in with one system call instead of a fault
+     * per 4 KiB. The first page of a class is left to fault in as it is
+     * used, so a small program's footprint does not grow. */
+    if (page->is_fresh && heap->queues[CORAL_QUEUE_FULL].first != NULL && coral_populate_adaptive())
+        coral_populate_class_page(page, page_blocks_bytes(page, block_size), block_size,
+                                  class_full_page(heap, cls));
     coral_page_init(heap, page, cls, block_size);
     coral_queue_push_front(heap, cls, page);
     return page;

@@ -305,7 +305,17 @@ bool coral_os_purge(void *p, size_t size);
 bool coral_os_extend(void *end, size_t size);
 void coral_os_move(void *src, void *dst, size_t size, bool keep);
 void coral_os_populate(void *p, size_t size);
+bool coral_os_resident(const void *p, size_t size, unsigned char *vec);
 void coral_os_advise_hugepage(void *p, size_t size);
+
+/* populate.c: the adaptive populate policy (CORALLOC_POPULATE=adaptive) */
+bool coral_populate_adaptive(void);
+void coral_populate_class_page(coral_page_t *page, size_t bytes, size_t block_size,
+                               const coral_page_t *full);
+void coral_populate_big_block(uint8_t *p, size_t size);
+void coral_populate_note_big_block(const uint8_t *p, size_t size);
+void coral_populate_growth(uint8_t *p, size_t old_size, size_t new_size);
+void coral_populate_copy(void *dst, size_t size);
 
 /* pool.c: freed segments' address space, kept mapped for reuse */
 typedef struct coral_pool_got_s {

@@ -53,6 +53,9 @@ void *coral_malloc_large(coral_heap_t *heap, size_t size, size_t alignment, bool
         }
     }
     if (zero && !page->is_fresh) memset(p, 0, size);
+    /* Clean memory: populated if the program writes its big blocks (and
+     * measured at its free: populate.c). */
+    if (page->is_fresh && coral_populate_adaptive()) coral_populate_big_block(p, size);
     return p;
 }
 
@@ -61,8 +64,10 @@ void *coral_malloc_large(coral_heap_t *heap, size_t size, size_t alignment, bool
 void *coral_realloc_large_in_place(coral_page_t *page, void *p, size_t size) {
     size_t offset = (size_t)((uint8_t *)p - page->start);
     size_t slices = align_up(offset + size, CORAL_SLICE_SIZE) / CORAL_SLICE_SIZE;
+    size_t old_usable = page->block_size - offset;
     if (!coral_segment_span_resize(page, slices)) return NULL;
     page->block_size = slices * CORAL_SLICE_SIZE;
+    if (coral_populate_adaptive()) coral_populate_growth(p, old_usable, size);
     return p;
 }
 
@@ -140,6 +145,13 @@ void *coral_huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool z
     page->start = coral_segment_base(seg) + offset;
     page->block_size = end - offset;
     page->used = page->capacity = page->reserved = 1;
+    /* Some of the block lies on clean memory (past what may hold data):
+     * populated if the program writes its big blocks, measured at its free
+     * (populate.c). */
+    size_t clean_from = got.dirty > offset ? got.dirty : offset;
+    page->is_fresh = clean_from < end;
+    if (page->is_fresh && coral_populate_adaptive())
+        coral_populate_big_block(coral_segment_base(seg) + clean_from, end - clean_from);
     seg->huge_dirty = got.dirty > end ? got.dirty : end;
     coral_stat_count(&coral_gstats.huge_allocs, 1);
     coral_stat_count(&coral_gstats.huge_live, 1);
@@ -164,6 +176,9 @@ void *coral_huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool z
 /* The block is gone: its chunks go to the pool. The header stays as it is
  * (used == 0), so a second free of the block is reported. */
 void coral_huge_release(coral_segment_t *seg) {
+    coral_page_t *page = &seg->pages[0];
+    if (page->is_fresh && coral_populate_adaptive())
+        coral_populate_note_big_block(page->start, page->block_size);
     seg->pages[0].used = 0;
     coral_stat_count(&coral_gstats.huge_live, -1);
     coral_stat_count(&coral_gstats.huge_bytes, -(int64_t)seg->pages[0].block_size);
@@ -268,10 +283,12 @@ void *coral_huge_realloc(coral_segment_t *seg, void *p, size_t size) {
     } else if (total < seg->size && end + seg->size / 4 < seg->size) {
         huge_shrink(seg, total); /* much smaller: give chunks back */
     }
-    int64_t delta = (int64_t)(end - offset) - (int64_t)seg->pages[0].block_size;
+    size_t old_size = seg->pages[0].block_size;
+    int64_t delta = (int64_t)(end - offset) - (int64_t)old_size;
     coral_stat_count(&coral_gstats.huge_bytes, delta);
     if (end > seg->huge_dirty) seg->huge_dirty = end;
     seg->pages[0].start = coral_segment_base(seg) + offset;
     seg->pages[0].block_size = end - offset;
+    if (coral_populate_adaptive()) coral_populate_growth(seg->pages[0].start, old_size, end - offset);
     return seg->pages[0].start;
 }

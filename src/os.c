@@ -132,6 +132,14 @@ void coral_os_populate(void *p, size_t size) {
     (void)madvise(p, size, MADV_POPULATE_WRITE);
 }
 
+/* Which pages of [p, p + size) (page-aligned) are resident: vec gets a
+ * byte per page, bit 0 set for a resident one. False when the kernel
+ * cannot tell (vec is then untouched). */
+bool coral_os_resident(const void *p, size_t size, unsigned char *vec) {
+    coral_stat_os_call(CORAL_OS_MINCORE, size);
+    return mincore((void *)(uintptr_t)p, size, vec) == 0;
+}
+
 /* Ask for transparent huge pages over the range (THP in "madvise" mode). */
 void coral_os_advise_hugepage(void *p, size_t size) {
     coral_stat_os_call(CORAL_OS_ADVISE, size);

@@ -370,6 +370,10 @@ void coral_segment_page_free(coral_page_t *page) {
      * an orphan, or being purged by the purger: neither may outlive it. */
     coral_orphan_forget(page);
     coral_page_wait_not_busy(page);
+    /* A large block placed on clean memory: how much of it the program
+     * wrote tells the adaptive populate policy about big blocks. */
+    if (page->class_idx == CORAL_CLASS_LARGE && page->is_fresh && coral_populate_adaptive())
+        coral_populate_note_big_block(page->start, page->block_size);
     coral_segment_t *seg = coral_ptr_segment(page);
     size_t first = (size_t)(page - seg->pages);
     uint64_t used = atomic_load_explicit(&seg->used_slices, memory_order_relaxed);

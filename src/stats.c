@@ -106,8 +106,8 @@ static __attribute__((format(printf, 2, 3))) void put(writer_t *w, const char *f
     if (n > 0) w->len += (size_t)n;
 }
 
-static const char *const call_names[CORAL_OS_CALL_KINDS] = {"mmap",   "munmap",   "purge",
-                                                            "mremap", "populate", "hugepage"};
+static const char *const call_names[CORAL_OS_CALL_KINDS] = {
+    "mmap", "munmap", "purge", "mremap", "populate", "hugepage", "mincore"};
 
 size_t coral_stats_json(char *buf, size_t len) {
     coral_stats_t s;

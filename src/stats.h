@@ -25,6 +25,7 @@ typedef enum coral_os_call_e {
     CORAL_OS_REMAP,
     CORAL_OS_POPULATE, /* madvise(MADV_POPULATE_WRITE) */
     CORAL_OS_ADVISE,   /* madvise(MADV_HUGEPAGE) */
+    CORAL_OS_MINCORE,  /* mincore: the adaptive populate policy's samples */
     CORAL_OS_CALL_KINDS
 } coral_os_call_t;
 

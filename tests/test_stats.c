@@ -119,7 +119,7 @@ static const env_case_t env_cases[] = {
     {"SEGMENT_CACHE", "7", 7, 64, "99999"},
     {"PURGE_THREAD", "false", 0, 1, "x"},
     {"FAIL_OS_AFTER", "0", 0, 0, "1e3"},
-    {"POPULATE", "adaptive", 2, 0, "sometimes"},
+    {"POPULATE", "off", 0, 2, "sometimes"},
     {"HUGE_PAGES", "1", 1, 0, "huge"},
 };
 

@@ -101,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("old", metavar="OLD.json")
     c.add_argument("new", metavar="NEW.json")
     c.add_argument("--metrics", default="time,rss,figure",
-                   help="figures to compare (time,figure,rss,user,sys,minflt,majflt)")
+                   help="figures to compare (time,figure,rss,user,sys,minflt,traps,majflt)")
     c.set_defaults(func=cmd_compare)
     return p
 

@@ -38,6 +38,9 @@ class Outcome:
     stdout: str
     stderr: str
     timed_out: bool = False
+    # Page faults that trapped (perf's page-faults event), from the launcher;
+    # None when not measured (no launcher, or perf_event_open refused).
+    fault_traps: Optional[int] = None
 
 
 @dataclass
@@ -73,6 +76,8 @@ class RunRecord:
     command: List[str]
     started: float
     served_by: str = ""
+    # None: not measured (see Outcome.fault_traps); never a stand-in 0.
+    fault_traps: Optional[int] = None
 
     def to_json(self) -> Dict[str, object]:
         return asdict(self)
@@ -86,6 +91,8 @@ class RunRecord:
         kw["served_by"] = str(d.get("served_by") or "")
         kw["reason"] = str(d.get("reason") or "")
         kw["figure_name"] = str(d.get("figure_name") or "")
+        traps = d.get("fault_traps")
+        kw["fault_traps"] = int(traps) if isinstance(traps, (int, float)) else None
         return RunRecord(**kw)  # type: ignore[arg-type]
 
 
@@ -227,6 +234,8 @@ class Spawned:
                 o.wall_s, o.user_s, o.sys_s = rep["wall"], rep["user"], rep["sys"]
                 o.max_rss_kib = int(rep["maxrss_kib"])
                 o.minor_faults, o.major_faults = int(rep["minflt"]), int(rep["majflt"])
+                if "fault_traps" in rep:
+                    o.fault_traps = int(rep["fault_traps"])
             elif not self.timed_out and o.exit_status is not None and o.exit_status >= 0:
                 # the launcher itself failed (cannot start the program...)
                 o.exit_status = o.exit_status or 125
@@ -249,6 +258,13 @@ def parse_launcher_report(path: str) -> Optional[Dict[str, float]]:
         text = Path(path).read_text().strip()
     except OSError:
         return None
+    return parse_launcher_line(text)
+
+
+def parse_launcher_line(text: str) -> Optional[Dict[str, float]]:
+    """The launcher's report line as numbers, None when garbled or when a
+    field every report has is missing. fault_traps is optional: the launcher
+    leaves it out when the kernel would not count (see run-measured.c)."""
     vals: Dict[str, float] = {}
     for item in text.split():
         k, sep, v = item.partition("=")
@@ -381,6 +397,7 @@ def run_one(w: Workload, alloc: Allocator, rep: int, ctx: RunContext,
         sys_s=o.sys_s if ran else None, max_rss_kib=o.max_rss_kib if ran else None,
         minor_faults=o.minor_faults if ran else None,
         major_faults=o.major_faults if ran else None,
+        fault_traps=o.fault_traps if ran else None,
         figure_name=c.figure_name, figure=c.figure if c.ok else None, figures=c.figures,
         threads=w.threads_used(ctx.threads), profile=ctx.profile, command=argv,
         started=started, served_by=c.served_by)

@@ -40,6 +40,11 @@ class Metric:
     lower_better: bool
     get: Callable[[RunRecord], Optional[float]]
     fmt: Callable[[float], str] = _fmt_num
+    # A count that adds up over workloads (faults): the table gets a total row.
+    summable: bool = False
+    # Said under the table when no run has the figure (it is not measured
+    # everywhere: the table then shows '-', never a made-up value).
+    missing_note: str = ""
 
 
 def _f(v: Optional[float], scale: float = 1.0) -> Optional[float]:
@@ -54,11 +59,18 @@ METRICS: List[Metric] = [
            lambda v: f"{v:.1f}"),
     Metric("user", "user CPU time", "s", True, lambda r: _f(r.user_s), lambda v: f"{v:.3f}"),
     Metric("sys", "system CPU time", "s", True, lambda r: _f(r.sys_s), lambda v: f"{v:.3f}"),
-    Metric("minflt", "minor page faults", "", True, lambda r: _f(r.minor_faults)),
+    Metric("minflt", "minor page faults", "", True, lambda r: _f(r.minor_faults),
+           summable=True),
+    Metric("traps", "page-fault traps (perf page-faults: minor faults less those prefaulted "
+           "by MADV_POPULATE_WRITE/MAP_POPULATE)", "", True, lambda r: _f(r.fault_traps),
+           summable=True,
+           missing_note="fault traps not measured: perf_event_open was not available to the "
+                        "launcher (no kernel support or perf_event_paranoid), or "
+                        "CORALLOC_BENCH_NO_PERF was set"),
     Metric("majflt", "major page faults", "", True, lambda r: _f(r.major_faults)),
 ]
 METRIC_BY_KEY = {m.key: m for m in METRICS}
-TERMINAL_METRICS = ("time", "figure", "rss")
+TERMINAL_METRICS = ("time", "figure", "rss", "minflt", "traps")
 
 
 @dataclass
@@ -127,6 +139,7 @@ class Table:
     header: List[str]
     rows: List[List[str]]
     notes: List[str]
+    footer: int = 2  # summary rows at the end (geomean, failures; total)
 
 
 def build_table(metric: Metric, cells: Dict[Tuple[str, str], Cell], workloads: Sequence[str],
@@ -160,16 +173,37 @@ def build_table(metric: Metric, cells: Dict[Tuple[str, str], Cell], workloads: S
             geo.append("-")
         else:
             geo.append(f"{g:.2f}x" + (f" (n={n})" if n < usable else ""))
+    footer = 2
+    if metric.summable:
+        rows.append(total_row(metric, cells, workloads, allocs))
+        footer = 3
     rows.append(geo)
     fails = ["failed runs"] + [str(sum(1 for w in workloads
                                        if cells.get((w, a), Cell("missing")).status == FAILED))
                                for a in allocs]
     rows.append(fails)
-    return Table(title, ["workload", *allocs], rows, [])
+    measured = any(metric.key in c.values for c in cells.values())
+    notes = [metric.missing_note] if metric.missing_note and not measured else []
+    return Table(title, ["workload", *allocs], rows, notes, footer)
 
 
-def render_text(t: Table, footer: int = 2) -> str:
-    """An aligned text table; a rule above the last `footer` rows."""
+def total_row(metric: Metric, cells: Dict[Tuple[str, str], Cell], workloads: Sequence[str],
+              allocs: Sequence[str]) -> List[str]:
+    """The medians added up over the workloads, per allocator; '-' when any
+    workload has no value for it (a partial sum would compare unfairly)."""
+    row = ["total"]
+    for a in allocs:
+        vals = [cells[(w, a)].values.get(metric.key) if (w, a) in cells else None
+                for w in workloads]
+        row.append("-" if not vals or any(v is None for v in vals)
+                   else metric.fmt(sum(v for v in vals if v is not None)))
+    return row
+
+
+def render_text(t: Table, footer: Optional[int] = None) -> str:
+    """An aligned text table; a rule above the last `footer` rows (the
+    table's own summary rows unless given), its notes below."""
+    footer = t.footer if footer is None else footer
     widths = [max(len(t.header[i]), *(len(r[i]) for r in t.rows)) for i in range(len(t.header))]
 
     def line(cells: Sequence[str]) -> str:
@@ -180,6 +214,7 @@ def render_text(t: Table, footer: int = 2) -> str:
         if footer and i == len(t.rows) - footer:
             out.append("  ".join("-" * w for w in widths))
         out.append(line(r))
+    out += t.notes
     return "\n".join(out)
 
 
@@ -187,8 +222,10 @@ def render_markdown(t: Table) -> str:
     out = [f"**{t.title}**", "", "| " + " | ".join(t.header) + " |",
            "|" + "|".join(["---"] + ["---:"] * (len(t.header) - 1)) + "|"]
     for i, r in enumerate(t.rows):
-        cells = r if i < len(t.rows) - 2 else [f"**{r[0]}**", *r[1:]]
+        cells = r if i < len(t.rows) - t.footer else [f"**{r[0]}**", *r[1:]]
         out.append("| " + " | ".join(cells) + " |")
+    if t.notes:
+        out += [""] + t.notes
     return "\n".join(out)
 
 
@@ -236,7 +273,8 @@ def terminal_report(records: Sequence[RunRecord], meta: Dict[str, object], basel
 # ---- files -------------------------------------------------------------------
 
 CSV_FIELDS = ["workload", "allocator", "rep", "status", "reason", "exit_status", "wall_s",
-              "user_s", "sys_s", "max_rss_kib", "minor_faults", "major_faults", "figure_name",
+              "user_s", "sys_s", "max_rss_kib", "minor_faults", "major_faults", "fault_traps",
+              "figure_name",
               "figure", "threads", "profile", "served_by", "command"]
 
 

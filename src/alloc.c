@@ -202,7 +202,11 @@ static void *realloc_move(void *p, size_t old_usable, size_t size) {
     void *q = coral_malloc_inline(size);
     if (q == NULL) return NULL;
     size_t copy = old_usable < size ? old_usable : size;
-    if (coral_populate_adaptive()) coral_populate_copy(q, copy); /* before the copy writes it */
+    /* Before the copy writes it (populate.c). A copy of at most 56 KiB
+     * spans at most 15 OS pages, below CORAL_POPULATE_MIN_BYTES: the common
+     * small realloc makes no call here. */
+    if (copy > CORAL_POPULATE_MIN_BYTES - 2 * CORAL_OS_PAGE_SIZE && coral_populate_adaptive())
+        coral_populate_copy(q, copy);
     memcpy(q, p, copy);
     coral_free_inline(p);
     return q;

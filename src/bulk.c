@@ -25,8 +25,6 @@
 #include "internal.h"
 #include "stats.h"
 
-/* ---- coral_malloc_bulk -------------------------------------------------------- */
-
 /* ---- the chase hint ------------------------------------------------------------
  * Taking a free list is a chase: each block's address is in the block
  * before, so a list of blocks scattered over more than the L1 cache costs a
@@ -39,17 +37,22 @@
  * program's old data there, and a prefetch of any address is harmless
  * (it never faults). Blocks are at least 16 bytes: word 1 is always there;
  * free_is_zero lists never hold a block freed by anyone (page.c), so the
- * hint never spoils a block calloc takes as zero. */
+ * hint never spoils a block calloc takes as zero. (A stretch, linked in
+ * array order, gets the entry HINT_AHEAD after each block instead: see
+ * run_add_stretch.) */
 #define HINT_AHEAD 8
 _Static_assert(CORAL_ALIGNMENT >= 2 * sizeof(void *), "a free block has a word 1");
 
 static inline void hint_set(void *block, void *ahead) { ((void **)block)[1] = ahead; }
 static inline void *hint_of(const coral_block_t *block) { return ((void *const *)block)[1]; }
+
 /* Are a, b, c, d in ascending address order? (No branch: one test.) */
 static inline bool ascending(const void *a, const void *b, const void *c, const void *d) {
     return ((uintptr_t)a < (uintptr_t)b) & ((uintptr_t)b < (uintptr_t)c) &
            ((uintptr_t)c < (uintptr_t)d);
 }
+
+/* ---- coral_malloc_bulk -------------------------------------------------------- */
 
 /* Blocks of *list into out[0..want), taken off the list; how many. */
 static size_t take_list(coral_block_t **list, void **out, size_t want) {

@@ -308,7 +308,10 @@ void coral_os_populate(void *p, size_t size);
 bool coral_os_resident(const void *p, size_t size, unsigned char *vec);
 void coral_os_advise_hugepage(void *p, size_t size);
 
-/* populate.c: the adaptive populate policy (CORALLOC_POPULATE=adaptive) */
+/* populate.c: the adaptive populate policy (CORALLOC_POPULATE=adaptive).
+ * Below CORAL_POPULATE_MIN_BYTES a populate costs more than the traps it
+ * saves: it never populates a smaller range. */
+#define CORAL_POPULATE_MIN_BYTES ((size_t)64 << 10)
 bool coral_populate_adaptive(void);
 void coral_populate_class_page(coral_page_t *page, size_t bytes, size_t block_size,
                                const coral_page_t *full);

@@ -42,8 +42,6 @@
 #include "internal.h"
 #include "options.h"
 
-/* Below this a populate costs more than the traps it saves. */
-#define POPULATE_MIN_BYTES ((size_t)64 << 10)
 /* Resident shares are in 1/256ths; dense is at least 7/8 of the pages. */
 #define SHARE_ONE 256u
 #define SHARE_DENSE 224u
@@ -105,7 +103,7 @@ static unsigned resident_share(const uint8_t *p, size_t size) {
 static void populate_range(uint8_t *p, size_t size) {
     uint8_t *from = (uint8_t *)page_floor((uintptr_t)p);
     uint8_t *to = (uint8_t *)page_ceil((uintptr_t)(p + size));
-    if ((size_t)(to - from) < POPULATE_MIN_BYTES) return;
+    if ((size_t)(to - from) < CORAL_POPULATE_MIN_BYTES) return;
     coral_os_populate(from, (size_t)(to - from));
 }
 
@@ -113,7 +111,7 @@ static void populate_range(uint8_t *p, size_t size) {
  * page of the class is `full` (NULL: none, e.g. the class's first page). */
 void coral_populate_class_page(coral_page_t *page, size_t bytes, size_t block_size,
                                const coral_page_t *full) {
-    if (full == NULL || page_ceil(bytes) < POPULATE_MIN_BYTES) return;
+    if (full == NULL || page_ceil(bytes) < CORAL_POPULATE_MIN_BYTES) return;
     if (block_size > CORAL_OS_PAGE_SIZE &&
         resident_share(full->start, (size_t)full->slice_count * CORAL_SLICE_SIZE) < SHARE_DENSE)
         return;
@@ -122,7 +120,7 @@ void coral_populate_class_page(coral_page_t *page, size_t bytes, size_t block_si
 
 /* A large or huge block was placed on clean memory [p, p + size). */
 void coral_populate_big_block(uint8_t *p, size_t size) {
-    if (page_ceil(size) < POPULATE_MIN_BYTES ||
+    if (page_ceil(size) < CORAL_POPULATE_MIN_BYTES ||
         atomic_load_explicit(&big_block_share, memory_order_relaxed) < SHARE_DENSE)
         return;
     populate_range(p, size);
@@ -143,7 +141,7 @@ void coral_populate_note_big_block(const uint8_t *p, size_t size) {
 void coral_populate_growth(uint8_t *p, size_t old_size, size_t new_size) {
     if (new_size <= old_size) return;
     size_t grow = new_size - old_size < old_size ? new_size - old_size : old_size;
-    if (page_ceil(grow) < POPULATE_MIN_BYTES) return;
+    if (page_ceil(grow) < CORAL_POPULATE_MIN_BYTES) return;
     const uint8_t *base = (const uint8_t *)page_floor((uintptr_t)p);
     if (resident_share(base, page_floor((size_t)(p + old_size - base))) < SHARE_DENSE) return;
     populate_range(p + old_size, grow);
@@ -155,7 +153,8 @@ void coral_populate_growth(uint8_t *p, size_t old_size, size_t new_size) {
  * big class links it, a write into its first page). */
 void coral_populate_copy(void *dst, size_t size) {
     uint8_t *p = dst;
-    if (size == 0 || page_ceil((size_t)(p + size) - page_floor((uintptr_t)p)) < POPULATE_MIN_BYTES)
+    if (size == 0 ||
+        page_ceil((size_t)(p + size) - page_floor((uintptr_t)p)) < CORAL_POPULATE_MIN_BYTES)
         return;
     const uint8_t *last = (const uint8_t *)page_floor((uintptr_t)(p + size - 1));
     if (resident_in_window(last, 1) != 0) return;

@@ -128,26 +128,29 @@ static void check_filled(const unsigned char *p, size_t n, unsigned seed) {
         CHECK_MSG(p[i] == (unsigned char)(seed + i / 512), "byte %zu\n", i);
 }
 
+/* realloc(p, size), which must make `populated` more populate calls. */
+static unsigned char *realloc_populating(unsigned char *p, size_t size, long long populated) {
+    long long before = populates();
+    p = coral_realloc(p, size);
+    CHECK_NOT_NULL(p);
+    CHECK_EQ(populates(), before + populated);
+    return p;
+}
+
 /* A written huge block grows: the new part is populated, the old kept. */
 static int child_realloc_grow(void) {
     unsigned char *p = coral_malloc(4 * MiB);
     CHECK_NOT_NULL(p);
     memset(p, 9, 4 * MiB);
     fill(p, 4 * MiB, 1);
-    long long before = populates();
-    p = coral_realloc(p, 8 * MiB);
-    CHECK_NOT_NULL(p);
-    CHECK_EQ(populates(), before + 1);
+    p = realloc_populating(p, 8 * MiB, 1);
     check_filled(p, 4 * MiB, 1);
     memset(p + 4 * MiB, 2, 4 * MiB);
     /* a block touched on its first page only grows without it */
     unsigned char *q = coral_malloc(4 * MiB);
     CHECK_NOT_NULL(q);
     q[0] = 1;
-    before = populates();
-    q = coral_realloc(q, 8 * MiB);
-    CHECK_NOT_NULL(q);
-    CHECK_EQ(populates(), before);
+    q = realloc_populating(q, 8 * MiB, 0);
     CHECK_EQ(q[0], 1);
     coral_free(p);
     coral_free(q);
@@ -160,10 +163,7 @@ static int child_realloc_copy(void) {
     unsigned char *p = coral_malloc(256 * KiB);
     CHECK_NOT_NULL(p);
     fill(p, 256 * KiB, 3);
-    long long before = populates();
-    p = coral_realloc(p, 320 * KiB);
-    CHECK_NOT_NULL(p);
-    CHECK_EQ(populates(), before + 1);
+    p = realloc_populating(p, 320 * KiB, 1);
     check_filled(p, 256 * KiB, 3);
     coral_free(p);
     return 0;

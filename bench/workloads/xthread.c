@@ -145,9 +145,10 @@ int main(int argc, char **argv) {
         {"min", "smallest block size (bytes)", &g_min, NULL},
         {"max", "largest block size (bytes)", &g_max, NULL},
         {"seed", "random seed", &g_seed, NULL},
-        {"pin", "0: scheduler places threads, 1: pair per core, 2: pairs across cores (producers "
-                "together), 3: pairs across cores (a producer and a consumer per core)", &g_pin,
-         NULL},
+        {"pin",
+         "0: scheduler places threads, 1: pair per core, 2: pairs across cores (producers "
+         "together), 3: pairs across cores (a producer and a consumer per core)",
+         &g_pin, NULL},
     };
     OPTS_PARSE(argc, argv, "Producer/consumer: blocks are freed by another thread.", opts);
     if (g_batch < 1 || g_min < 1 || g_max < g_min || g_max > 0xffffffffL || g_pin < 0 || g_pin > 3)

@@ -4,6 +4,7 @@
 
 #include "alloc.h"
 #include "internal.h"
+#include "stash.h"
 #include "stats.h"
 
 /* The calling thread's heap, set up on first use. NULL only when the OS
@@ -251,6 +252,7 @@ void coral_collect(int force) {
     /* A forced collect adopts abandoned segments, which needs a heap. */
     coral_heap_t *heap = force ? heap_ready() : coral_tls_heap;
     if (heap != NULL && heap != &coral_heap_empty) {
+        coral_stash_flush_own(heap);
         for (coral_heap_t *h = heap->tld->heaps; h != NULL; h = h->next_heap)
             coral_heap_collect(h, force != 0);
         if (force) {

@@ -1,14 +1,18 @@
 /* Bulk allocation: many blocks per call.
  *
- * coral_malloc_bulk fills its array from a page at a time: the page's free
- * list, then the blocks its owner freed (local_free), then blocks never
- * handed out yet, whose addresses it computes without touching them.
+ * coral_malloc_bulk first takes blocks of its class from the thread's bulk
+ * cache (stash.h: blocks coral_free_bulk kept, addresses in arrays), then
+ * fills the rest of its array from a page at a time: the page's free list,
+ * then the blocks its owner freed (local_free), then blocks never handed
+ * out yet, whose addresses it computes without touching them.
  *
  * coral_malloc_bulk_sizes takes a size per block: the malloc fast path in a
  * loop (one TLS load per call, no call per block), the slow paths for the
  * rest.
  *
- * coral_free_bulk keeps a run (a chain of blocks) per 64 KiB slice seen,
+ * coral_free_bulk puts scattered blocks of the classes coral_malloc_bulk
+ * asks for in the bulk cache (see stash.h for which blocks may go there).
+ * For the others it keeps a run (a chain of blocks) per 64 KiB slice seen,
  * direct-mapped by the slice's number: a block whose slot holds its slice's
  * run is linked on with no page lookup, and a stretch of one slice (8
  * entries or more: an array in address order) is taken whole. Each run goes
@@ -23,6 +27,7 @@
 
 #include "alloc.h"
 #include "internal.h"
+#include "stash.h"
 #include "stats.h"
 
 /* ---- the chase hint ------------------------------------------------------------
@@ -107,12 +112,23 @@ static size_t malloc_each(size_t size, size_t n, void **out) {
     return got;
 }
 
-/* n >= 2 blocks of one size class. */
+/* Up to n blocks of class cls from the thread's bulk cache; how many. */
+static size_t take_stashed(coral_heap_t *heap, unsigned cls, void **out, size_t n) {
+    coral_stash_want(heap, cls);
+    coral_stash_t *stash = coral_stash_for_alloc(heap);
+    if (stash == NULL) return 0;
+    int64_t before = atomic_load_explicit(&stash->bytes, memory_order_relaxed);
+    size_t got = stash->top[cls] != NULL ? coral_stash_take(stash, cls, out, n) : 0;
+    coral_stash_release(stash, before, before - (int64_t)(got * coral_class_size(cls)));
+    return got;
+}
+
+/* n >= 2 blocks of one size class: the bulk cache's, then page by page. */
 static CORAL_NOINLINE size_t malloc_batch(size_t size, size_t n, void **out) {
     coral_heap_t *heap = coral_tls_heap;
     if (size > CORAL_CLASS_MAX_SIZE || heap == &coral_heap_empty) return malloc_each(size, n, out);
     unsigned cls = coral_size_class(size);
-    size_t got = 0;
+    size_t got = take_stashed(heap, cls, out, n);
     while (got < n) {
         coral_page_t *page = heap->queues[cls].first;
         if (page == NULL || !page_can_serve(page)) {
@@ -191,19 +207,36 @@ size_t coral_malloc_bulk_sizes(const size_t *sizes, size_t n, void **out) {
 
 /* The open runs: chains of blocks of one slice of a page each, built while
  * scanning, the calling thread's page or another thread's. What the loop
- * over the blocks reads and writes per block (the slot's key, chain head
- * and count) is in arrays of its own, indexed by slot; the rest is only
- * read when a run is opened or pushed. Slot r holds a run exactly when
- * key[r] != NO_RUN; then head[r] .. tail[r] is its chain of count[r]
- * blocks, all in slice key[r] of page[r]. */
+ * over the blocks reads and writes per block (the slot's key, where its
+ * blocks go, chain head and count) is in arrays of its own, indexed by
+ * slot; the rest is only read when a run is opened or pushed. Slot r holds
+ * a run exactly when key[r] != NO_RUN; then its page is page[r], and
+ * head[r] .. tail[r] is its chain of count[r] blocks (none yet: count 0,
+ * head NULL), all in slice key[r]. While stash_cls[r] != 0 the slot's
+ * blocks go to the bulk cache instead (class stash_cls[r], block_size[r]
+ * bytes each), as long as it has room. */
 typedef struct runs_s {
     uintptr_t key[OPEN_RUNS]; /* the blocks' slice number (address >> 16), or NO_RUN */
+    uint8_t stash_cls[OPEN_RUNS];
     coral_block_t *head[OPEN_RUNS];
     uintptr_t count[OPEN_RUNS]; /* (a word: indexed like key and head) */
+    uint32_t block_size[OPEN_RUNS];
     bool owned[OPEN_RUNS]; /* page[r] is the calling thread's */
     coral_page_t *page[OPEN_RUNS];
     coral_block_t *tail[OPEN_RUNS];
+    coral_stash_t *stash; /* the thread's bulk cache, taken; NULL: none this call */
+    int64_t stash_room;   /* bytes it may still take */
+    bool stash_full;      /* it ran out of room */
+    bool count_frees;     /* false in a cache flush: its blocks were counted when cached */
 } runs_t;
+
+static void runs_init(runs_t *runs, coral_stash_t *stash, int64_t room, bool count_frees) {
+    for (unsigned r = 0; r < OPEN_RUNS; r++) runs->key[r] = NO_RUN;
+    runs->stash = stash;
+    runs->stash_room = room;
+    runs->stash_full = false;
+    runs->count_frees = count_frees;
+}
 
 /* The slot of a slice number: its index in its segment (so that a segment's
  * slices never share a slot; two segments' slices may). */
@@ -234,7 +267,8 @@ static bool page_emptied(coral_page_t *page, uint32_t count) {
 }
 
 /* The calling thread's page: the chain goes on local_free in one push (or
- * the page is emptied: page_emptied). */
+ * the page is emptied: page_emptied). A full page first goes back to its
+ * class queue, as free() does. */
 static void run_free_local(runs_t *runs, size_t r) {
     coral_page_t *page = runs->page[r];
     uint32_t count = (uint32_t)runs->count[r];
@@ -244,16 +278,18 @@ static void run_free_local(runs_t *runs, size_t r) {
     if (coral_unlikely(page->used < count || head == page->local_free))
         coral_fatal("double free detected: free_bulk gave %u blocks (one %p) to a page with "
                     "%u in use", count, (void *)head, page->used);
+    if (page->flags & CORAL_PAGE_IN_FULL) coral_page_unfull(page);
     if (count == page->used && page_emptied(page, count)) return;
     runs->tail[r]->next = page->local_free;
     page->local_free = head;
     page->used -= count;
 }
 
-/* Push run r: on local_free (the calling thread's page), or on thread_free
- * in one CAS (another thread's page). */
+/* Push run r, if it has blocks: on local_free (the calling thread's page),
+ * or on thread_free in one CAS (another thread's page). */
 static void run_flush(runs_t *runs, size_t r) {
-    coral_count_frees(runs->page[r]->class_idx, runs->count[r]);
+    if (runs->count[r] == 0) return; /* every block went to the bulk cache */
+    if (runs->count_frees) coral_count_frees(runs->page[r]->class_idx, runs->count[r]);
     if (runs->owned[r]) run_free_local(runs, r);
     else
         coral_page_push_remote(runs->page[r], runs->head[r], runs->tail[r],
@@ -265,17 +301,16 @@ static void runs_flush(runs_t *runs) {
         if (runs->key[r] != NO_RUN) run_flush(runs, r);
 }
 
-/* The calling thread's class page of a slice (a full one is taken back to
- * its class queue), or NULL when the ordinary free must see the block: a
- * page with aligned blocks (it may point inside one), a large page. A slice
- * in no page is a double free (or a pointer never allocated). */
+/* The calling thread's class page of a slice, or NULL when the ordinary
+ * free must see the block: a page with aligned blocks (it may point inside
+ * one), a large page. A slice in no page is a double free (or a pointer
+ * never allocated). */
 static coral_page_t *owned_class_page(coral_page_t *slice, const void *p) {
     coral_page_t *page = coral_slice_head(slice); /* a later slice leads to its head */
     if (coral_unlikely(page->slice_count == 0))
         coral_fatal("free_bulk: invalid pointer %p (in no page in use: double free?)", p);
     if (coral_likely(page->flags == 0)) return page;
     if (page->flags != CORAL_PAGE_IN_FULL || page->class_idx == CORAL_CLASS_LARGE) return NULL;
-    coral_page_unfull(page);
     return page;
 }
 
@@ -304,22 +339,54 @@ static coral_page_t *run_page(void *p, bool *owned) {
     return *owned ? owned_class_page(slice, p) : remote_class_page(seg, slice);
 }
 
-/* p's slice (number key) has no open run in its slot r: p opens one (the
- * run in the slot is pushed first), or, when the ordinary free must see it,
- * is freed at once. */
-static CORAL_NOINLINE void run_open(runs_t *runs, size_t r, void *p, uintptr_t key) {
+/* The class whose bulk cache takes the blocks of page (a run page), or 0:
+ * none (no cache this call, a large block, a page with aligned blocks or
+ * of a user heap; see stash.h). Its class_idx is read once per run, for
+ * another thread's page too: it never changes while the page has a block
+ * in use. */
+static unsigned stash_class_of(const runs_t *runs, const coral_page_t *page) {
+    if (runs->stash == NULL || page->class_idx == CORAL_CLASS_LARGE ||
+        (page->shared_flags & (CORAL_PAGE_USER_HEAP | CORAL_PAGE_HAS_ALIGNED)))
+        return 0;
+    return runs->stash->want[page->class_idx] ? page->class_idx : 0;
+}
+
+/* p's slice (number key) has no open run in its slot r: open one, with no
+ * blocks yet (the run in the slot is pushed first). Or, when the ordinary
+ * free must see p, free it at once and return false. */
+static CORAL_NOINLINE bool run_open(runs_t *runs, size_t r, void *p, uintptr_t key) {
     bool owned = false;
     coral_page_t *page = run_page(p, &owned);
     if (coral_unlikely(page == NULL)) {
         coral_free_inline(p);
-        return;
+        return false;
     }
     if (runs->key[r] != NO_RUN) run_flush(runs, r);
     runs->key[r] = key;
     runs->page[r] = page;
-    runs->head[r] = runs->tail[r] = p;
-    runs->count[r] = 1;
+    runs->head[r] = runs->tail[r] = NULL;
+    runs->count[r] = 0;
     runs->owned[r] = owned;
+    unsigned cls = stash_class_of(runs, page);
+    runs->stash_cls[r] = (uint8_t)cls;
+    if (cls != 0) runs->block_size[r] = (uint32_t)page->block_size;
+    return true;
+}
+
+/* p (of slot r's slice, whose blocks go to the bulk cache) into the cache;
+ * false when it has no room left for it: then the slot's blocks go to its
+ * run from now on. */
+CORAL_INLINE bool run_stash(runs_t *runs, size_t r, void *p) {
+    int64_t size = runs->block_size[r];
+    if (coral_unlikely(runs->stash_room < size) ||
+        coral_unlikely(!coral_stash_put(runs->stash, runs->stash_cls[r], p))) {
+        runs->stash_cls[r] = 0;
+        runs->stash_full = true;
+        return false;
+    }
+    runs->stash_room -= size;
+    coral_count_free(runs->stash_cls[r]);
+    return true;
 }
 
 static bool same_slice(const void *a, const void *b) {
@@ -363,51 +430,59 @@ static void *const *run_add_stretch(runs_t *runs, size_t r, void *const *blocks,
         last->next = *q;
         last = *q;
     }
+    if (runs->head[r] == NULL) runs->tail[r] = last;
     last->next = runs->head[r];
     runs->head[r] = blocks[0];
     runs->count[r] += (uintptr_t)(q - blocks);
     return q;
 }
 
-/* One block of a scattered stretch: linked on its slice's open run, or it
- * opens one. ahead: the array's entry HINT_AHEAD before p (or NULL), its
- * chase hint. */
-CORAL_INLINE void free_one(runs_t *runs, void *p, void *ahead) {
-    uintptr_t key = (uintptr_t)p >> CORAL_SLICE_SHIFT;
-    size_t r = run_slot(key);
-    if (coral_unlikely(runs->key[r] != key)) {
-        run_open(runs, r, p, key);
-        return;
-    }
+/* p linked on the front of run r (open, of p's slice), with its chase
+ * hint. */
+CORAL_INLINE void run_link(runs_t *runs, size_t r, void *p, void *ahead) {
     coral_block_t *head = runs->head[r];
     if (coral_unlikely(p == head)) /* as free() checks */
         coral_fatal("double free detected: free_bulk was given block %p twice in a row", p);
+    if (coral_unlikely(head == NULL)) runs->tail[r] = p;
     hint_set(p, ahead);
     ((coral_block_t *)p)->next = head;
     runs->head[r] = p;
     runs->count[r]++;
 }
 
+/* One block of a scattered stretch: into the bulk cache, or linked on its
+ * slice's open run; either may need the run opened first. ahead: the
+ * array's entry HINT_AHEAD before p (or NULL), its chase hint. */
+CORAL_INLINE void free_one(runs_t *runs, void *p, void *ahead) {
+    uintptr_t key = (uintptr_t)p >> CORAL_SLICE_SHIFT;
+    size_t r = run_slot(key);
+    if (coral_unlikely(runs->key[r] != key) && !run_open(runs, r, p, key)) return;
+    if (runs->stash_cls[r] != 0 && run_stash(runs, r, p)) return;
+    run_link(runs, r, p, ahead);
+}
+
 /* The stretch of q[0]'s slice that starts at q (at least 2 entries), taken
- * whole; returns its end. */
+ * whole, or as far as the bulk cache takes it; returns where it stopped. */
 static CORAL_NOINLINE void *const *free_stretch(runs_t *runs, void *const *q, void *const *end) {
     uintptr_t key = (uintptr_t)q[0] >> CORAL_SLICE_SHIFT;
     size_t r = run_slot(key);
-    if (runs->key[r] == key) return run_add_stretch(runs, r, q, end);
-    run_open(runs, r, q[0], key);
-    if (runs->key[r] == key) return run_add_stretch(runs, r, q + 1, end);
     /* The ordinary free must see q[0] (NULL, aligned blocks, a large or a
-     * huge block): and the rest of its slice, one by one (free_one sends
-     * each the same way). */
-    return q + 1;
+     * huge block): run_open freed it; the rest of its slice go one by one
+     * (free_one sends each the same way). */
+    if (runs->key[r] != key && !run_open(runs, r, q[0], key)) return q + 1;
+    /* A new run starts with q[0] alone, the rest linked in front of it:
+     * the chain's order of before the cache was added, measured 13% faster
+     * to take back than q[0] first on 64 B blocks, random half (same
+     * instruction counts; not understood). */
+    if (runs->count[r] == 0) run_link(runs, r, q++[0], NULL);
+    return run_add_stretch(runs, r, q, end);
 }
 
 /* coral_free_bulk looks at the array in groups of this many entries. */
 #define GROUP 8
 
-void coral_free_bulk(void **ptrs, size_t n) {
-    runs_t runs;
-    for (unsigned r = 0; r < OPEN_RUNS; r++) runs.key[r] = NO_RUN;
+/* Free ptrs[0..n) through the runs (and the cache, if runs has one). */
+static void free_array(runs_t *runs, void *const *ptrs, size_t n) {
     void *const *q = ptrs, *const *end = ptrs + n;
     /* A group of entries all in one slice starts a stretch taken whole (an
      * array in address order, a run of neighbours); else its entries go
@@ -418,14 +493,46 @@ void coral_free_bulk(void **ptrs, size_t n) {
         uintptr_t first = (uintptr_t)q[0], differ = 0;
         for (unsigned k = 1; k < GROUP; k++) differ |= (uintptr_t)q[k] ^ first;
         if (differ >> CORAL_SLICE_SHIFT == 0) {
-            q = free_stretch(&runs, q, end);
+            q = free_stretch(runs, q, end);
             continue;
         }
         /* (the chase hints: the entries HINT_AHEAD back, none at the start) */
         void *const *back = q - ptrs >= HINT_AHEAD ? q - HINT_AHEAD : NULL;
-        for (unsigned k = 0; k < GROUP; k++) free_one(&runs, q[k], back ? back[k] : NULL);
+        for (unsigned k = 0; k < GROUP; k++) free_one(runs, q[k], back ? back[k] : NULL);
         q += GROUP;
     }
-    for (; q < end; q++) free_one(&runs, *q, q - ptrs >= HINT_AHEAD ? q[-HINT_AHEAD] : NULL);
-    runs_flush(&runs);
+    for (; q < end; q++) free_one(runs, *q, q - ptrs >= HINT_AHEAD ? q[-HINT_AHEAD] : NULL);
+    runs_flush(runs);
+}
+
+void coral_free_bulk(void **ptrs, size_t n) {
+    if (n == 0) return;
+    runs_t runs;
+    int64_t room = 0;
+    coral_stash_t *stash = coral_stash_for_free(coral_tls_heap, &room);
+    runs_init(&runs, stash, room, true);
+    free_array(&runs, ptrs, n);
+    if (stash == NULL) return;
+    int64_t before = atomic_load_explicit(&stash->bytes, memory_order_relaxed);
+    int64_t after = before + (room - runs.stash_room);
+    if (runs.stash_full) {
+        /* A cache that ran out of room does not stay full (of blocks the
+         * thread may not ask for again): it is emptied, and each class must
+         * be asked for by coral_malloc_bulk again before it takes its
+         * blocks. */
+        coral_stash_release_bytes(stash, before, after);
+        coral_stash_flush(stash);
+        memset(stash->want, 0, sizeof stash->want);
+        before = after = 0;
+    }
+    coral_stash_release(stash, before, after);
+    /* A safe point (no lock held) to start the purge thread if the cache
+     * made it wanted. */
+    coral_purger_start_if_wanted();
+}
+
+void coral_bulk_free_unstashed(void *const *ptrs, size_t n) {
+    runs_t runs;
+    runs_init(&runs, NULL, 0, false);
+    free_array(&runs, ptrs, n);
 }

@@ -18,6 +18,7 @@
 
 #include "internal.h"
 #include "options.h"
+#include "stash.h"
 #include "stats.h"
 
 __thread coral_heap_t *coral_tls_heap __attribute__((tls_model("initial-exec"))) =
@@ -212,6 +213,8 @@ void coral_thread_done(void *value) {
     coral_heap_t *heap = value;
     if (heap == NULL || heap != coral_tls_heap) return;
     coral_tld_t *tld = heap->tld;
+    /* The bulk cache first: its blocks go back to pages the thread still owns. */
+    coral_stash_t *stash = coral_stash_thread_exit(heap);
     for (coral_heap_t *h = tld->heaps; h != NULL; h = h->next_heap) coral_heap_abandon(h);
     coral_segments_abandon(tld);
     coral_tls_heap = &coral_heap_empty;
@@ -221,7 +224,9 @@ void coral_thread_done(void *value) {
         if (h != heap) coral_heap_pool_put(h);
         h = next;
     }
+    atomic_store_explicit(&heap->stash, NULL, memory_order_relaxed);
     coral_heap_pool_put(heap); /* last: it holds the tld */
+    coral_stash_unmap(stash);  /* the heap left the registry: no purger sees the stash */
     coral_stat_count(&coral_gstats.threads, -1);
     coral_purger_start_if_wanted();
 }

@@ -89,6 +89,11 @@ typedef struct coral_tld_s coral_tld_t;
 #define CORAL_PAGE_IN_FULL 1u     /* in the heap's full queue */
 #define CORAL_PAGE_HAS_ALIGNED 2u /* may hold pointers inside blocks */
 #define CORAL_PAGE_INTERIOR 4u    /* not a span's head: a later slice of it */
+/* page->shared_flags only: the page was made for a user heap (coral_heap_new),
+ * whose destroy frees it whatever is live: never in a bulk cache (stash.h).
+ * Set at page init, kept when the page is adopted (so never cleared while
+ * another thread may read it). */
+#define CORAL_PAGE_USER_HEAP 8u
 
 /* page->thread_free packs, from the low bits up (page.c has the protocol):
  *   bits 0-1   the delay state;
@@ -230,6 +235,10 @@ struct coral_heap_s {
     uint64_t stat_allocs[CORAL_QUEUE_COUNT]; /* by class (CORAL_STATS) */
     uint64_t stat_frees[CORAL_QUEUE_COUNT];
     uint32_t heartbeat; /* slow-path calls, for periodic work */
+    /* The thread's bulk cache (stash.h), made by its first coral_free_bulk;
+     * default heaps only. Written by the owner (made, or gone at exit),
+     * read by the purger under the heap registry lock. */
+    _Atomic(struct coral_stash_s *) stash;
     coral_tld_t tld_storage; /* the thread's tld, in its default heap */
 };
 
@@ -423,6 +432,10 @@ void coral_huge_locks_postfork(void);
 void *coral_realloc_large_in_place(coral_page_t *page, void *p, size_t size);
 void *coral_huge_realloc(coral_segment_t *seg, void *p, size_t size);
 size_t coral_huge_usable(coral_segment_t *seg, const void *p);
+
+/* bulk.c: free blocks to their pages, never to the bulk cache, without
+ * counting them as freed again (the stash's flush: stash.c). */
+void coral_bulk_free_unstashed(void *const *ptrs, size_t n);
 
 /* init.c */
 typedef void (*coral_heap_visit_fn)(coral_heap_t *heap, void *arg);

@@ -41,6 +41,9 @@ static const option_desc_t option_descs[CORAL_OPT_COUNT] = {
     [CORAL_OPT_POPULATE] = {"POPULATE", CORAL_POPULATE_ADAPTIVE, 0, 2, false,
                             "prefault policy: off, on (every mapping) or adaptive", true,
                             populate_names},
+    [CORAL_OPT_BULK_CACHE_KB] = {"BULK_CACHE_KB", 2048, 0, 1048576, false,
+                                 "KiB of blocks coral_free_bulk keeps per thread for the next "
+                                 "coral_malloc_bulk calls (0: off)", true},
     [CORAL_OPT_HUGE_PAGES] = {"HUGE_PAGES", 0, 0, 1, true,
                               "back segments with transparent huge pages", false},
 };

@@ -15,6 +15,7 @@ typedef enum coral_option_e {
     CORAL_OPT_POPULATE,       /* prefault policy: CORAL_POPULATE_* */
     CORAL_OPT_HUGE_PAGES,     /* transparent huge pages for segments */
     CORAL_OPT_FAIL_OS_AFTER,  /* testing: the Nth OS mapping call fails (0: off) */
+    CORAL_OPT_BULK_CACHE_KB,  /* per-thread cache of blocks freed in bulk (stash.h) */
     CORAL_OPT_COUNT
 } coral_option_t;
 

@@ -52,7 +52,7 @@ void coral_page_init(coral_heap_t *heap, coral_page_t *page, unsigned cls, size_
     page->capacity = 0;
     page->reserved = (uint32_t)(((size_t)page->slice_count * CORAL_SLICE_SIZE) / block_size);
     __atomic_store_n(&page->flags, 0, __ATOMIC_RELAXED);
-    page->shared_flags = 0;
+    page->shared_flags = heap->is_default ? 0 : CORAL_PAGE_USER_HEAP;
     page->free_is_zero = 0;
     page->class_idx = (uint8_t)cls;
     page->block_size = block_size;

@@ -30,6 +30,7 @@
 
 #include "internal.h"
 #include "options.h"
+#include "stash.h"
 
 enum { PURGER_OFF, PURGER_WANTED, PURGER_STARTING, PURGER_RUNNING, PURGER_FAILED };
 
@@ -42,12 +43,13 @@ static _Atomic(int64_t) purge_backlog;  /* bytes waiting to be purged (an estima
 
 #define PURGER_START_BACKLOG ((int64_t)1 << 20)
 
-/* One purge pass over the chunk pool, the segments and the orphan pages;
+/* One purge pass over the idle bulk caches (first: their blocks may free
+ * pages), the chunk pool, the segments and the orphan pages;
  * returns when the next purge is due (0: nothing pending). */
 static uint64_t purge_pass(bool force) {
     uint64_t now = coral_clock_ms();
-    uint64_t due[] = {coral_pool_purge(now, force), coral_segments_purge_due(now, force),
-                      coral_orphans_reclaim_due(now, force)};
+    uint64_t due[] = {coral_stashes_flush_due(now, force), coral_pool_purge(now, force),
+                      coral_segments_purge_due(now, force), coral_orphans_reclaim_due(now, force)};
     uint64_t next = 0;
     for (size_t i = 0; i < sizeof due / sizeof due[0]; i++)
         if (due[i] != 0 && (next == 0 || due[i] < next)) next = due[i];

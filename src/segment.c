@@ -349,8 +349,10 @@ static coral_page_t *segment_page_alloc_any(coral_heap_t *heap, size_t n) {
     coral_page_t *page = segments_find_span(tld, n);
     if (page) return page;
     /* Abandoned segments first: they may hold free space and their live
-     * blocks need an owner anyway. A few at most per call. */
-    for (int tries = 0; tries < 4 && segment_adopt_one(heap); tries++) {
+     * blocks need an owner anyway. A few at most per call. Their pages join
+     * the thread's own heap, never a user heap: coral_heap_destroy frees a
+     * user heap's pages, and the adopted blocks are someone else's. */
+    for (int tries = 0; tries < 4 && segment_adopt_one(tld->heap_default); tries++) {
         page = segments_find_span(tld, n);
         if (page) return page;
     }

@@ -62,6 +62,8 @@ void coral_stats_snapshot(coral_stats_t *s) {
     s->adopted = load(&coral_gstats.segments_adopted);
     s->orphans_reclaimed = load(&coral_gstats.orphans_reclaimed);
     s->orphan_bytes_reclaimed = load(&coral_gstats.orphan_bytes_reclaimed);
+    s->bulk_cached = load(&coral_gstats.bulk_cached);
+    s->bulk_cached_peak = load(&coral_gstats.bulk_cached_peak);
     s->rss = rss_bytes();
     struct rusage ru;
     s->rss_peak = getrusage(RUSAGE_SELF, &ru) == 0 ? (int64_t)ru.ru_maxrss * 1024 : -1;
@@ -124,13 +126,15 @@ size_t coral_stats_json(char *buf, size_t len) {
         "\"page_bytes_peak\":%lld,\"large_allocs\":%lld,\"huge_allocs\":%lld,"
         "\"huge_live\":%lld,\"huge_bytes\":%lld,\"threads\":%lld,\"threads_peak\":%lld,"
         "\"segments_abandoned\":%lld,\"segments_adopted\":%lld,"
-        "\"orphan_pages_reclaimed\":%lld,\"orphan_bytes_reclaimed\":%lld,\"classes\":[",
+        "\"orphan_pages_reclaimed\":%lld,\"orphan_bytes_reclaimed\":%lld,"
+        "\"bulk_cached\":%lld,\"bulk_cached_peak\":%lld,\"classes\":[",
         (long long)s.mapped, (long long)s.mapped_peak, (long long)s.rss, (long long)s.rss_peak,
         (long long)s.segments, (long long)s.segments_peak, (long long)s.page_bytes,
         (long long)s.page_bytes_peak, (long long)s.large_allocs, (long long)s.huge_allocs,
         (long long)s.huge_live, (long long)s.huge_bytes, (long long)s.threads,
         (long long)s.threads_peak, (long long)s.abandoned, (long long)s.adopted,
-        (long long)s.orphans_reclaimed, (long long)s.orphan_bytes_reclaimed);
+        (long long)s.orphans_reclaimed, (long long)s.orphan_bytes_reclaimed,
+        (long long)s.bulk_cached, (long long)s.bulk_cached_peak);
     bool first = true;
     for (int c = 1; c < CORAL_QUEUE_COUNT && s.per_class; c++) {
         coral_class_stats_t *r = &s.classes[c];
@@ -159,6 +163,8 @@ void coral_stats_print_to(FILE *out) {
     fprintf(out, "  %-12s %14lld %18lld\n", "resident", (long long)s.rss, (long long)s.rss_peak);
     fprintf(out, "  %-12s %14lld %18lld\n", "in pages", (long long)s.page_bytes,
             (long long)s.page_bytes_peak);
+    fprintf(out, "  %-12s %14lld %18lld\n", "bulk cache", (long long)s.bulk_cached,
+            (long long)s.bulk_cached_peak);
     fprintf(out, "  %-12s %14lld %18lld\n", "segments", (long long)s.segments,
             (long long)s.segments_peak);
     fprintf(out, "  %-12s %14lld %18lld\n", "threads", (long long)s.threads,

@@ -40,6 +40,7 @@ typedef struct coral_global_stats_s {
     _Atomic(int64_t) threads, threads_peak;
     _Atomic(int64_t) span_bytes, span_bytes_peak; /* bytes of pages in use */
     _Atomic(int64_t) huge_bytes, huge_live;       /* huge blocks in use */
+    _Atomic(int64_t) bulk_cached, bulk_cached_peak; /* bytes in threads' bulk caches (stash.h) */
     /* Per class counts of heaps that are gone, and of frees by threads
      * without a heap (CORAL_STATS builds). */
     _Atomic(int64_t) class_allocs[128], class_frees[128], class_peak[128];
@@ -95,6 +96,7 @@ typedef struct coral_stats_s {
     int64_t page_bytes, page_bytes_peak, huge_live, huge_bytes, large_allocs, huge_allocs;
     int64_t threads, threads_peak, abandoned, adopted;
     int64_t orphans_reclaimed, orphan_bytes_reclaimed;
+    int64_t bulk_cached, bulk_cached_peak;
     bool per_class;
     coral_class_stats_t classes[128]; /* by class; 105: large and huge */
 } coral_stats_t;

@@ -10,16 +10,31 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "check.h"
+#include "stats_json.h"
 #include "coralloc.h"
 #include "testutil.h"
 
 static int cmp_ptr(const void *a, const void *b) {
     uintptr_t x = (uintptr_t) * (void *const *)a, y = (uintptr_t) * (void *const *)b;
     return x < y ? -1 : x > y;
+}
+
+static void shuffle(void **p, size_t n, uint64_t seed) {
+    tu_rng rng = {seed};
+    for (size_t i = n - 1; i > 0 && n > 1; i--) {
+        size_t j = rng_range(&rng, 0, i);
+        void *t = p[i];
+        p[i] = p[j];
+        p[j] = t;
+    }
 }
 
 /* Distinct, aligned, each with `size` usable bytes, not overlapping. */
@@ -133,13 +148,7 @@ static void test_sizes(void) {
             CHECK_EQ(coral_malloc_bulk(sizes[s], n, p), n);
             check_blocks(p, n, sizes[s]);
             if (round == 1) { /* free a random half by bulk, the rest one by one */
-                tu_rng rng = {s + 1};
-                for (size_t i = n - 1; i > 0; i--) {
-                    size_t j = rng_range(&rng, 0, i);
-                    void *t = p[i];
-                    p[i] = p[j];
-                    p[j] = t;
-                }
+                shuffle(p, n, s + 1);
                 coral_free_bulk(p, n / 2);
                 for (size_t i = n / 2; i < n; i++) coral_free(p[i]);
             } else {
@@ -272,13 +281,7 @@ static void *reset_emptied_page(void *arg) {
     coral_free(z);
     /* Not in address order. */
     CHECK_EQ(coral_malloc_bulk(FRESH_SIZE, N, p), N);
-    tu_rng rng = {7};
-    for (size_t i = N - 1; i > 0; i--) {
-        size_t j = rng_range(&rng, 0, i);
-        void *t = p[i];
-        p[i] = p[j];
-        p[j] = t;
-    }
+    shuffle(p, N, 7);
     coral_free_bulk(p, N);
     CHECK_EQ(coral_malloc_bulk(FRESH_SIZE, N, q), N);
     check_blocks(q, N, FRESH_SIZE);
@@ -299,13 +302,7 @@ static void *scattered_half(void *arg) {
     for (size_t size = 16; size <= 1700; size = size * 3 + 16) {
         CHECK_EQ(coral_malloc_bulk(size, N, p), N);
         check_blocks(p, N, size); /* fills block i with pattern i */
-        tu_rng rng = {size};
-        for (size_t i = N - 1; i > 0; i--) {
-            size_t j = rng_range(&rng, 0, i);
-            void *t = p[i];
-            p[i] = p[j];
-            p[j] = t;
-        }
+        shuffle(p, N, size);
         /* p[0..HALF) go; the rest keep their contents (pattern of their
          * index before the shuffle, checked through a copy of their order) */
         for (size_t i = 0; i < HALF; i++) kept[i] = p[HALF + i];
@@ -373,6 +370,200 @@ static void *mixed_array(void *arg) {
     return NULL;
 }
 
+/* ---- the bulk cache (src/stash.h) ---------------------------------------------- */
+
+#define CACHE_SIZE 1700 /* bytes: 36 blocks a slice, so a shuffled array is scattered */
+
+static long long cached_bytes(void) { return stats_get("bulk_cached"); }
+
+/* Set a run-time option; returns its value before. */
+static long long option_swap(const char *name, long long value) {
+    long long old;
+    CHECK_EQ(coral_option_get(name, &old), 0);
+    CHECK_EQ(coral_option_set(name, value), 0);
+    return old;
+}
+
+static bool same_set(void **a, void **b, size_t n) {
+    void **x = malloc(2 * n * sizeof *x);
+    CHECK_NOT_NULL(x);
+    memcpy(x, a, n * sizeof *x);
+    memcpy(x + n, b, n * sizeof *x);
+    qsort(x, n, sizeof *x, cmp_ptr);
+    qsort(x + n, n, sizeof *x, cmp_ptr);
+    bool same = memcmp(x, x + n, n * sizeof *x) == 0;
+    free(x);
+    return same;
+}
+
+/* n blocks of CACHE_SIZE into p, with the cache made and the class asked
+ * for: the thread's first coral_free_bulk makes the cache, and a class is
+ * cached once coral_malloc_bulk has asked for it. */
+static void cache_armed_blocks(void **p, size_t n) {
+    CHECK_EQ(coral_malloc_bulk(CACHE_SIZE, n, p), n);
+    coral_free_bulk(p, n);
+    CHECK_EQ(coral_malloc_bulk(CACHE_SIZE, n, p), n);
+}
+
+/* A shuffled array freed in bulk is cached (the statistics count its
+ * bytes) and the next coral_malloc_bulk of the size gives back exactly
+ * those blocks, distinct and usable, the cache empty again. */
+static void *cache_reuse(void *arg) {
+    (void)arg;
+    enum { N = 400 };
+    static void *p[N], *q[N];
+    cache_armed_blocks(p, N);
+    size_t block = coral_malloc_usable_size(p[0]);
+    long long before = cached_bytes();
+    shuffle(p, N, 3);
+    coral_free_bulk(p, N);
+    CHECK_EQ(cached_bytes(), before + (long long)(N * block));
+    CHECK_EQ(coral_malloc_bulk(CACHE_SIZE, N, q), N);
+    CHECK(same_set(p, q, N));
+    CHECK_EQ(cached_bytes(), before);
+    check_blocks(q, N, CACHE_SIZE);
+    /* Taken in part: the rest stays, and what is left comes out next. */
+    shuffle(q, N, 4);
+    coral_free_bulk(q, N);
+    CHECK_EQ(coral_malloc_bulk(CACHE_SIZE, N / 4, p), N / 4);
+    CHECK_EQ(cached_bytes(), before + (long long)((N - N / 4) * block));
+    CHECK_EQ(coral_malloc_bulk(CACHE_SIZE, N - N / 4, p + N / 4), N - N / 4);
+    CHECK(same_set(p, q, N));
+    check_blocks(p, N, CACHE_SIZE);
+    /* An array in address order goes to the pages (stretches of a slice are
+     * linked whole, and a page they empty is reset), not to the cache: all
+     * but the groups of 8 entries that straddle two slices. */
+    qsort(p, N, sizeof *p, cmp_ptr);
+    coral_free_bulk(p, N);
+    CHECK_LT(cached_bytes(), before + (long long)(N * block / 4));
+    return NULL;
+}
+
+/* Blocks of a user heap never go in the cache (destroy frees their pages
+ * whatever the cache holds); with the option at 0 nothing is cached, and
+ * setting it to 0 empties a thread's cache at its next coral_free_bulk. */
+static void *cache_exclusions(void *arg) {
+    (void)arg;
+    enum { N = 300 };
+    static void *p[N];
+    cache_armed_blocks(p, N);
+    long long before = cached_bytes();
+    coral_heap_t *heap = coral_heap_new();
+    CHECK_NOT_NULL(heap);
+    static void *h[N];
+    for (size_t i = 0; i < N; i++) CHECK_NOT_NULL(h[i] = coral_heap_malloc(heap, CACHE_SIZE));
+    shuffle(h, N, 5);
+    coral_free_bulk(h, N);
+    CHECK_EQ(cached_bytes(), before);
+    coral_heap_destroy(heap);
+
+    shuffle(p, N, 6);
+    coral_free_bulk(p, N / 2);
+    CHECK_GT(cached_bytes(), before);
+    long long old = option_swap("BULK_CACHE_KB", 0);
+    coral_free_bulk(p + N / 2, N / 2);
+    CHECK_EQ(cached_bytes(), before);
+    CHECK_EQ(coral_option_set("BULK_CACHE_KB", old), 0);
+    return NULL;
+}
+
+/* More than the option allows: the cache is emptied, not left full, and
+ * the blocks all come back valid. */
+static void *cache_overflow(void *arg) {
+    (void)arg;
+    enum { N = 200 }; /* 350 KiB */
+    static void *p[N];
+    long long old = option_swap("BULK_CACHE_KB", 100);
+    cache_armed_blocks(p, N);
+    long long before = cached_bytes();
+    shuffle(p, N, 8);
+    coral_free_bulk(p, N);
+    CHECK_EQ(cached_bytes(), before);
+    CHECK_EQ(coral_malloc_bulk(CACHE_SIZE, N, p), N);
+    check_blocks(p, N, CACHE_SIZE);
+    coral_free_bulk(p, N);
+    CHECK_EQ(coral_option_set("BULK_CACHE_KB", old), 0);
+    return NULL;
+}
+
+/* A thread that exits with blocks in its cache gives them back. */
+static void *cache_then_exit(void *arg) {
+    (void)arg;
+    enum { N = 300 };
+    static void *p[N];
+    cache_armed_blocks(p, N);
+    long long before = cached_bytes();
+    shuffle(p, N, 9);
+    coral_free_bulk(p, N);
+    CHECK_GT(cached_bytes(), before);
+    return NULL;
+}
+
+/* A thread that goes idle with a full cache: the purge thread empties it
+ * after the purge delay. */
+static _Atomic(int) idle_release;
+
+static void *cache_then_idle(void *arg) {
+    (void)arg;
+    enum { N = 600 }; /* 1 MiB: enough to start the purge thread */
+    static void *p[N];
+    cache_armed_blocks(p, N);
+    shuffle(p, N, 10);
+    coral_free_bulk(p, N);
+    while (!atomic_load(&idle_release)) usleep(1000);
+    return NULL;
+}
+
+static void test_cache_lifetimes(void) {
+    long long before = cached_bytes();
+    run_in_thread(cache_then_exit);
+    CHECK_EQ(cached_bytes(), before);
+
+    long long delay = option_swap("PURGE_DELAY_MS", 20);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, cache_then_idle, NULL), 0);
+    long long waited = 0, peak = 0;
+    for (; waited < 10000; waited += 5) {
+        long long now = cached_bytes();
+        if (now > peak) peak = now;
+        if (peak > before && now == before) break;
+        usleep(5000);
+    }
+    atomic_store(&idle_release, 1);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    CHECK_MSG(waited < 10000, "an idle thread's cache was not emptied in 10 s (peak %lld)\n",
+              peak);
+    CHECK_EQ(coral_option_set("PURGE_DELAY_MS", delay), 0);
+}
+
+/* The purge thread empties a cache in the pauses of a thread that keeps
+ * using it (purge delay 1 ms): every block stays valid and distinct. */
+static void *cache_with_purger(void *arg) {
+    (void)arg;
+    enum { N = 256 };
+    void **p = malloc(N * sizeof *p); /* (each thread its own) */
+    CHECK_NOT_NULL(p);
+    cache_armed_blocks(p, N);
+    for (int round = 0; round < 60; round++) {
+        check_blocks(p, N, CACHE_SIZE);
+        shuffle(p, N, (uint64_t)round);
+        coral_free_bulk(p, N / 2);
+        if (round % 3 == 0) usleep(3000);
+        CHECK_EQ(coral_malloc_bulk(CACHE_SIZE, N / 2, p), N / 2);
+    }
+    coral_free_bulk(p, N);
+    free(p);
+    return NULL;
+}
+
+static void test_cache_with_purger(void) {
+    long long delay = option_swap("PURGE_DELAY_MS", 1);
+    pthread_t th[2];
+    for (int t = 0; t < 2; t++) CHECK_EQ(pthread_create(&th[t], NULL, cache_with_purger, NULL), 0);
+    for (int t = 0; t < 2; t++) CHECK_EQ(pthread_join(th[t], NULL), 0);
+    CHECK_EQ(coral_option_set("PURGE_DELAY_MS", delay), 0);
+}
+
 int main(void) {
     /* First: the process's first allocation, so its page is in a segment
      * fresh from the OS (zero), which calloc must not trust after a reset. */
@@ -384,6 +575,11 @@ int main(void) {
     run_in_thread(bulk_sizes);
     test_sizes();
     test_mixed_owners();
+    run_in_thread(cache_reuse);
+    run_in_thread(cache_exclusions);
+    run_in_thread(cache_overflow);
+    test_cache_lifetimes();
+    test_cache_with_purger();
     printf("bulk: ok\n");
     return 0;
 }

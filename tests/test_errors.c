@@ -3,6 +3,7 @@
  * environment, since coralloc reads them at start-up) and the parent checks
  * how the child ended and what it printed:
  *   double-free / double-free-bulk / bulk-dup-pointer / double-free-huge /
+ *   double-free-cached / free-of-cached (blocks in the bulk cache) /
  *   double-free-orphan / bulk-released-remote / invalid-pointer: abort with
  *   a message;
  *   bad-option: one clear line naming the variable, then a normal run;
@@ -48,6 +49,41 @@ static int child_double_free_bulk_pair(void) {
     p[0] = p[1] = coral_malloc(32);
     coral_free_bulk(opaque(p), 2);
     coral_free(keep);
+    return 0; /* not reached */
+}
+
+/* Blocks in the thread's bulk cache (src/stash.h): a shuffled array of
+ * blocks of a class coral_malloc_bulk asked for, freed in bulk. */
+enum { CACHED = 64, CACHED_SIZE = 1700 };
+static void *cached[CACHED];
+
+static void fill_bulk_cache(void) {
+    CHECK_EQ(coral_malloc_bulk(CACHED_SIZE, CACHED, cached), CACHED);
+    coral_free_bulk(opaque(cached), CACHED); /* makes the cache */
+    CHECK_EQ(coral_malloc_bulk(CACHED_SIZE, CACHED, cached), CACHED); /* asks for the class */
+    tu_rng rng = {1}; /* shuffled over the blocks' 2-3 slices: no stretch of one slice */
+    for (size_t i = CACHED - 1; i > 0; i--) {
+        size_t j = rng_range(&rng, 0, i);
+        void *t = cached[i];
+        cached[i] = cached[j];
+        cached[j] = t;
+    }
+    coral_free_bulk(opaque(cached), CACHED);
+}
+
+/* A cached block given to coral_free_bulk again. */
+static int child_double_free_cached(void) {
+    fill_bulk_cache();
+    void *again[1] = {cached[CACHED / 2]};
+    coral_free_bulk(opaque(again), 1);
+    return 0; /* not reached */
+}
+
+/* A cached block freed with free(): seen when the cache gives it out. */
+static int child_free_of_cached(void) {
+    fill_bulk_cache();
+    coral_free(opaque(cached[CACHED / 2]));
+    CHECK_EQ(coral_malloc_bulk(CACHED_SIZE, CACHED, cached), CACHED);
     return 0; /* not reached */
 }
 
@@ -191,6 +227,10 @@ static const scenario_t scenarios[] = {
     {"double-free-bulk", child_double_free_bulk, NULL, SIGABRT, "double free"},
     {"bulk-dup-pointer", child_double_free_bulk_pair, NULL, SIGABRT, "double free"},
     {"double-free-huge", child_double_free_huge, NULL, SIGABRT, "double free"},
+    {"double-free-cached", child_double_free_cached, NULL, SIGABRT,
+     "double free detected: coral_free_bulk was given"},
+    {"free-of-cached", child_free_of_cached, NULL, SIGABRT,
+     "double free or write after free detected"},
     {"double-free-orphan", child_double_free_reclaimed, NULL, SIGABRT, "double free"},
     {"bulk-released-remote", child_bulk_free_released_remote, NULL, SIGABRT, "invalid pointer"},
     {"invalid-pointer", child_invalid_pointer, NULL, SIGABRT, "invalid pointer"},

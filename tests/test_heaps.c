@@ -148,6 +148,59 @@ static void test_blocks_outlive_thread(void) {
     coral_free(blocks[100]);
 }
 
+/* Blocks a thread left when it exited (its segments abandoned) are adopted
+ * by the next thread that needs a page: into that thread's own heap, even
+ * when the page is wanted by a user heap, whose destroy must not free them. */
+enum { LEFT = 3000, LEFT_SIZE = 100 };
+static void *left[LEFT];
+
+static void *leave_blocks(void *arg) {
+    (void)arg;
+    for (size_t i = 0; i < LEFT; i++) {
+        CHECK_NOT_NULL(left[i] = coral_malloc(LEFT_SIZE));
+        fill_pattern(left[i], LEFT_SIZE, i);
+    }
+    return NULL;
+}
+
+static void check_left_blocks(void) {
+    for (size_t i = 0; i < LEFT; i++) {
+        CHECK_GE(coral_malloc_usable_size(left[i]), LEFT_SIZE);
+        CHECK_EQ(pattern_mismatch(left[i], LEFT_SIZE, i), (size_t)-1);
+    }
+}
+
+static void *adopt_into_user_heap(void *arg) {
+    (void)arg;
+    enum { N = 3 * LEFT };
+    void **p = malloc(N * sizeof *p);
+    CHECK_NOT_NULL(p);
+    coral_heap_t *heap = coral_heap_new();
+    CHECK_NOT_NULL(heap);
+    for (size_t i = 0; i < N; i++) CHECK_NOT_NULL(p[i] = coral_heap_malloc(heap, LEFT_SIZE));
+    coral_heap_destroy(heap);
+    check_left_blocks();
+    /* The thread's own heap takes the pages the destroy freed: none of the
+     * blocks left by the other thread is among them. */
+    for (size_t i = 0; i < N; i++) {
+        CHECK_NOT_NULL(p[i] = coral_malloc(LEFT_SIZE));
+        fill_pattern(p[i], LEFT_SIZE, N + i);
+    }
+    check_left_blocks();
+    for (size_t i = 0; i < N; i++) coral_free(p[i]);
+    free(p);
+    return NULL;
+}
+
+static void test_adopted_blocks_outlive_user_heap(void) {
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, leave_blocks, NULL), 0);
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    CHECK_EQ(pthread_create(&t, NULL, adopt_into_user_heap, NULL), 0);
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    for (size_t i = 0; i < LEFT; i++) coral_free(left[i]);
+}
+
 /* Another thread allocating from a heap gets a clear error. */
 static coral_heap_t *foreign;
 static void *alloc_foreign(void *arg) {
@@ -178,6 +231,7 @@ int main(void) {
     test_realloc_calloc();
     test_cross_thread_frees();
     test_blocks_outlive_thread();
+    test_adopted_blocks_outlive_user_heap();
 #ifndef CORAL_TEST_TSAN
     test_foreign_thread_refused(); /* fork + thread: not under TSan */
 #endif

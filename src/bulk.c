@@ -211,16 +211,21 @@ size_t coral_malloc_bulk_sizes(const size_t *sizes, size_t n, void **out) {
  * blocks go, chain head and count) is in arrays of its own, indexed by
  * slot; the rest is only read when a run is opened or pushed. Slot r holds
  * a run exactly when key[r] != NO_RUN; then its page is page[r], and
- * head[r] .. tail[r] is its chain of count[r] blocks (none yet: count 0,
- * head NULL), all in slice key[r]. While stash_cls[r] != 0 the slot's
- * blocks go to the bulk cache instead (class stash_cls[r], block_size[r]
- * bytes each), as long as it has room. */
+ * head[r] .. tail[r] is its chain of count[r] blocks, all in slice
+ * key[r] & ~CACHED_KEY. A slot whose key has CACHED_KEY set sends its
+ * blocks to the bulk cache (class cache_cls[r], block_size[r] bytes each)
+ * while the cache has room; its run may have no block (count 0, head NULL):
+ * the per-block loop, which compares the key with the block's slice
+ * number, then goes out of line for it, so that arrays with no block for
+ * the cache pay nothing for it. */
+#define CACHED_KEY ((uintptr_t)1 << 63) /* slice numbers are below 2^48 */
+
 typedef struct runs_s {
     uintptr_t key[OPEN_RUNS]; /* the blocks' slice number (address >> 16), or NO_RUN */
-    uint8_t stash_cls[OPEN_RUNS];
     coral_block_t *head[OPEN_RUNS];
     uintptr_t count[OPEN_RUNS]; /* (a word: indexed like key and head) */
     uint32_t block_size[OPEN_RUNS];
+    uint8_t cache_cls[OPEN_RUNS];
     bool owned[OPEN_RUNS]; /* page[r] is the calling thread's */
     coral_page_t *page[OPEN_RUNS];
     coral_block_t *tail[OPEN_RUNS];
@@ -352,9 +357,10 @@ static unsigned stash_class_of(const runs_t *runs, const coral_page_t *page) {
 }
 
 /* p's slice (number key) has no open run in its slot r: open one, with no
- * blocks yet (the run in the slot is pushed first). Or, when the ordinary
- * free must see p, free it at once and return false. */
-static CORAL_NOINLINE bool run_open(runs_t *runs, size_t r, void *p, uintptr_t key) {
+ * blocks yet (the run in the slot is pushed first), a cached slot if the
+ * page's blocks may go to the bulk cache. Or, when the ordinary free must
+ * see p, free it at once and return false. */
+static bool run_open(runs_t *runs, size_t r, void *p, uintptr_t key) {
     bool owned = false;
     coral_page_t *page = run_page(p, &owned);
     if (coral_unlikely(page == NULL)) {
@@ -362,31 +368,37 @@ static CORAL_NOINLINE bool run_open(runs_t *runs, size_t r, void *p, uintptr_t k
         return false;
     }
     if (runs->key[r] != NO_RUN) run_flush(runs, r);
-    runs->key[r] = key;
     runs->page[r] = page;
     runs->head[r] = runs->tail[r] = NULL;
     runs->count[r] = 0;
     runs->owned[r] = owned;
     unsigned cls = stash_class_of(runs, page);
-    runs->stash_cls[r] = (uint8_t)cls;
+    runs->key[r] = cls != 0 ? key | CACHED_KEY : key;
+    runs->cache_cls[r] = (uint8_t)cls;
     if (cls != 0) runs->block_size[r] = (uint32_t)page->block_size;
     return true;
 }
 
-/* p (of slot r's slice, whose blocks go to the bulk cache) into the cache;
- * false when it has no room left for it: then the slot's blocks go to its
- * run from now on. */
-CORAL_INLINE bool run_stash(runs_t *runs, size_t r, void *p) {
+/* p (of cached slot r's slice) into the bulk cache; false when it has no
+ * room left for it: then the slot becomes a plain run. */
+static bool run_stash(runs_t *runs, size_t r, void *p) {
     int64_t size = runs->block_size[r];
     if (coral_unlikely(runs->stash_room < size) ||
-        coral_unlikely(!coral_stash_put(runs->stash, runs->stash_cls[r], p))) {
-        runs->stash_cls[r] = 0;
+        coral_unlikely(!coral_stash_put(runs->stash, runs->cache_cls[r], p))) {
+        runs->key[r] &= ~CACHED_KEY;
         runs->stash_full = true;
         return false;
     }
     runs->stash_room -= size;
-    coral_count_free(runs->stash_cls[r]);
+    coral_count_free(runs->cache_cls[r]);
     return true;
+}
+
+/* p as the first block of run r (empty). */
+static void run_link_first(runs_t *runs, size_t r, void *p) {
+    ((coral_block_t *)p)->next = NULL;
+    runs->head[r] = runs->tail[r] = p;
+    runs->count[r] = 1;
 }
 
 static bool same_slice(const void *a, const void *b) {
@@ -430,35 +442,43 @@ static void *const *run_add_stretch(runs_t *runs, size_t r, void *const *blocks,
         last->next = *q;
         last = *q;
     }
-    if (runs->head[r] == NULL) runs->tail[r] = last;
     last->next = runs->head[r];
     runs->head[r] = blocks[0];
     runs->count[r] += (uintptr_t)(q - blocks);
     return q;
 }
 
-/* p linked on the front of run r (open, of p's slice), with its chase
- * hint. */
+/* p linked on the front of run r (open, of p's slice, with a block), with
+ * its chase hint. */
 CORAL_INLINE void run_link(runs_t *runs, size_t r, void *p, void *ahead) {
     coral_block_t *head = runs->head[r];
     if (coral_unlikely(p == head)) /* as free() checks */
         coral_fatal("double free detected: free_bulk was given block %p twice in a row", p);
-    if (coral_unlikely(head == NULL)) runs->tail[r] = p;
     hint_set(p, ahead);
     ((coral_block_t *)p)->next = head;
     runs->head[r] = p;
     runs->count[r]++;
 }
 
-/* One block of a scattered stretch: into the bulk cache, or linked on its
- * slice's open run; either may need the run opened first. ahead: the
- * array's entry HINT_AHEAD before p (or NULL), its chase hint. */
+/* free_one's other cases: p's slot holds no run of its slice (open one),
+ * or a cached one (p goes to the bulk cache if it has room); then p is
+ * linked on the run, as its first block or not. */
+static CORAL_NOINLINE void free_one_other(runs_t *runs, size_t r, void *p, uintptr_t key,
+                                          void *ahead) {
+    if (runs->key[r] != (key | CACHED_KEY) && !run_open(runs, r, p, key)) return;
+    if (runs->key[r] == (key | CACHED_KEY) && run_stash(runs, r, p)) return;
+    if (runs->count[r] == 0) run_link_first(runs, r, p);
+    else run_link(runs, r, p, ahead);
+}
+
+/* One block of a scattered stretch: linked on its slice's open run, or
+ * (out of line) into the bulk cache, or a new run. ahead: the array's
+ * entry HINT_AHEAD before p (or NULL), its chase hint. */
 CORAL_INLINE void free_one(runs_t *runs, void *p, void *ahead) {
     uintptr_t key = (uintptr_t)p >> CORAL_SLICE_SHIFT;
     size_t r = run_slot(key);
-    if (coral_unlikely(runs->key[r] != key) && !run_open(runs, r, p, key)) return;
-    if (runs->stash_cls[r] != 0 && run_stash(runs, r, p)) return;
-    run_link(runs, r, p, ahead);
+    if (coral_unlikely(runs->key[r] != key)) free_one_other(runs, r, p, key, ahead);
+    else run_link(runs, r, p, ahead);
 }
 
 /* The stretch of q[0]'s slice that starts at q (at least 2 entries), taken
@@ -469,12 +489,12 @@ static CORAL_NOINLINE void *const *free_stretch(runs_t *runs, void *const *q, vo
     /* The ordinary free must see q[0] (NULL, aligned blocks, a large or a
      * huge block): run_open freed it; the rest of its slice go one by one
      * (free_one sends each the same way). */
-    if (runs->key[r] != key && !run_open(runs, r, q[0], key)) return q + 1;
+    if ((runs->key[r] & ~CACHED_KEY) != key && !run_open(runs, r, q[0], key)) return q + 1;
     /* A new run starts with q[0] alone, the rest linked in front of it:
      * the chain's order of before the cache was added, measured 13% faster
      * to take back than q[0] first on 64 B blocks, random half (same
      * instruction counts; not understood). */
-    if (runs->count[r] == 0) run_link(runs, r, q++[0], NULL);
+    if (runs->count[r] == 0) run_link_first(runs, r, q++[0]);
     return run_add_stretch(runs, r, q, end);
 }
 

@@ -381,7 +381,7 @@ static bool run_open(runs_t *runs, size_t r, void *p, uintptr_t key) {
 
 /* p (of cached slot r's slice) into the bulk cache; false when it has no
  * room left for it: then the slot becomes a plain run. */
-static bool run_stash(runs_t *runs, size_t r, void *p) {
+CORAL_INLINE bool run_stash(runs_t *runs, size_t r, void *p) {
     int64_t size = runs->block_size[r];
     if (coral_unlikely(runs->stash_room < size) ||
         coral_unlikely(!coral_stash_put(runs->stash, runs->cache_cls[r], p))) {
@@ -461,8 +461,8 @@ CORAL_INLINE void run_link(runs_t *runs, size_t r, void *p, void *ahead) {
 }
 
 /* free_one's other cases: p's slot holds no run of its slice (open one),
- * or a cached one (p goes to the bulk cache if it has room); then p is
- * linked on the run, as its first block or not. */
+ * or a cached one whose cache is full; then p is linked on the run, as its
+ * first block or not. */
 static CORAL_NOINLINE void free_one_other(runs_t *runs, size_t r, void *p, uintptr_t key,
                                           void *ahead) {
     if (runs->key[r] != (key | CACHED_KEY) && !run_open(runs, r, p, key)) return;
@@ -472,13 +472,17 @@ static CORAL_NOINLINE void free_one_other(runs_t *runs, size_t r, void *p, uintp
 }
 
 /* One block of a scattered stretch: linked on its slice's open run, or
- * (out of line) into the bulk cache, or a new run. ahead: the array's
- * entry HINT_AHEAD before p (or NULL), its chase hint. */
+ * into the bulk cache, or (out of line) a new run. The cache's test comes
+ * second: an array with no block for it pays for it only when it opens a
+ * run. ahead: the array's entry HINT_AHEAD before p (or NULL), its chase
+ * hint. */
 CORAL_INLINE void free_one(runs_t *runs, void *p, void *ahead) {
     uintptr_t key = (uintptr_t)p >> CORAL_SLICE_SHIFT;
     size_t r = run_slot(key);
-    if (coral_unlikely(runs->key[r] != key)) free_one_other(runs, r, p, key, ahead);
-    else run_link(runs, r, p, ahead);
+    uintptr_t slot_key = runs->key[r];
+    if (coral_likely(slot_key == key)) run_link(runs, r, p, ahead);
+    else if (slot_key != (key | CACHED_KEY) || !run_stash(runs, r, p))
+        free_one_other(runs, r, p, key, ahead);
 }
 
 /* The stretch of q[0]'s slice that starts at q (at least 2 entries), taken
@@ -518,6 +522,7 @@ static void free_array(runs_t *runs, void *const *ptrs, size_t n) {
         }
         /* (the chase hints: the entries HINT_AHEAD back, none at the start) */
         void *const *back = q - ptrs >= HINT_AHEAD ? q - HINT_AHEAD : NULL;
+#pragma GCC unroll 8
         for (unsigned k = 0; k < GROUP; k++) free_one(runs, q[k], back ? back[k] : NULL);
         q += GROUP;
     }

@@ -47,13 +47,16 @@ CORAL_API void coral_free_aligned_sized(void *p, size_t alignment, size_t size);
 CORAL_API size_t coral_good_size(size_t size);
 
 /* ---- bulk ------------------------------------------------------------------
- * coral_malloc_bulk: up to n blocks of `size` bytes into out[0..n-1], taken a
- * page at a time (its free blocks, then new ones carved by address). Returns
- * how many it gave: n, unless memory ran out (then errno is ENOMEM and the
- * blocks given are valid).
+ * coral_malloc_bulk: up to n blocks of `size` bytes into out[0..n-1]: first
+ * blocks of its size class the thread's coral_free_bulk kept (the bulk
+ * cache, CORALLOC_BULK_CACHE_KB), then a page at a time (its free blocks,
+ * then new ones carved by address). Returns how many it gave: n, unless
+ * memory ran out (then errno is ENOMEM and the blocks given are valid).
  * coral_free_bulk: frees n blocks of any sizes, from any threads' heaps
  * (NULL entries are skipped), touching each page's list once per group of
- * its blocks. */
+ * its blocks; scattered blocks of classes coral_malloc_bulk asked for are
+ * kept in the calling thread's bulk cache instead (freed all the same: a
+ * block freed twice, in bulk or by free(), is still reported). */
 CORAL_API size_t coral_malloc_bulk(size_t size, size_t n, void **out);
 CORAL_API void coral_free_bulk(void **ptrs, size_t n);
 

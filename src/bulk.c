@@ -360,7 +360,7 @@ static unsigned stash_class_of(const runs_t *runs, const coral_page_t *page) {
  * blocks yet (the run in the slot is pushed first), a cached slot if the
  * page's blocks may go to the bulk cache. Or, when the ordinary free must
  * see p, free it at once and return false. */
-static bool run_open(runs_t *runs, size_t r, void *p, uintptr_t key) {
+CORAL_INLINE bool run_open(runs_t *runs, size_t r, void *p, uintptr_t key) {
     bool owned = false;
     coral_page_t *page = run_page(p, &owned);
     if (coral_unlikely(page == NULL)) {

@@ -117,9 +117,8 @@ static size_t take_stashed(coral_heap_t *heap, unsigned cls, void **out, size_t 
     coral_stash_want(heap, cls);
     coral_stash_t *stash = coral_stash_for_alloc(heap);
     if (stash == NULL) return 0;
-    int64_t before = atomic_load_explicit(&stash->bytes, memory_order_relaxed);
     size_t got = stash->top[cls] != NULL ? coral_stash_take(stash, cls, out, n) : 0;
-    coral_stash_release(stash, before, before - (int64_t)(got * coral_class_size(cls)));
+    coral_stash_release(stash, -(int64_t)(got * coral_class_size(cls)));
     return got;
 }
 
@@ -460,13 +459,16 @@ CORAL_INLINE void run_link(runs_t *runs, size_t r, void *p, void *ahead) {
     runs->count[r]++;
 }
 
-/* free_one's other cases: p's slot holds no run of its slice (open one),
- * or a cached one whose cache is full; then p is linked on the run, as its
- * first block or not. */
+/* free_one's other cases: p's slot holds no run of its slice (a run is
+ * opened, and p goes to the cache if the slot is a cached one), or a cached
+ * run whose cache just ran out of room (now a plain run); then p is linked
+ * on the run, as its first block or not. */
 static CORAL_NOINLINE void free_one_other(runs_t *runs, size_t r, void *p, uintptr_t key,
                                           void *ahead) {
-    if (runs->key[r] != (key | CACHED_KEY) && !run_open(runs, r, p, key)) return;
-    if (runs->key[r] == (key | CACHED_KEY) && run_stash(runs, r, p)) return;
+    if ((runs->key[r] & ~CACHED_KEY) != key) {
+        if (!run_open(runs, r, p, key)) return;
+        if (runs->key[r] != key && run_stash(runs, r, p)) return;
+    }
     if (runs->count[r] == 0) run_link_first(runs, r, p);
     else run_link(runs, r, p, ahead);
 }
@@ -538,19 +540,9 @@ void coral_free_bulk(void **ptrs, size_t n) {
     runs_init(&runs, stash, room, true);
     free_array(&runs, ptrs, n);
     if (stash == NULL) return;
-    int64_t before = atomic_load_explicit(&stash->bytes, memory_order_relaxed);
-    int64_t after = before + (room - runs.stash_room);
-    if (runs.stash_full) {
-        /* A cache that ran out of room does not stay full (of blocks the
-         * thread may not ask for again): it is emptied, and each class must
-         * be asked for by coral_malloc_bulk again before it takes its
-         * blocks. */
-        coral_stash_release_bytes(stash, before, after);
-        coral_stash_flush(stash);
-        memset(stash->want, 0, sizeof stash->want);
-        before = after = 0;
-    }
-    coral_stash_release(stash, before, after);
+    int64_t added = room - runs.stash_room;
+    if (runs.stash_full) coral_stash_release_overflowed(stash, added);
+    else coral_stash_release(stash, added);
     /* A safe point (no lock held) to start the purge thread if the cache
      * made it wanted. */
     coral_purger_start_if_wanted();

@@ -2,6 +2,7 @@
  * the purger's look at idle ones. stash.h has what a stash is and the
  * protocol of who may touch it when. */
 #include <sched.h>
+#include <string.h>
 
 #include "internal.h"
 #include "options.h"
@@ -108,13 +109,23 @@ coral_stash_t *coral_stash_for_free(coral_heap_t *heap, int64_t *room) {
     return s;
 }
 
-void coral_stash_release_bytes(coral_stash_t *s, int64_t bytes_before, int64_t bytes) {
+/* The holder of busy changed the stashed bytes by delta; returns them. */
+static int64_t stash_add_bytes(coral_stash_t *s, int64_t delta) {
+    int64_t bytes = atomic_load_explicit(&s->bytes, memory_order_relaxed) + delta;
     atomic_store_explicit(&s->bytes, bytes, memory_order_relaxed);
-    stash_bytes_changed(bytes - bytes_before);
+    stash_bytes_changed(delta);
+    return bytes;
 }
 
-void coral_stash_release(coral_stash_t *s, int64_t bytes_before, int64_t bytes) {
-    coral_stash_release_bytes(s, bytes_before, bytes);
+void coral_stash_release_overflowed(coral_stash_t *s, int64_t delta) {
+    stash_add_bytes(s, delta);
+    coral_stash_flush(s);
+    memset(s->want, 0, sizeof s->want);
+    coral_stash_release(s, 0);
+}
+
+void coral_stash_release(coral_stash_t *s, int64_t delta) {
+    int64_t bytes = stash_add_bytes(s, delta);
     atomic_store_explicit(&s->uses, atomic_load_explicit(&s->uses, memory_order_relaxed) + 1,
                           memory_order_relaxed);
     atomic_store_explicit(&s->busy, 0, memory_order_release);
@@ -135,8 +146,7 @@ void coral_stash_flush(coral_stash_t *s) {
             coral_stash_chunk_done(s, cls);
         }
     }
-    atomic_store_explicit(&s->bytes, 0, memory_order_relaxed);
-    stash_bytes_changed(-bytes);
+    stash_add_bytes(s, -bytes);
 }
 
 void coral_stash_flush_own(coral_heap_t *heap) {

@@ -128,17 +128,6 @@ CORAL_INLINE void coral_stash_check(const coral_stash_t *s, void *p) {
     if (coral_unlikely(*word != coral_stash_mark(s, p))) coral_stash_bad_block(p, false);
 }
 
-/* A block of class cls out of the stash (the class has one). Holder of
- * busy. */
-CORAL_INLINE void *coral_stash_pop(coral_stash_t *s, unsigned cls) {
-    coral_stash_chunk_t *c = s->top[cls];
-    void *p = c->blocks[--c->count];
-    coral_stash_check(s, p);
-    *(uintptr_t *)p = 0;
-    if (coral_unlikely(c->count == 0)) coral_stash_chunk_done(s, cls);
-    return p;
-}
-
 /* Up to want blocks of class cls into out[]; how many. Each chunk's blocks
  * come out in the order they went in. Holder of busy. */
 size_t coral_stash_take(coral_stash_t *s, unsigned cls, void **out, size_t want);
@@ -163,11 +152,15 @@ CORAL_INLINE coral_stash_t *coral_stash_for_alloc(coral_heap_t *heap) {
  * is being flushed, or no memory. *room: the bytes it may still take. */
 coral_stash_t *coral_stash_for_free(coral_heap_t *heap, int64_t *room);
 
-/* The end of a bulk call that took the stash: its byte count, then busy
- * released; then, if it holds blocks, the purger is told (once). */
-void coral_stash_release(coral_stash_t *s, int64_t bytes_before, int64_t bytes);
-/* (Its first part: the new byte count, busy kept.) */
-void coral_stash_release_bytes(coral_stash_t *s, int64_t bytes_before, int64_t bytes);
+/* The end of a bulk call that took the stash and changed its bytes by
+ * delta: busy released; then, if it holds blocks, the purger is told
+ * (once). */
+void coral_stash_release(coral_stash_t *s, int64_t delta);
+
+/* The same for a coral_free_bulk that found the stash full: it is emptied
+ * and forgets the classes asked for, so it never stays full of blocks
+ * nobody asks for again. */
+void coral_stash_release_overflowed(coral_stash_t *s, int64_t delta);
 
 /* Free every stashed block to its page (holder of busy). */
 void coral_stash_flush(coral_stash_t *s);

@@ -13,9 +13,10 @@
  * blocks at its last look); cleared before each look. A bulk call that
  * leaves blocks in its stash while it is clear wakes the purger: without
  * this, a thread that goes idle with a full stash would keep it for good.
- * Dekker-style: the purger clears it, then reads each stash's bytes; a bulk
- * call stores its bytes, then reads this (a seq_cst fence in both), so one
- * of the two sees the other. */
+ * Dekker-style, with seq_cst stores and loads (one total order, which
+ * TSan models; it rejects fences): the purger clears it, then reads each
+ * stash's bytes; a bulk call stores its bytes, then reads this, so one of
+ * the two sees the other. */
 static _Atomic(int) stash_watched;
 
 static uintptr_t mix64(uint64_t x) {
@@ -112,7 +113,7 @@ coral_stash_t *coral_stash_for_free(coral_heap_t *heap, int64_t *room) {
 /* The holder of busy changed the stashed bytes by delta; returns them. */
 static int64_t stash_add_bytes(coral_stash_t *s, int64_t delta) {
     int64_t bytes = atomic_load_explicit(&s->bytes, memory_order_relaxed) + delta;
-    atomic_store_explicit(&s->bytes, bytes, memory_order_relaxed);
+    atomic_store_explicit(&s->bytes, bytes, memory_order_seq_cst); /* (stash_watched) */
     stash_bytes_changed(delta);
     return bytes;
 }
@@ -130,8 +131,7 @@ void coral_stash_release(coral_stash_t *s, int64_t delta) {
                           memory_order_relaxed);
     atomic_store_explicit(&s->busy, 0, memory_order_release);
     if (bytes == 0) return;
-    atomic_thread_fence(memory_order_seq_cst);
-    if (!atomic_load_explicit(&stash_watched, memory_order_relaxed)) coral_purger_notify();
+    if (!atomic_load_explicit(&stash_watched, memory_order_seq_cst)) coral_purger_notify();
 }
 
 void coral_stash_flush(coral_stash_t *s) {
@@ -189,7 +189,7 @@ static void look_due(stash_look_t *look, uint64_t due) {
 static void stash_look(coral_heap_t *heap, void *arg) {
     stash_look_t *look = arg;
     coral_stash_t *s = atomic_load_explicit(&heap->stash, memory_order_acquire);
-    if (s == NULL || atomic_load_explicit(&s->bytes, memory_order_relaxed) == 0) return;
+    if (s == NULL || atomic_load_explicit(&s->bytes, memory_order_seq_cst) == 0) return;
     uint64_t uses = atomic_load_explicit(&s->uses, memory_order_relaxed);
     if (uses != s->seen_uses || s->seen_ms == 0) {
         s->seen_uses = uses;
@@ -210,7 +210,6 @@ uint64_t coral_stashes_flush_due(uint64_t now, bool force) {
                          .delay = (uint64_t)coral_option(CORAL_OPT_PURGE_DELAY_MS),
                          .force = force};
     atomic_store_explicit(&stash_watched, 0, memory_order_seq_cst);
-    atomic_thread_fence(memory_order_seq_cst);
     coral_heaps_visit(stash_look, &look);
     if (look.next != 0) atomic_store_explicit(&stash_watched, 1, memory_order_seq_cst);
     /* Outside the registry lock: flushing frees blocks, which may release

@@ -89,3 +89,22 @@ def test_bulk_matrix_is_complete() -> None:
         args = w.argv_tail("full", 2)
         assert (args[args.index("--memset") + 1] == "0") == ("-touch" in name)
         assert (args[args.index("--release") + 1] == "subset") == ("-subset" in name)
+
+
+def test_bulk_ceilings_twin_the_plain_loops() -> None:
+    """Every plain bulk workload has a -null twin (no allocator) with the
+    same arguments but --api null, in no profile (run by name only)."""
+    by_name = {w.name: w for w in WORKLOADS}
+    plain = [w for w in WORKLOADS if w.group == "bulk" and not w.name.endswith("-api")]
+    nulls = [w for w in WORKLOADS if w.group == "bulk-null"]
+    assert len(nulls) == len(plain) == 12
+    for w in plain:
+        twin = by_name[w.name + "-null"]
+        assert twin.profiles == ()
+        for p in PROFILES:
+            a, b = w.argv_tail(p, 2), twin.argv_tail(p, 2)
+            assert b[b.index("--api") + 1] == "null"
+            assert [x for x in a if x != "plain"] == [x for x in b if x != "null"]
+    for p in PROFILES:
+        assert not any(w.group == "bulk-null" for w in select(None, p))
+        assert not any(w.group == "bulk-null" for w in select("bulk", p))

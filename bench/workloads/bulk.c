@@ -23,6 +23,15 @@
  * blocks a random half releases): an unpredictable branch per block would
  * cost both modes alike and hide the allocator's share of the time.
  *
+ * --api=null takes no allocator at all: blocks come from a stack of free
+ * blocks per 16-byte size bin (null_take below), a pop and a push each,
+ * about 20 instructions per block in all. Its figure is what the cheapest
+ * allocator one could write reaches in these loops: divided by the plain
+ * figure, a ceiling of the bulk/malloc ratio that the harness's own work
+ * per block allows for random sizes, where any allocator must find each
+ * block's bin. (For fixed sizes coralloc's bulk calls, which fill and
+ * link whole arrays, cost less than this per-block stack.)
+ *
  * Figure: ops_per_sec, one op = one block allocated and freed.
  */
 #include "common.h"
@@ -35,8 +44,74 @@ static bulk_alloc_fn g_bulk_alloc;
 static bulk_alloc_sizes_fn g_bulk_alloc_sizes;
 static bulk_free_fn g_bulk_free;
 
+/* --api=null: no allocator, the cheapest one can be. Each 16-byte size bin
+ * (sizes 16b-15 .. 16b; one bin for fixed sizes) has its own area of
+ * --inner blocks, carved in order, and a stack of its freed blocks, taken
+ * first: a block costs a pop and a push, with no list to chase and no
+ * bookkeeping. With random sizes a block's bin is in the 16 bytes before
+ * it (where a real allocator would keep a header). */
+typedef struct {
+    void **stack;        /* freed blocks: stack[0..top) */
+    size_t top;
+    unsigned char *next; /* the next block never carved */
+    size_t stride;       /* bytes per block, header included */
+    unsigned char *area; /* room for --inner blocks: a bin never has more
+                          * (it carves only when none of its own is free) */
+} null_bin_t;
+
+static null_bin_t *g_null_bins; /* NULL: not --api=null */
+static size_t g_null_count;
+static int g_null_header;       /* random sizes: blocks have a bin header */
+
+static void null_make(size_t n, size_t min, size_t max) {
+    g_null_header = min != max;
+    g_null_count = g_null_header ? (max + 15) / 16 + 1 : 1;
+    g_null_bins = (null_bin_t *)xmalloc(sizeof(null_bin_t) * g_null_count);
+    for (size_t b = 0; b < g_null_count; b++) {
+        size_t bytes = g_null_header ? 16 * b + 16 : (max + 15) & ~(size_t)15;
+        null_bin_t *bin = &g_null_bins[b];
+        bin->stack = (void **)xmalloc(sizeof(void *) * n);
+        bin->top = 0;
+        bin->stride = bytes;
+        /* (an untouched area costs no memory: only carved blocks do) */
+        bin->next = bin->area = (unsigned char *)xmalloc(n * bytes);
+    }
+}
+
+static void null_unmake(void) {
+    for (size_t b = 0; b < g_null_count; b++) {
+        free(g_null_bins[b].stack);
+        free(g_null_bins[b].area);
+    }
+    free(g_null_bins);
+}
+
+/* A block of `size` bytes: the bin's last freed one, else its next never
+ * carved (with its header when sizes vary). */
+static void *null_take(size_t size) {
+    size_t b = g_null_header ? (size + 15) >> 4 : 0;
+    null_bin_t *bin = &g_null_bins[b];
+    if (bin->top) return bin->stack[--bin->top];
+    unsigned char *p = bin->next;
+    bin->next += bin->stride;
+    if (!g_null_header) return p;
+    *(size_t *)p = b;
+    return p + 16;
+}
+
+/* p (from null_take) back on its bin's stack. */
+static void null_give(void *p) {
+    size_t b = g_null_header ? *(size_t *)((unsigned char *)p - 16) : 0;
+    null_bin_t *bin = &g_null_bins[b];
+    bin->stack[bin->top++] = p;
+}
+
 /* n blocks of `size` bytes into out[0..n) */
 static void bench_alloc(size_t size, size_t n, void **out) {
+    if (g_null_bins) {
+        for (size_t i = 0; i < n; i++) out[i] = null_take(size);
+        return;
+    }
     if (g_bulk_alloc) {
         size_t got = g_bulk_alloc(size, n, out);
         if (got != n) out_of_memory(size);
@@ -50,6 +125,10 @@ static void bench_alloc(size_t size, size_t n, void **out) {
 
 /* n blocks of sizes[0..n) bytes into out[0..n) */
 static void bench_alloc_sizes(const size_t *sizes, size_t n, void **out) {
+    if (g_null_bins) {
+        for (size_t i = 0; i < n; i++) out[i] = null_take(sizes[i]);
+        return;
+    }
     if (g_bulk_alloc_sizes) {
         size_t got = g_bulk_alloc_sizes(sizes, n, out);
         if (got != n) out_of_memory(sizes[got]);
@@ -63,6 +142,10 @@ static void bench_alloc_sizes(const size_t *sizes, size_t n, void **out) {
 
 /* free ptrs[0..n) (any sizes) */
 static void bench_free(void **ptrs, size_t n) {
+    if (g_null_bins) {
+        for (size_t i = 0; i < n; i++) null_give(ptrs[i]);
+        return;
+    }
     if (g_bulk_free) {
         g_bulk_free(ptrs, n);
         return;
@@ -94,7 +177,10 @@ int main(int argc, char **argv) {
         {"max", "largest block size (bytes; = min for fixed sizes)", &max, NULL},
         {"release", "all | subset (a random half each round)", NULL, &release},
         {"memset", "1: fill every block, 0: write a tag only", &g_memset, NULL},
-        {"api", "plain (malloc/free) | bulk (coral_malloc_bulk/coral_free_bulk)", NULL, &api},
+        {"api",
+         "plain (malloc/free) | bulk (coral_malloc_bulk/coral_free_bulk) | null (no allocator: "
+         "the ceiling)",
+         NULL, &api},
         {"seed", "random seed", &seed, NULL},
     };
     OPTS_PARSE(argc, argv, "Batches of allocations released in full or in part.", opts);
@@ -112,10 +198,11 @@ int main(int argc, char **argv) {
         else
             g_bulk_alloc_sizes =
                 (bulk_alloc_sizes_fn)(uintptr_t)dlsym(RTLD_DEFAULT, "coral_malloc_bulk_sizes");
-    } else if (strcmp(api, "plain") != 0) {
-        usage_error("bulk: --api must be plain or bulk, not '%s'", api);
+    } else if (strcmp(api, "plain") != 0 && strcmp(api, "null") != 0) {
+        usage_error("bulk: --api must be plain, bulk or null, not '%s'", api);
     }
     if (inner < 1 || min < 1 || max < min) usage_error("bulk: need inner >= 1, 1 <= min <= max");
+    if (strcmp(api, "null") == 0) null_make((size_t)inner, (size_t)min, (size_t)max);
 
     rng_t rng;
     rng_seed(&rng, (uint64_t)seed);
@@ -204,11 +291,12 @@ int main(int argc, char **argv) {
     free(pick);
     free(want);
     free(tmp);
+    if (g_null_bins) null_unmake();
     report_malloc_lib();
     printf("info: api=%s sizes_call=%d outer=%ld inner=%ld sizes=%ld-%ld release=%s memset=%ld "
            "blocks=%llu "
            "seconds=%.4f\n",
-           g_bulk_alloc ? "bulk" : "plain", g_bulk_alloc_sizes != NULL, outer, inner, min, max,
+           g_null_bins ? "null" : g_bulk_alloc ? "bulk" : "plain", g_bulk_alloc_sizes != NULL, outer, inner, min, max,
            release, g_memset, (unsigned long long)allocs, elapsed);
     printf("result: ops_per_sec=%.1f\n", (double)allocs / elapsed);
     return 0;

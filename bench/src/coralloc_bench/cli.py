@@ -310,7 +310,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     width = max(len(w.name) for w in wl_mod.WORKLOADS)
     for w in wl_mod.WORKLOADS:
         th = {0: "1", 1: "T", 2: "2T"}[w.thread_factor]
-        print(f"  {w.name:<{width}}  {'+'.join(w.profiles):<10}  {th:>2}  {w.description}")
+        print(f"  {w.name:<{width}}  {'+'.join(w.profiles) or 'by name':<10}  {th:>2}  {w.description}")
     print(f"  groups: {', '.join(sorted(wl_mod.GROUPS))}")
     found = allocs_mod.discover(args.coralloc_lib, args.alloc,
                                 _coralloc_build_root(root, args.build_dir), False, _log)

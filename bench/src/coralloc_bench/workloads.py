@@ -136,8 +136,8 @@ def _bulk_name(short: str, release: str, memset: int, api: str) -> str:
         parts.append("subset")
     if not memset:
         parts.append("touch")
-    if api == "bulk":
-        parts.append("api")
+    if api in ("bulk", "null"):
+        parts.append("api" if api == "bulk" else "null")
     return "-".join(parts)
 
 
@@ -147,6 +147,8 @@ def _bulk_description(label: str, release: str, memset: int, api: str) -> str:
     call = "coral_malloc_bulk_sizes" if label.startswith("1-") else "coral_malloc_bulk"
     via = (f" ({call}/coral_free_bulk; plain malloc/free under other allocators)"
            if api == "bulk" else "")
+    if api == "null":
+        via = "; no allocator: a stack of free blocks per 16-byte bin (the cheapest)"
     return f"1000-block batches of {label}, {fill}, {order}{via}"
 
 
@@ -165,6 +167,24 @@ def _bulk_matrix() -> List[Workload]:
                     profiles = PROFILES if name in _BULK_QUICK else FULL_ONLY
                     what = _bulk_description(label, release, memset, api)
                     out.append(Workload(name, "bulk", what, "bulk", args, profiles=profiles))
+    return out
+
+
+def _bulk_ceilings() -> List[Workload]:
+    """bulk-SIZE[-subset][-touch]-null: the loops of the bulk matrix with
+    no allocator (`--api null`: a stack of free blocks per 16-byte size bin,
+    the cheapest allocator there is), so that null / plain bounds what any
+    bulk API could gain over malloc/free in these loops. In no profile: run
+    by name, next to their twins (e.g. `--workloads
+    bulk-rand-touch,bulk-rand-touch-api,bulk-rand-touch-null`)."""
+    out: List[Workload] = []
+    for memset in (1, 0):
+        for release in ("all", "subset"):
+            for short, sizes, label, rounds in _BULK_SIZES:
+                name = _bulk_name(short, release, memset, "null")
+                args = _bulk(sizes, release, memset, "null", rounds[(release, memset)])
+                what = _bulk_description(label, release, memset, "null")
+                out.append(Workload(name, "bulk-null", what, "bulk", args, profiles=()))
     return out
 
 
@@ -212,6 +232,7 @@ WORKLOADS: List[Workload] = [
              thread_factor=2, profiles=FULL_ONLY),
     # 5. bulk-test patterns (1000 x 1000 loops, repeated): see _bulk_matrix
     *_bulk_matrix(),
+    *_bulk_ceilings(),
     # 6. glibc benchtest
     Workload("glibc-simple-16", "glibc-simple", "N=25..1600 blocks of 16 B, main thread",
              "glibc-simple", _glibc(16, 0, 3_000_000)),

@@ -229,8 +229,17 @@ typedef struct runs_s {
     coral_page_t *page[OPEN_RUNS];
     coral_block_t *tail[OPEN_RUNS];
     coral_stash_t *stash; /* the thread's bulk cache, taken; NULL: none this call */
-    int64_t stash_room;   /* bytes it may still take */
+    int64_t stash_room;   /* bytes it may still take (put_cls's open entries not counted yet) */
     bool stash_full;      /* it ran out of room */
+    /* The put cursor: blocks of class put_cls (0: none) go to put, which
+     * runs up to put_end in that class's top chunk (reserved, see stash.h),
+     * put_end no further than stash_room allows. What was written since
+     * put_from is committed, counted and taken off stash_room when the
+     * cursor moves to another class or chunk, and at the end (put_close). */
+    unsigned put_cls;
+    uint32_t put_size; /* put_cls's block size */
+    uintptr_t put_key; /* the stash's marker key */
+    void **put, **put_end, **put_from;
     bool count_frees;     /* false in a cache flush: its blocks were counted when cached */
 } runs_t;
 
@@ -239,6 +248,7 @@ static void runs_init(runs_t *runs, coral_stash_t *stash, int64_t room, bool cou
     runs->stash = stash;
     runs->stash_room = room;
     runs->stash_full = false;
+    runs->put_cls = 0;
     runs->count_frees = count_frees;
 }
 
@@ -300,7 +310,19 @@ static void run_flush(runs_t *runs, size_t r) {
                                (uint32_t)runs->count[r]);
 }
 
+/* The blocks put since the cursor opened: committed to the stash, counted
+ * as freed, their bytes taken off the room. */
+static void put_close(runs_t *runs) {
+    if (runs->put_cls == 0) return;
+    size_t n = (size_t)(runs->put - runs->put_from);
+    coral_stash_commit(runs->stash, runs->put_cls, runs->put);
+    coral_count_frees(runs->put_cls, n);
+    runs->stash_room -= (int64_t)(n * runs->put_size);
+    runs->put_cls = 0;
+}
+
 static void runs_flush(runs_t *runs) {
+    put_close(runs);
     for (unsigned r = 0; r < OPEN_RUNS; r++)
         if (runs->key[r] != NO_RUN) run_flush(runs, r);
 }
@@ -378,18 +400,39 @@ CORAL_INLINE bool run_open(runs_t *runs, size_t r, void *p, uintptr_t key) {
     return true;
 }
 
+/* The cursor moved to cached slot r's class (closed first if open
+ * elsewhere or full); false when the stash has no room for one more of
+ * its blocks. */
+static CORAL_NOINLINE bool put_open(runs_t *runs, size_t r) {
+    put_close(runs);
+    unsigned cls = runs->cache_cls[r];
+    uint32_t size = runs->block_size[r];
+    if (runs->stash_room < (int64_t)size) return false;
+    void **start, **end = coral_stash_reserve(runs->stash, cls, &start);
+    if (end == NULL) return false;
+    size_t fit = (size_t)(runs->stash_room / size);
+    if ((size_t)(end - start) > fit) end = start + fit;
+    runs->put_cls = cls;
+    runs->put_size = size;
+    runs->put_key = runs->stash->key;
+    runs->put = runs->put_from = start;
+    runs->put_end = end;
+    return true;
+}
+
 /* p (of cached slot r's slice) into the bulk cache; false when it has no
  * room left for it: then the slot becomes a plain run. */
 CORAL_INLINE bool run_stash(runs_t *runs, size_t r, void *p) {
-    int64_t size = runs->block_size[r];
-    if (coral_unlikely(runs->stash_room < size) ||
-        coral_unlikely(!coral_stash_put(runs->stash, runs->cache_cls[r], p))) {
+    if (coral_unlikely(runs->cache_cls[r] != runs->put_cls || runs->put == runs->put_end) &&
+        !put_open(runs, r)) {
         runs->key[r] &= ~CACHED_KEY;
         runs->stash_full = true;
         return false;
     }
-    runs->stash_room -= size;
-    coral_count_free(runs->cache_cls[r]);
+    void **at = runs->put; /* (loaded before p's marker is stored: p might alias it) */
+    coral_stash_mark_in(runs->put_key, p);
+    *at = p;
+    runs->put = at + 1;
     return true;
 }
 

@@ -78,9 +78,10 @@ size_t coral_stash_take(coral_stash_t *s, unsigned cls, void **out, size_t want)
     while (got < want && (c = s->top[cls]) != NULL) {
         /* The chunk's last blocks, in the order they went in. */
         size_t count = c->count, from = count > want - got ? count - (want - got) : 0;
+        uintptr_t key = s->key; /* (once: the stores below might alias it) */
         for (size_t i = from; i < count; i++) {
             void *p = c->blocks[i];
-            coral_stash_check(s, p);
+            coral_stash_check(key, p);
             *(uintptr_t *)p = 0;
             out[got++] = p;
         }
@@ -140,7 +141,7 @@ void coral_stash_flush(coral_stash_t *s) {
     for (unsigned cls = 1; cls < CORAL_CLASS_COUNT; cls++) {
         coral_stash_chunk_t *c;
         while ((c = s->top[cls]) != NULL) {
-            for (size_t i = 0; i < c->count; i++) coral_stash_check(s, c->blocks[i]);
+            for (size_t i = 0; i < c->count; i++) coral_stash_check(s->key, c->blocks[i]);
             coral_bulk_free_unstashed(c->blocks, c->count);
             c->count = 0;
             coral_stash_chunk_done(s, cls);

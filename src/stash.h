@@ -98,8 +98,9 @@ CORAL_INLINE coral_stash_chunk_t *coral_stash_chunks(coral_stash_t *s) {
     return (coral_stash_chunk_t *)((uint8_t *)s + CORAL_STASH_HEADER_SIZE);
 }
 
-CORAL_INLINE uintptr_t coral_stash_mark(const coral_stash_t *s, const void *p) {
-    return (uintptr_t)p ^ s->key;
+/* The marker of block p for a stash whose key is key. */
+CORAL_INLINE uintptr_t coral_stash_marker(uintptr_t key, const void *p) {
+    return (uintptr_t)p ^ key;
 }
 
 /* (stash.c) */
@@ -107,25 +108,42 @@ coral_stash_chunk_t *coral_stash_chunk_new(coral_stash_t *s, unsigned cls);
 void coral_stash_chunk_done(coral_stash_t *s, unsigned cls);
 CORAL_COLD __attribute__((noreturn)) void coral_stash_bad_block(const void *p, bool at_free);
 
-/* Put p (a block of class cls, not stashed) in the stash; false when no
- * chunk is left. Holder of busy. */
-CORAL_INLINE bool coral_stash_put(coral_stash_t *s, unsigned cls, void *p) {
-    coral_stash_chunk_t *c = s->top[cls];
-    if (coral_unlikely(c == NULL || c->count == CORAL_STASH_CHUNK_BLOCKS)) {
-        c = coral_stash_chunk_new(s, cls);
-        if (c == NULL) return false;
-    }
-    uintptr_t *word = p, mark = coral_stash_mark(s, p);
+/* p (a block not stashed) marked as stashed, key being the stash's key
+ * (its callers keep it at hand): a block that holds its marker already was
+ * given to coral_free_bulk twice. Holder of busy. */
+CORAL_INLINE void coral_stash_mark_in(uintptr_t key, void *p) {
+    uintptr_t *word = p, mark = coral_stash_marker(key, p);
     if (coral_unlikely(*word == mark)) coral_stash_bad_block(p, true);
     *word = mark;
-    c->blocks[c->count++] = p;
-    return true;
 }
 
-/* The check every block leaving the stash passes: its marker is intact. */
-CORAL_INLINE void coral_stash_check(const coral_stash_t *s, void *p) {
+/* Room for more blocks of class cls: the free entries of its top chunk
+ * (a new top chunk when it has none), [*start, returned end); NULL when no
+ * chunk is left. The caller writes marked blocks from *start on, then
+ * says how far it got with coral_stash_commit before anything else reads
+ * or changes the class's chunks. Holder of busy. */
+CORAL_INLINE void **coral_stash_reserve(coral_stash_t *s, unsigned cls, void ***start) {
+    coral_stash_chunk_t *c = s->top[cls];
+    if (c == NULL || c->count == CORAL_STASH_CHUNK_BLOCKS) {
+        c = coral_stash_chunk_new(s, cls);
+        if (c == NULL) return NULL;
+    }
+    *start = &c->blocks[c->count];
+    return &c->blocks[CORAL_STASH_CHUNK_BLOCKS];
+}
+
+/* The blocks of a reservation of class cls are written up to end (in
+ * [start, the reserved end)): they are in the stash now. */
+CORAL_INLINE void coral_stash_commit(coral_stash_t *s, unsigned cls, void **end) {
+    coral_stash_chunk_t *c = s->top[cls];
+    c->count = (size_t)(end - c->blocks);
+}
+
+/* The check every block leaving the stash passes: its marker (for the
+ * stash's key) is intact. */
+CORAL_INLINE void coral_stash_check(uintptr_t key, void *p) {
     uintptr_t *word = p;
-    if (coral_unlikely(*word != coral_stash_mark(s, p))) coral_stash_bad_block(p, false);
+    if (coral_unlikely(*word != coral_stash_marker(key, p))) coral_stash_bad_block(p, false);
 }
 
 /* Up to want blocks of class cls into out[]; how many. Each chunk's blocks

@@ -439,6 +439,37 @@ static void *cache_reuse(void *arg) {
     return NULL;
 }
 
+/* Two cached classes in one shuffled array (the cache's put cursor moves
+ * between them at almost every entry): each size's next coral_malloc_bulk
+ * gives back exactly its own blocks. */
+static void *cache_two_classes(void *arg) {
+    (void)arg;
+    enum { N = 300, BIG = 3000 };
+    static void *p[2 * N], *a[N], *b[N];
+    cache_armed_blocks(p, N);
+    CHECK_EQ(coral_malloc_bulk(BIG, N, p + N), N);
+    coral_free_bulk(p + N, N); /* (BIG asked for, then cached or not) */
+    CHECK_EQ(coral_malloc_bulk(BIG, N, p + N), N);
+    memcpy(a, p, sizeof a);
+    memcpy(b, p + N, sizeof b);
+    long long before = cached_bytes();
+    size_t small_block = coral_malloc_usable_size(a[0]), big_block = coral_malloc_usable_size(b[0]);
+    shuffle(p, 2 * N, 12);
+    coral_free_bulk(p, 2 * N);
+    CHECK_EQ(cached_bytes(), before + (long long)(N * (small_block + big_block)));
+    static void *q[N];
+    CHECK_EQ(coral_malloc_bulk(BIG, N, q), N);
+    CHECK(same_set(q, b, N));
+    check_blocks(q, N, BIG);
+    CHECK_EQ(coral_malloc_bulk(CACHE_SIZE, N, p), N);
+    CHECK(same_set(p, a, N));
+    check_blocks(p, N, CACHE_SIZE);
+    CHECK_EQ(cached_bytes(), before);
+    coral_free_bulk(q, N);
+    coral_free_bulk(p, N);
+    return NULL;
+}
+
 /* Blocks of a user heap never go in the cache (destroy frees their pages
  * whatever the cache holds); with the option at 0 nothing is cached, and
  * setting it to 0 empties a thread's cache at its next coral_free_bulk. */
@@ -576,6 +607,7 @@ int main(void) {
     test_sizes();
     test_mixed_owners();
     run_in_thread(cache_reuse);
+    run_in_thread(cache_two_classes);
     run_in_thread(cache_exclusions);
     run_in_thread(cache_overflow);
     test_cache_lifetimes();

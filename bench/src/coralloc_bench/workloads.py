@@ -148,7 +148,7 @@ def _bulk_description(label: str, release: str, memset: int, api: str) -> str:
     via = (f" ({call}/coral_free_bulk; plain malloc/free under other allocators)"
            if api == "bulk" else "")
     if api == "null":
-        via = "; no allocator: a stack of free blocks per 16-byte bin (the cheapest)"
+        via = "; no allocator: a stack of free blocks per 16-byte bin (no bookkeeping)"
     return f"1000-block batches of {label}, {fill}, {order}{via}"
 
 
@@ -173,8 +173,8 @@ def _bulk_matrix() -> List[Workload]:
 def _bulk_ceilings() -> List[Workload]:
     """bulk-SIZE[-subset][-touch]-null: the loops of the bulk matrix with
     no allocator (`--api null`: a stack of free blocks per 16-byte size bin,
-    the cheapest allocator there is), so that null / plain bounds what any
-    bulk API could gain over malloc/free in these loops. In no profile: run
+    no bookkeeping), so that null / plain bounds what a bulk API can gain
+    over malloc/free in these loops for random sizes. In no profile: run
     by name, next to their twins (e.g. `--workloads
     bulk-rand-touch,bulk-rand-touch-api,bulk-rand-touch-null`)."""
     out: List[Workload] = []

@@ -40,7 +40,7 @@ bench: build
 	./bench/run-bench
 
 format:
-	clang-format -i include/*.h src/*.c src/*.h src/*.cc tests/*.c bench/workloads/*.c
+	find include src tests bench/workloads bench/fastpath -name '*.c' -o -name '*.h' -o -name '*.cc' | xargs clang-format -i
 
 clean:
 	rm -rf build build-asan build-tsan

@@ -113,6 +113,16 @@ CORAL_API size_t coral_stats_json(char *buf, size_t len);
 CORAL_API int coral_option_get(const char *name, long long *value);
 CORAL_API int coral_option_set(const char *name, long long value);
 
+/* ---- testing ----------------------------------------------------------------
+ * For tests of time-driven behaviour, without sleeping.
+ * coral_test_advance_clock: coralloc's clock (purge delays, idle bulk
+ * caches) moves forward by ms milliseconds, for the whole process.
+ * coral_test_purge_pass: one whole purge pass at the current clock, done by
+ * the purge thread (returns 1 once it has finished a pass that started after
+ * the call) or, when no purge thread runs, by the caller (returns 0). */
+CORAL_API void coral_test_advance_clock(unsigned long long ms);
+CORAL_API int coral_test_purge_pass(void);
+
 #ifdef __cplusplus
 }
 #endif

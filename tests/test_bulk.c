@@ -45,10 +45,12 @@ static void check_blocks(void **p, size_t n, size_t size) {
         CHECK_GE(coral_malloc_usable_size(p[i]), size);
         fill_pattern(p[i], size, i);
     }
-    for (size_t i = 0; i < n; i++) CHECK_EQ(pattern_mismatch(p[i], size, i), (size_t)-1);
+    for (size_t i = 0; i < n; i++)
+        CHECK_EQ(pattern_mismatch(p[i], size, i), (size_t)-1);
     void **sorted = malloc(n * sizeof *sorted);
     CHECK_NOT_NULL(sorted);
-    for (size_t i = 0; i < n; i++) sorted[i] = p[i];
+    for (size_t i = 0; i < n; i++)
+        sorted[i] = p[i];
     qsort(sorted, n, sizeof *sorted, cmp_ptr);
     for (size_t i = 1; i < n; i++)
         CHECK_GE((uintptr_t)sorted[i], (uintptr_t)sorted[i - 1] + size);
@@ -73,14 +75,17 @@ static void check_blocks_sized(void **p, const size_t *sizes, size_t n) {
         CHECK_GE(coral_malloc_usable_size(p[i]), sizes[i]);
         fill_pattern(p[i], sizes[i], i);
     }
-    for (size_t i = 0; i < n; i++) CHECK_EQ(pattern_mismatch(p[i], sizes[i], i), (size_t)-1);
+    for (size_t i = 0; i < n; i++)
+        CHECK_EQ(pattern_mismatch(p[i], sizes[i], i), (size_t)-1);
     /* Sorted by address, each block ends before the next starts (a block
      * of 0 bytes takes one: distinct pointers). */
     sized_t *order = malloc((n ? n : 1) * sizeof *order);
     CHECK_NOT_NULL(order);
-    for (size_t i = 0; i < n; i++) order[i] = (sized_t){(uintptr_t)p[i], sizes[i] ? sizes[i] : 1};
+    for (size_t i = 0; i < n; i++)
+        order[i] = (sized_t){(uintptr_t)p[i], sizes[i] ? sizes[i] : 1};
     qsort(order, n, sizeof *order, cmp_sized);
-    for (size_t i = 1; i < n; i++) CHECK_GE(order[i].at, order[i - 1].at + order[i - 1].size);
+    for (size_t i = 1; i < n; i++)
+        CHECK_GE(order[i].at, order[i - 1].at + order[i - 1].size);
     free(order);
 }
 
@@ -95,16 +100,18 @@ static void *bulk_sizes(void *arg) {
     static void *p[N];
     tu_rng rng = {42};
     for (int round = 0; round < 3; round++) {
-        for (size_t i = 0; i < N; i++) sizes[i] = rng_range(&rng, 1, round == 2 ? 64 : 1024);
+        for (size_t i = 0; i < N; i++)
+            sizes[i] = rng_range(&rng, 1, round == 2 ? 64 : 1024);
         CHECK_EQ(coral_malloc_bulk_sizes(sizes, N, p), (size_t)N);
         check_blocks_sized(p, sizes, N);
         if (round == 0) { /* free every other block one by one, the rest in bulk */
-            for (size_t i = 0; i < N; i += 2) coral_free(p[i]), p[i] = NULL;
+            for (size_t i = 0; i < N; i += 2)
+                coral_free(p[i]), p[i] = NULL;
         }
         coral_free_bulk(p, N);
     }
-    static const size_t paths[] = {0,     1,    16,     24,      1024,      1025,     1700, 5000,
-                                   10000, 100000, 600000, 5u << 20, 48,       16 << 10, 0,    33};
+    static const size_t paths[] = {0,     1,      16,     24,       1024, 1025,     1700, 5000,
+                                   10000, 100000, 600000, 5u << 20, 48,   16 << 10, 0,    33};
     enum { P = sizeof paths / sizeof *paths };
     void *q[P];
     CHECK_EQ(coral_malloc_bulk_sizes(paths, P, q), (size_t)P);
@@ -130,15 +137,16 @@ static void *bulk_sizes(void *arg) {
         CHECK_EQ(got, given[a]);
         CHECK_EQ(errno, ENOMEM);
         check_blocks_sized(r, absurd[a], got);
-        for (size_t i = got; i < 4; i++) CHECK_NULL(r[i]);
+        for (size_t i = got; i < 4; i++)
+            CHECK_NULL(r[i]);
         coral_free_bulk(r, got);
     }
     return NULL;
 }
 
 static void test_sizes(void) {
-    static const size_t sizes[] = {0,    1,     16,    24,    64,    100,
-                                    1024, 1700, 5000, 10000, 20000, 70000, 600000};
+    static const size_t sizes[] = {0,    1,    16,    24,    64,    100,   1024,
+                                   1700, 5000, 10000, 20000, 70000, 600000};
     enum { N = 3000 };
     void **p = malloc(N * sizeof *p);
     CHECK_NOT_NULL(p);
@@ -150,7 +158,8 @@ static void test_sizes(void) {
             if (round == 1) { /* free a random half by bulk, the rest one by one */
                 shuffle(p, n, s + 1);
                 coral_free_bulk(p, n / 2);
-                for (size_t i = n / 2; i < n; i++) coral_free(p[i]);
+                for (size_t i = n / 2; i < n; i++)
+                    coral_free(p[i]);
             } else {
                 coral_free_bulk(p, n);
             }
@@ -171,7 +180,8 @@ static void *allocate(void *arg) {
     uintptr_t t = (uintptr_t)arg;
     tu_rng rng = {t + 100};
     static size_t sizes[THREADS][PER];
-    for (size_t i = 0; i < PER; i++) sizes[t][i] = rng_range(&rng, 1, 2000);
+    for (size_t i = 0; i < PER; i++)
+        sizes[t][i] = rng_range(&rng, 1, 2000);
     /* Odd threads take all their blocks in one coral_malloc_bulk_sizes. */
     if (t % 2) CHECK_EQ(coral_malloc_bulk_sizes(sizes[t], PER, blocks[t]), (size_t)PER);
     for (size_t i = 0; i < PER; i++) {
@@ -204,13 +214,15 @@ static void test_mixed_owners(void) {
     for (int round = 0; round < 5; round++) {
         for (uintptr_t t = 0; t < THREADS; t++)
             CHECK_EQ(pthread_create(&th[t], NULL, allocate, (void *)t), 0);
-        for (int t = 0; t < THREADS; t++) CHECK_EQ(pthread_join(th[t], NULL), 0);
+        for (int t = 0; t < THREADS; t++)
+            CHECK_EQ(pthread_join(th[t], NULL), 0);
         /* Each block is freed exactly once: thread t frees half t%2 of
          * thread t+1's blocks and of thread t+2's; for thread x those are
          * halves (x-1)%2 and x%2: both halves, once each. */
         for (uintptr_t t = 0; t < THREADS; t++)
             CHECK_EQ(pthread_create(&th[t], NULL, free_others, (void *)t), 0);
-        for (int t = 0; t < THREADS; t++) CHECK_EQ(pthread_join(th[t], NULL), 0);
+        for (int t = 0; t < THREADS; t++)
+            CHECK_EQ(pthread_join(th[t], NULL), 0);
     }
     coral_collect(1);
 }
@@ -237,7 +249,8 @@ static void *carve_by_address(void *arg) {
     CHECK_EQ(coral_malloc_bulk(FRESH_SIZE, N, p), N);
     check_blocks(p, N, FRESH_SIZE);
     CHECK_EQ(coral_malloc_usable_size(p[0]), (size_t)FRESH_SIZE);
-    for (size_t i = 1; i < N; i++) CHECK_EQ((uintptr_t)p[i], (uintptr_t)p[i - 1] + FRESH_SIZE);
+    for (size_t i = 1; i < N; i++)
+        CHECK_EQ((uintptr_t)p[i], (uintptr_t)p[i - 1] + FRESH_SIZE);
     coral_free_bulk(p, N);
     return NULL;
 }
@@ -249,11 +262,14 @@ static void *take_local_free(void *arg) {
     enum { N = 300, FREED = 40 };
     static void *p[N], *again[FREED];
     CHECK_EQ(coral_malloc_bulk(FRESH_SIZE, N, p), N);
-    for (size_t i = 100; i < 100 + FREED; i++) coral_free(p[i]);
+    for (size_t i = 100; i < 100 + FREED; i++)
+        coral_free(p[i]);
     CHECK_EQ(coral_malloc_bulk(FRESH_SIZE, FREED, again), FREED);
     qsort(again, FREED, sizeof *again, cmp_ptr);
-    for (size_t i = 0; i < FREED; i++) CHECK_EQ((uintptr_t)again[i], (uintptr_t)p[100 + i]);
-    for (size_t i = 0; i < FREED; i++) p[100 + i] = again[i];
+    for (size_t i = 0; i < FREED; i++)
+        CHECK_EQ((uintptr_t)again[i], (uintptr_t)p[100 + i]);
+    for (size_t i = 0; i < FREED; i++)
+        p[100 + i] = again[i];
     check_blocks(p, N, FRESH_SIZE);
     coral_free_bulk(p, N);
     return NULL;
@@ -272,12 +288,14 @@ static void *reset_emptied_page(void *arg) {
     check_blocks(p, N, FRESH_SIZE); /* fills them: dirty */
     coral_free_bulk(p, N);
     CHECK_EQ(coral_malloc_bulk(FRESH_SIZE, N, q), N);
-    for (size_t i = 0; i < N; i++) CHECK_EQ((uintptr_t)q[i], (uintptr_t)p[i]);
+    for (size_t i = 0; i < N; i++)
+        CHECK_EQ((uintptr_t)q[i], (uintptr_t)p[i]);
     check_blocks(q, N, FRESH_SIZE);
     coral_free_bulk(q, N);
     unsigned char *z = coral_calloc(1, FRESH_SIZE);
     CHECK_NOT_NULL(z);
-    for (size_t i = 0; i < FRESH_SIZE; i++) CHECK_EQ(z[i], 0);
+    for (size_t i = 0; i < FRESH_SIZE; i++)
+        CHECK_EQ(z[i], 0);
     coral_free(z);
     /* Not in address order. */
     CHECK_EQ(coral_malloc_bulk(FRESH_SIZE, N, p), N);
@@ -305,8 +323,10 @@ static void *scattered_half(void *arg) {
         shuffle(p, N, size);
         /* p[0..HALF) go; the rest keep their contents (pattern of their
          * index before the shuffle, checked through a copy of their order) */
-        for (size_t i = 0; i < HALF; i++) kept[i] = p[HALF + i];
-        for (size_t i = 0; i < HALF; i++) fill_pattern(kept[i], size, 1000 + i);
+        for (size_t i = 0; i < HALF; i++)
+            kept[i] = p[HALF + i];
+        for (size_t i = 0; i < HALF; i++)
+            fill_pattern(kept[i], size, 1000 + i);
         coral_free_bulk(p, HALF);
         CHECK_EQ(coral_malloc_bulk(size, HALF, again), HALF);
         check_blocks(again, HALF, size); /* distinct, and filled */
@@ -324,7 +344,8 @@ static void *scattered_half(void *arg) {
         for (size_t i = 0; i < HALF; i++) {
             unsigned char *z = coral_calloc(1, size);
             CHECK_NOT_NULL(z);
-            for (size_t k = 0; k < size; k++) CHECK_EQ(z[k], 0);
+            for (size_t k = 0; k < size; k++)
+                CHECK_EQ(z[k], 0);
             again[i] = z;
             want[i] = size;
         }
@@ -374,7 +395,9 @@ static void *mixed_array(void *arg) {
 
 #define CACHE_SIZE 1700 /* bytes: 36 blocks a slice, so a shuffled array is scattered */
 
-static long long cached_bytes(void) { return stats_get("bulk_cached"); }
+static long long cached_bytes(void) {
+    return stats_get("bulk_cached");
+}
 
 /* Set a run-time option; returns its value before. */
 static long long option_swap(const char *name, long long value) {
@@ -482,7 +505,8 @@ static void *cache_exclusions(void *arg) {
     coral_heap_t *heap = coral_heap_new();
     CHECK_NOT_NULL(heap);
     static void *h[N];
-    for (size_t i = 0; i < N; i++) CHECK_NOT_NULL(h[i] = coral_heap_malloc(heap, CACHE_SIZE));
+    for (size_t i = 0; i < N; i++)
+        CHECK_NOT_NULL(h[i] = coral_heap_malloc(heap, CACHE_SIZE));
     shuffle(h, N, 5);
     coral_free_bulk(h, N);
     CHECK_EQ(cached_bytes(), before);
@@ -531,8 +555,9 @@ static void *cache_then_exit(void *arg) {
 }
 
 /* A thread that goes idle with a full cache: the purge thread empties it
- * after the purge delay. */
-static _Atomic(int) idle_release;
+ * once it has gone unused for the purge delay. The thread waits on the
+ * barrier (no allocator call) from its free until the test is done. */
+static pthread_barrier_t idle_barrier;
 
 static void *cache_then_idle(void *arg) {
     (void)arg;
@@ -541,7 +566,8 @@ static void *cache_then_idle(void *arg) {
     cache_armed_blocks(p, N);
     shuffle(p, N, 10);
     coral_free_bulk(p, N);
-    while (!atomic_load(&idle_release)) usleep(1000);
+    pthread_barrier_wait(&idle_barrier); /* cached */
+    pthread_barrier_wait(&idle_barrier); /* checked: may exit */
     return NULL;
 }
 
@@ -551,19 +577,22 @@ static void test_cache_lifetimes(void) {
     CHECK_EQ(cached_bytes(), before);
 
     long long delay = option_swap("PURGE_DELAY_MS", 20);
+    CHECK_EQ(pthread_barrier_init(&idle_barrier, NULL, 2), 0);
     pthread_t th;
     CHECK_EQ(pthread_create(&th, NULL, cache_then_idle, NULL), 0);
-    long long waited = 0, peak = 0;
-    for (; waited < 10000; waited += 5) {
-        long long now = cached_bytes();
-        if (now > peak) peak = now;
-        if (peak > before && now == before) break;
-        usleep(5000);
-    }
-    atomic_store(&idle_release, 1);
+    pthread_barrier_wait(&idle_barrier);
+    long long peak = cached_bytes();
+    CHECK_GT(peak, before);
+    /* A pass sees the cache in use since its last look; once it has stayed
+     * unused for the delay, the next pass empties it. */
+    coral_test_purge_pass();
+    CHECK_EQ(cached_bytes(), peak);
+    coral_test_advance_clock(20);
+    coral_test_purge_pass();
+    CHECK_EQ(cached_bytes(), before);
+    pthread_barrier_wait(&idle_barrier);
     CHECK_EQ(pthread_join(th, NULL), 0);
-    CHECK_MSG(waited < 10000, "an idle thread's cache was not emptied in 10 s (peak %lld)\n",
-              peak);
+    pthread_barrier_destroy(&idle_barrier);
     CHECK_EQ(coral_option_set("PURGE_DELAY_MS", delay), 0);
 }
 
@@ -579,7 +608,10 @@ static void *cache_with_purger(void *arg) {
         check_blocks(p, N, CACHE_SIZE);
         shuffle(p, N, (uint64_t)round);
         coral_free_bulk(p, N / 2);
-        if (round % 3 == 0) usleep(3000);
+        if (round % 3 == 0) { /* a pause: the purger may flush the cache now */
+            coral_test_advance_clock(1);
+            coral_test_purge_pass();
+        }
         CHECK_EQ(coral_malloc_bulk(CACHE_SIZE, N / 2, p), N / 2);
     }
     coral_free_bulk(p, N);
@@ -590,8 +622,10 @@ static void *cache_with_purger(void *arg) {
 static void test_cache_with_purger(void) {
     long long delay = option_swap("PURGE_DELAY_MS", 1);
     pthread_t th[2];
-    for (int t = 0; t < 2; t++) CHECK_EQ(pthread_create(&th[t], NULL, cache_with_purger, NULL), 0);
-    for (int t = 0; t < 2; t++) CHECK_EQ(pthread_join(th[t], NULL), 0);
+    for (int t = 0; t < 2; t++)
+        CHECK_EQ(pthread_create(&th[t], NULL, cache_with_purger, NULL), 0);
+    for (int t = 0; t < 2; t++)
+        CHECK_EQ(pthread_join(th[t], NULL), 0);
     CHECK_EQ(coral_option_set("PURGE_DELAY_MS", delay), 0);
 }
 

@@ -59,7 +59,7 @@ static void *cached[CACHED];
 
 static void fill_bulk_cache(void) {
     CHECK_EQ(coral_malloc_bulk(CACHED_SIZE, CACHED, cached), CACHED);
-    coral_free_bulk(opaque(cached), CACHED); /* makes the cache */
+    coral_free_bulk(opaque(cached), CACHED);                          /* makes the cache */
     CHECK_EQ(coral_malloc_bulk(CACHED_SIZE, CACHED, cached), CACHED); /* asks for the class */
     tu_rng rng = {1}; /* shuffled over the blocks' 2-3 slices: no stretch of one slice */
     for (size_t i = CACHED - 1; i > 0; i--) {
@@ -125,12 +125,14 @@ static void start_idle_owner(void (*prepare)(void)) {
 }
 
 static void fill_page_of_1k(void) {
-    for (size_t i = 0; i < PAGE_OF_1K; i++) page_of_1k[i] = coral_malloc(1024);
+    for (size_t i = 0; i < PAGE_OF_1K; i++)
+        page_of_1k[i] = coral_malloc(1024);
 }
 
 static int child_double_free_reclaimed(void) {
     start_idle_owner(fill_page_of_1k);
-    for (size_t i = 0; i < PAGE_OF_1K; i++) coral_free(page_of_1k[i]);
+    for (size_t i = 0; i < PAGE_OF_1K; i++)
+        coral_free(page_of_1k[i]);
     coral_collect(1); /* reclaims the page now */
     coral_free(page_of_1k[7]);
     return 0; /* not reached */
@@ -145,8 +147,10 @@ enum { THREE_PAGES_OF_1K = 3 * PAGE_OF_1K };
 static void *released_blocks[THREE_PAGES_OF_1K];
 
 static void fill_and_free_three_pages(void) {
-    for (size_t i = 0; i < THREE_PAGES_OF_1K; i++) released_blocks[i] = coral_malloc(1024);
-    for (size_t i = 0; i < THREE_PAGES_OF_1K; i++) coral_free(released_blocks[i]);
+    for (size_t i = 0; i < THREE_PAGES_OF_1K; i++)
+        released_blocks[i] = coral_malloc(1024);
+    for (size_t i = 0; i < THREE_PAGES_OF_1K; i++)
+        coral_free(released_blocks[i]);
 }
 
 static int child_bulk_free_released_remote(void) {
@@ -199,17 +203,20 @@ static __attribute__((unused)) int child_rlimit(void) {
     static void *blocks[MAX];
     size_t n = 0;
     errno = 0;
-    while (n < MAX && (blocks[n] = coral_malloc(1u << 20)) != NULL) memset(blocks[n++], 7, 64);
+    while (n < MAX && (blocks[n] = coral_malloc(1u << 20)) != NULL)
+        memset(blocks[n++], 7, 64);
     CHECK_LT(n, MAX);
     CHECK_EQ(errno, ENOMEM);
-    for (size_t i = 0; i < n; i++) coral_free(blocks[i]);
+    for (size_t i = 0; i < n; i++)
+        coral_free(blocks[i]);
     coral_collect(1);
     /* Consistent afterwards: memory can be had again. */
     for (size_t i = 0; i < n / 2; i++) {
         blocks[i] = coral_malloc(1u << 20);
         CHECK_NOT_NULL(blocks[i]);
     }
-    for (size_t i = 0; i < n / 2; i++) coral_free(blocks[i]);
+    for (size_t i = 0; i < n / 2; i++)
+        coral_free(blocks[i]);
     coral_free(warm);
     return 0;
 }
@@ -217,8 +224,8 @@ static __attribute__((unused)) int child_rlimit(void) {
 typedef struct {
     const char *name;
     int (*run)(void);
-    const char *env;    /* NAME=value for the child, or NULL */
-    int signal;         /* expected terminating signal, 0 for a normal exit */
+    const char *env; /* NAME=value for the child, or NULL */
+    int signal;      /* expected terminating signal, 0 for a normal exit */
     const char *stderr_has;
 } scenario_t;
 
@@ -260,15 +267,16 @@ static void run_scenario(const char *self, const scenario_t *s) {
     char out[4096];
     size_t len = 0;
     ssize_t n;
-    while ((n = read(err[0], out + len, sizeof out - 1 - len)) > 0) len += (size_t)n;
+    while ((n = read(err[0], out + len, sizeof out - 1 - len)) > 0)
+        len += (size_t)n;
     out[len] = '\0';
     close(err[0]);
     int status;
     CHECK_EQ(waitpid(pid, &status, 0), pid);
     if (s->signal) {
         CHECK_MSG(WIFSIGNALED(status) && WTERMSIG(status) == s->signal,
-                  "%s: expected signal %d, status 0x%x; stderr:\n%s\n", s->name, s->signal,
-                  status, out);
+                  "%s: expected signal %d, status 0x%x; stderr:\n%s\n", s->name, s->signal, status,
+                  out);
     } else {
         CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0,
                   "%s: expected a clean exit, status 0x%x; stderr:\n%s\n", s->name, status, out);
@@ -286,6 +294,7 @@ int main(int argc, char **argv) {
             if (strcmp(argv[1], scenarios[i].name) == 0) return scenarios[i].run();
         return 2;
     }
-    for (size_t i = 0; i < count; i++) run_scenario("/proc/self/exe", &scenarios[i]);
+    for (size_t i = 0; i < count; i++)
+        run_scenario("/proc/self/exe", &scenarios[i]);
     return 0;
 }

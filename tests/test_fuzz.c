@@ -81,20 +81,24 @@
 #define KiB ((size_t)1024)
 #define MiB (1024 * KiB)
 /* Functions, not macros: an argument may draw a random number. */
-static inline size_t MIN(size_t a, size_t b) { return a < b ? a : b; }
-static inline size_t MAX(size_t a, size_t b) { return a > b ? a : b; }
+static inline size_t MIN(size_t a, size_t b) {
+    return a < b ? a : b;
+}
+static inline size_t MAX(size_t a, size_t b) {
+    return a > b ? a : b;
+}
 
 enum {
     MAX_THREADS = 16,
-    MAX_LIVE = 3000,       /* live blocks per thread */
-    QCAP = 1024,           /* hand-off queue per thread */
-    BULK_MAX = 48,         /* blocks per bulk call */
-    HANDOFF_MAX = 8,       /* blocks per hand-off */
-    PHASE_OPS = 20000,     /* grow, then shrink phases, this long (at most) */
-    LOCAL_CHECK = 4096,    /* own blocks checked for overlap this often */
-    CHECKPOINTS = 3,       /* global checks during the run (and one at the end) */
-    HISTORY = 16,          /* operations remembered for a failure report */
-    RECENT = 16,           /* freed sizes remembered, to ask for them again */
+    MAX_LIVE = 3000,    /* live blocks per thread */
+    QCAP = 1024,        /* hand-off queue per thread */
+    BULK_MAX = 48,      /* blocks per bulk call */
+    HANDOFF_MAX = 8,    /* blocks per hand-off */
+    PHASE_OPS = 20000,  /* grow, then shrink phases, this long (at most) */
+    LOCAL_CHECK = 4096, /* own blocks checked for overlap this often */
+    CHECKPOINTS = 3,    /* global checks during the run (and one at the end) */
+    HISTORY = 16,       /* operations remembered for a failure report */
+    RECENT = 16,        /* freed sizes remembered, to ask for them again */
 };
 #define LIVE_BYTES_CAP (64 * MiB) /* per thread */
 
@@ -117,8 +121,8 @@ enum {
     OP_COUNT
 };
 static const char *const op_names[OP_COUNT] = {
-    "malloc", "calloc",    "aligned", "realloc", "free",    "free_sized", "usable_size",
-    "bulk_malloc", "bulk_free", "handoff", "adopt", "collect", "check"};
+    "malloc",      "calloc",    "aligned", "realloc", "free",    "free_sized", "usable_size",
+    "bulk_malloc", "bulk_free", "handoff", "adopt",   "collect", "check"};
 
 /* Weights of the drawn operations in the grow and shrink phases. */
 static const unsigned weights[2][OP_CHECK] = {
@@ -208,7 +212,8 @@ static void fuzz_fail(const fstate *st, int line, const char *fmt, ...)
 /* The first thread to fail reports; the others wait for its _exit. */
 static atomic_int failing;
 static void wait_for_exit(void) {
-    for (;;) pause();
+    for (;;)
+        pause();
 }
 
 static void fuzz_fail(const fstate *st, int line, const char *fmt, ...) {
@@ -260,13 +265,17 @@ static void crash_handler(int sig) {
 }
 
 #if defined(FUZZ_DEATH_CALLBACK)
-static void sanitizer_death(void) { print_progress(2); }
+static void sanitizer_death(void) {
+    print_progress(2);
+}
 #endif
 #if defined(CORAL_TEST_ASAN)
 /* UBSan's halt does not run the death callback; this hook of its runtime
  * is called before each report is printed. */
 void __ubsan_on_report(void);
-void __ubsan_on_report(void) { print_progress(2); }
+void __ubsan_on_report(void) {
+    print_progress(2);
+}
 #endif
 
 static void record(fstate *st, size_t size, const void *p) {
@@ -356,7 +365,9 @@ static blk take_block(fstate *st, size_t i) {
     return b;
 }
 
-static size_t pick(fstate *st) { return rng_range(&st->rng, 0, st->nlive - 1); }
+static size_t pick(fstate *st) {
+    return rng_range(&st->rng, 0, st->nlive - 1);
+}
 
 /* Sometimes the biggest of a few random blocks (hand-offs of large ones). */
 static size_t pick_big(fstate *st) {
@@ -368,7 +379,9 @@ static size_t pick_big(fstate *st) {
     return best;
 }
 
-static void note_freed(fstate *st, size_t size) { st->recent[st->nrecent++ % RECENT] = size; }
+static void note_freed(fstate *st, size_t size) {
+    st->recent[st->nrecent++ % RECENT] = size;
+}
 
 static void free_one(fstate *st, blk *b, int sized) {
     note_freed(st, b->size);
@@ -422,7 +435,8 @@ static range local_ranges[MAX_THREADS][MAX_LIVE];
 static void check_local_overlap(fstate *st) {
     range *r = local_ranges[st->id];
     size_t n = 0;
-    for (size_t i = 0; i < st->nlive; i++) add_range(r, &n, &st->live[i], st->id);
+    for (size_t i = 0; i < st->nlive; i++)
+        add_range(r, &n, &st->live[i], st->id);
     check_ranges(st, r, n);
 }
 
@@ -468,11 +482,17 @@ static void op_malloc(fstate *st) {
 static void op_calloc(fstate *st) {
     size_t total = rand_size(st), n, elem;
     switch (rng_next(&st->rng) % 3) {
-    case 0: n = 1, elem = total; break;
-    case 1: n = total, elem = 1; break;
+    case 0:
+        n = 1, elem = total;
+        break;
+    case 1:
+        n = total, elem = 1;
+        break;
     default:
-        if (total % 16 == 0) n = total / 16, elem = 16;
-        else n = total, elem = 1;
+        if (total % 16 == 0)
+            n = total / 16, elem = 16;
+        else
+            n = total, elem = 1;
     }
     unsigned char *p = coral_calloc(n, elem);
     FCHECK(st, p != NULL, "calloc(%zu, %zu) failed: %s", n, elem, strerror(errno));
@@ -488,13 +508,17 @@ static void op_aligned(fstate *st) {
     if (align >= 128 * KiB && size > 256 * KiB) size = rng_range(&st->rng, 0, 256 * KiB);
     void *p = NULL;
     switch (rng_next(&st->rng) % 3) {
-    case 0: p = coral_aligned_alloc(align, size); break;
+    case 0:
+        p = coral_aligned_alloc(align, size);
+        break;
     case 1: {
         int rc = coral_posix_memalign(&p, align, size);
         FCHECK(st, rc == 0, "posix_memalign(%zu, %zu) = %d", align, size, rc);
         break;
     }
-    default: p = coral_memalign(align, size); break;
+    default:
+        p = coral_memalign(align, size);
+        break;
     }
     add_block(st, p, size, align, K_ALIGNED, 0);
 }
@@ -521,8 +545,7 @@ static void op_realloc(fstate *st) {
         } else {
             ns = b->size / 2;
         }
-    }
-    else if (k < 99)
+    } else if (k < 99)
         ns = b->size; /* same */
     else
         ns = 0; /* frees (glibc's behaviour) */
@@ -613,10 +636,13 @@ static void op_bulk_malloc(fstate *st) {
     range rr[BULK_MAX];
     size_t nr = 0;
     size_t first = st->nlive;
-    for (size_t j = 0; j < n; j++) add_block(st, out[j], sizes[j], 16, K_BULK, 1);
-    for (size_t j = first; j < st->nlive; j++) add_range(rr, &nr, &st->live[j], st->id);
+    for (size_t j = 0; j < n; j++)
+        add_block(st, out[j], sizes[j], 16, K_BULK, 1);
+    for (size_t j = first; j < st->nlive; j++)
+        add_range(rr, &nr, &st->live[j], st->id);
     check_ranges(st, rr, nr);
-    for (size_t j = first; j < st->nlive; j++) check_pattern(st, &st->live[j], "after bulk");
+    for (size_t j = first; j < st->nlive; j++)
+        check_pattern(st, &st->live[j], "after bulk");
 }
 
 static void op_bulk_free(fstate *st) {
@@ -679,10 +705,12 @@ static void op_adopt(fstate *st) {
     size_t n = q_pop(&queues[st->id], got, 64);
     if (n == 0) return;
     st->received += n;
-    for (size_t j = 0; j < n; j++) check_pattern(st, &got[j], "received from another thread");
+    for (size_t j = 0; j < n; j++)
+        check_pattern(st, &got[j], "received from another thread");
     if ((rng_next(&st->rng) % 3) == 0) {
         void *ptrs[64];
-        for (size_t j = 0; j < n; j++) ptrs[j] = got[j].p;
+        for (size_t j = 0; j < n; j++)
+            ptrs[j] = got[j].p;
         record(st, n, ptrs[0]);
         coral_free_bulk(ptrs, n);
         return;
@@ -703,16 +731,18 @@ static int draw_op(fstate *st) {
     int shrink = (int)((st->op_index / phase_ops) & 1);
     const unsigned *w = weights[shrink];
     unsigned total = 0;
-    for (int k = 0; k < OP_CHECK; k++) total += w[k];
+    for (int k = 0; k < OP_CHECK; k++)
+        total += w[k];
     unsigned x = (unsigned)(rng_next(&st->rng) % total);
     int op = 0;
-    while (x >= w[op]) x -= w[op++];
+    while (x >= w[op])
+        x -= w[op++];
     int allocating = op == OP_MALLOC || op == OP_CALLOC || op == OP_ALIGNED ||
                      op == OP_BULK_MALLOC || op == OP_ADOPT;
     if (allocating && !can_allocate(st, op == OP_BULK_MALLOC ? BULK_MAX : 1))
         op = (rng_next(&st->rng) & 1) ? OP_FREE : OP_BULK_FREE;
-    int needs_block = op == OP_REALLOC || op == OP_FREE || op == OP_FREE_SIZED ||
-                      op == OP_USABLE || op == OP_BULK_FREE || op == OP_HANDOFF;
+    int needs_block = op == OP_REALLOC || op == OP_FREE || op == OP_FREE_SIZED || op == OP_USABLE ||
+                      op == OP_BULK_FREE || op == OP_HANDOFF;
     if (needs_block && st->nlive == 0) op = OP_MALLOC;
     return op;
 }
@@ -723,17 +753,39 @@ static void run_op(fstate *st, int op) {
     atomic_store_explicit(&progress_op[st->id], st->op_index, memory_order_relaxed);
     st->counts[op]++;
     switch (op) {
-    case OP_MALLOC: op_malloc(st); break;
-    case OP_CALLOC: op_calloc(st); break;
-    case OP_ALIGNED: op_aligned(st); break;
-    case OP_REALLOC: op_realloc(st); break;
-    case OP_FREE: op_free(st, 0); break;
-    case OP_FREE_SIZED: op_free(st, 1); break;
-    case OP_USABLE: op_usable(st); break;
-    case OP_BULK_MALLOC: op_bulk_malloc(st); break;
-    case OP_BULK_FREE: op_bulk_free(st); break;
-    case OP_HANDOFF: op_handoff(st); break;
-    case OP_ADOPT: op_adopt(st); break;
+    case OP_MALLOC:
+        op_malloc(st);
+        break;
+    case OP_CALLOC:
+        op_calloc(st);
+        break;
+    case OP_ALIGNED:
+        op_aligned(st);
+        break;
+    case OP_REALLOC:
+        op_realloc(st);
+        break;
+    case OP_FREE:
+        op_free(st, 0);
+        break;
+    case OP_FREE_SIZED:
+        op_free(st, 1);
+        break;
+    case OP_USABLE:
+        op_usable(st);
+        break;
+    case OP_BULK_MALLOC:
+        op_bulk_malloc(st);
+        break;
+    case OP_BULK_FREE:
+        op_bulk_free(st);
+        break;
+    case OP_HANDOFF:
+        op_handoff(st);
+        break;
+    case OP_ADOPT:
+        op_adopt(st);
+        break;
     case OP_COLLECT:
         if ((rng_next(&st->rng) & 63) == 0) { /* about once per 64k ops */
             record(st, 0, NULL);
@@ -742,7 +794,8 @@ static void run_op(fstate *st, int op) {
             st->counts[op]--; /* counted when done */
         }
         break;
-    default: FAIL(st, "bad op %d", op);
+    default:
+        FAIL(st, "bad op %d", op);
     }
 }
 
@@ -845,7 +898,8 @@ int main(void) {
     __sanitizer_set_death_callback(sanitizer_death);
 #else
     static const int sigs[] = {SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE};
-    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) signal(sigs[i], crash_handler);
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
+        signal(sigs[i], crash_handler);
 #endif
     (void)crash_handler;
 
@@ -864,7 +918,8 @@ int main(void) {
     }
     for (int t = 0; t < nthreads; t++)
         CHECK_EQ(pthread_create(&th[t], NULL, worker, states[t]), 0);
-    for (int t = 0; t < nthreads; t++) CHECK_EQ(pthread_join(th[t], NULL), 0);
+    for (int t = 0; t < nthreads; t++)
+        CHECK_EQ(pthread_join(th[t], NULL), 0);
 
     /* The threads are gone: their blocks are freed from here (heaps
      * abandoned, then adopted by this thread's forced collect). */
@@ -891,7 +946,8 @@ int main(void) {
     uint64_t counts[OP_COUNT] = {0}, received = 0, sent = 0, sent_big = 0, huge = 0, emptied = 0;
     size_t max_live = 0;
     for (int t = 0; t < nthreads; t++) {
-        for (int k = 0; k < OP_COUNT; k++) counts[k] += states[t]->counts[k];
+        for (int k = 0; k < OP_COUNT; k++)
+            counts[k] += states[t]->counts[k];
         received += states[t]->received;
         sent += states[t]->sent;
         sent_big += states[t]->sent_big;
@@ -901,11 +957,13 @@ int main(void) {
     }
     CHECK_EQ(received, sent);
     printf("fuzz: ok in %.2f s:", now_seconds() - t0);
-    for (int k = 0; k < OP_CHECK; k++) printf(" %s %llu,", op_names[k], (unsigned long long)counts[k]);
+    for (int k = 0; k < OP_CHECK; k++)
+        printf(" %s %llu,", op_names[k], (unsigned long long)counts[k]);
     printf(" blocks handed over %llu (%llu > 512 KiB), blocks > 512 KiB %llu, max live/thread %zu, "
            "models emptied %llu, freed by main %zu\n",
-           (unsigned long long)sent, (unsigned long long)sent_big, (unsigned long long)huge, max_live,
-           (unsigned long long)emptied, left);
-    for (int t = 0; t < nthreads; t++) free(states[t]);
+           (unsigned long long)sent, (unsigned long long)sent_big, (unsigned long long)huge,
+           max_live, (unsigned long long)emptied, left);
+    for (int t = 0; t < nthreads; t++)
+        free(states[t]);
     return 0;
 }

@@ -25,7 +25,9 @@
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
 
-static long long populates(void) { return stats_os_calls("populate"); }
+static long long populates(void) {
+    return stats_os_calls("populate");
+}
 
 /* 64-byte blocks: a 64 KiB page holds 1024. Half a page, then 3.5 more
  * pages; returns the populates made during each part. */
@@ -40,7 +42,8 @@ static void small_blocks(long long made[2]) {
         memset(blocks[i], 5, 64);
     }
     made[1] = populates() - before - made[0];
-    for (size_t i = 0; i < SMALL_N; i++) coral_free(blocks[i]);
+    for (size_t i = 0; i < SMALL_N; i++)
+        coral_free(blocks[i]);
 }
 
 static int child_small(void) {
@@ -63,7 +66,8 @@ static size_t big_class_blocks(size_t touched) {
         memset(blocks[i], 7, touched);
     }
     size_t grown = rss_kib() - rss0;
-    for (size_t i = 0; i < N; i++) coral_free(blocks[i]);
+    for (size_t i = 0; i < N; i++)
+        coral_free(blocks[i]);
     return grown;
 }
 
@@ -72,7 +76,7 @@ static int child_big_sparse(void) {
     size_t grown = big_class_blocks(1);
     CHECK_EQ(populates(), before);
     CHECK_GT(stats_os_calls("mincore"), looked); /* it did look, and saw one page in 16 */
-    CHECK_LT(grown, 2 * MiB / KiB); /* 64 pages touched, not 4 MiB */
+    CHECK_LT(grown, 2 * MiB / KiB);              /* 64 pages touched, not 4 MiB */
     return 0;
 }
 
@@ -105,7 +109,8 @@ static long long huge_after(int whole) {
         memset(b[i], 4, 8 * MiB);
     }
     long long made = populates() - before;
-    for (int i = 0; i < N; i++) coral_free(b[i]);
+    for (int i = 0; i < N; i++)
+        coral_free(b[i]);
     return made;
 }
 
@@ -120,7 +125,8 @@ static int child_huge_sparse(void) {
 }
 
 static void fill(unsigned char *p, size_t n, unsigned seed) {
-    for (size_t i = 0; i < n; i += 512) p[i] = (unsigned char)(seed + i / 512);
+    for (size_t i = 0; i < n; i += 512)
+        p[i] = (unsigned char)(seed + i / 512);
 }
 
 static void check_filled(const unsigned char *p, size_t n, unsigned seed) {
@@ -185,9 +191,12 @@ int main(int argc, char **argv) {
     static const struct {
         const char *name;
         int (*run)(void);
-    } cases[] = {{"small", child_small},           {"big-sparse", child_big_sparse},
-                 {"big-dense", child_big_dense},   {"huge-dense", child_huge_dense},
-                 {"huge-sparse", child_huge_sparse}, {"realloc-grow", child_realloc_grow},
+    } cases[] = {{"small", child_small},
+                 {"big-sparse", child_big_sparse},
+                 {"big-dense", child_big_dense},
+                 {"huge-dense", child_huge_dense},
+                 {"huge-sparse", child_huge_sparse},
+                 {"realloc-grow", child_realloc_grow},
                  {"realloc-copy", child_realloc_copy}};
     size_t n = sizeof cases / sizeof cases[0];
     if (argc == 2) {
@@ -198,7 +207,8 @@ int main(int argc, char **argv) {
     static const char *const adaptive[] = {"CORALLOC_POPULATE=adaptive",
                                            "CORALLOC_PURGE_DELAY_MS=3600000", NULL};
     static const char *const off[] = {"CORALLOC_POPULATE=off", NULL};
-    for (size_t i = 0; i < n; i++) run_child(cases[i].name, adaptive);
+    for (size_t i = 0; i < n; i++)
+        run_child(cases[i].name, adaptive);
     run_child("off", off);
     return 0;
 }

@@ -51,7 +51,7 @@ static bulk_free_fn g_bulk_free;
  * bookkeeping. With random sizes a block's bin is in the 16 bytes before
  * it (where a real allocator would keep a header). */
 typedef struct {
-    void **stack;        /* freed blocks: stack[0..top) */
+    void **stack; /* freed blocks: stack[0..top) */
     size_t top;
     unsigned char *next; /* the next block never carved */
     size_t stride;       /* bytes per block, header included */
@@ -61,7 +61,7 @@ typedef struct {
 
 static null_bin_t *g_null_bins; /* NULL: not --api=null */
 static size_t g_null_count;
-static int g_null_header;       /* random sizes: blocks have a bin header */
+static int g_null_header; /* random sizes: blocks have a bin header */
 
 static void null_make(size_t n, size_t min, size_t max) {
     g_null_header = min != max;
@@ -109,7 +109,8 @@ static void null_give(void *p) {
 /* n blocks of `size` bytes into out[0..n) */
 static void bench_alloc(size_t size, size_t n, void **out) {
     if (g_null_bins) {
-        for (size_t i = 0; i < n; i++) out[i] = null_take(size);
+        for (size_t i = 0; i < n; i++)
+            out[i] = null_take(size);
         return;
     }
     if (g_bulk_alloc) {
@@ -126,7 +127,8 @@ static void bench_alloc(size_t size, size_t n, void **out) {
 /* n blocks of sizes[0..n) bytes into out[0..n) */
 static void bench_alloc_sizes(const size_t *sizes, size_t n, void **out) {
     if (g_null_bins) {
-        for (size_t i = 0; i < n; i++) out[i] = null_take(sizes[i]);
+        for (size_t i = 0; i < n; i++)
+            out[i] = null_take(sizes[i]);
         return;
     }
     if (g_bulk_alloc_sizes) {
@@ -143,7 +145,8 @@ static void bench_alloc_sizes(const size_t *sizes, size_t n, void **out) {
 /* free ptrs[0..n) (any sizes) */
 static void bench_free(void **ptrs, size_t n) {
     if (g_null_bins) {
-        for (size_t i = 0; i < n; i++) null_give(ptrs[i]);
+        for (size_t i = 0; i < n; i++)
+            null_give(ptrs[i]);
         return;
     }
     if (g_bulk_free) {
@@ -194,7 +197,8 @@ int main(int argc, char **argv) {
     if (strcmp(api, "bulk") == 0) {
         g_bulk_alloc = (bulk_alloc_fn)(uintptr_t)dlsym(RTLD_DEFAULT, "coral_malloc_bulk");
         g_bulk_free = (bulk_free_fn)(uintptr_t)dlsym(RTLD_DEFAULT, "coral_free_bulk");
-        if (!g_bulk_alloc || !g_bulk_free) g_bulk_alloc = NULL, g_bulk_free = NULL;
+        if (!g_bulk_alloc || !g_bulk_free)
+            g_bulk_alloc = NULL, g_bulk_free = NULL;
         else
             g_bulk_alloc_sizes =
                 (bulk_alloc_sizes_fn)(uintptr_t)dlsym(RTLD_DEFAULT, "coral_malloc_bulk_sizes");
@@ -296,8 +300,11 @@ int main(int argc, char **argv) {
     printf("info: api=%s sizes_call=%d outer=%ld inner=%ld sizes=%ld-%ld release=%s memset=%ld "
            "blocks=%llu "
            "seconds=%.4f\n",
-           g_null_bins ? "null" : g_bulk_alloc ? "bulk" : "plain", g_bulk_alloc_sizes != NULL, outer,
-           inner, min, max, release, g_memset, (unsigned long long)allocs, elapsed);
+           g_null_bins    ? "null"
+           : g_bulk_alloc ? "bulk"
+                          : "plain",
+           g_bulk_alloc_sizes != NULL, outer, inner, min, max, release, g_memset,
+           (unsigned long long)allocs, elapsed);
     printf("result: ops_per_sec=%.1f\n", (double)allocs / elapsed);
     return 0;
 }

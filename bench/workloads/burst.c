@@ -57,7 +57,8 @@ static void free_burst(void) {
         free(g_small[k]);
     }
     for (size_t i = 0; i < g_nl; i++) {
-        if (g_large[i][1048575] != (unsigned char)(i & 0xff)) check_failed("burst: large block %zu", i);
+        if (g_large[i][1048575] != (unsigned char)(i & 0xff))
+            check_failed("burst: large block %zu", i);
         free(g_large[i]);
     }
     free(g_small); /* the pointer arrays too: nothing of the burst stays live */
@@ -101,7 +102,8 @@ int main(int argc, char **argv) {
     if (settle < 0) settle = (double)watch_ms / 1000.0;
     if (handoff) {
         char c = 1;
-        if (write(g_done[1], &c, 1) != 1 || pthread_join(owner, NULL) != 0) check_failed("burst: join");
+        if (write(g_done[1], &c, 1) != 1 || pthread_join(owner, NULL) != 0)
+            check_failed("burst: join");
     }
     report_malloc_lib();
     printf("info: rss_start_mib=%ld rss_peak_mib=%ld handoff=%ld\n", start, peak, handoff);

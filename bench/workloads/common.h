@@ -331,7 +331,6 @@ static UNUSED void report_malloc_lib(void) {
         printf("info: malloc_lib=unknown\n");
 }
 
-
 /* cache-scratch and cache-thrash: `iters` times, allocate a block of `size`
  * bytes, write every byte, write `writes` more times over it, check every
  * byte and add it to *sum, free it. With blocks of two threads in one cache

@@ -131,8 +131,8 @@ int main(int argc, char **argv) {
         perror("run-measured: report file");
         return 125;
     }
-    fprintf(f, "status=%d wall=%.6f user=%.6f sys=%.6f maxrss_kib=%ld minflt=%ld majflt=%ld",
-            code, wall, (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6,
+    fprintf(f, "status=%d wall=%.6f user=%.6f sys=%.6f maxrss_kib=%ld minflt=%ld majflt=%ld", code,
+            wall, (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6,
             (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6, ru.ru_maxrss,
             ru.ru_minflt, ru.ru_majflt);
     long long traps = traps_fd >= 0 ? fault_trap_counter_read(traps_fd) : -1;

@@ -1,6 +1,7 @@
-/* The OS layer: every mmap, munmap, madvise and mremap coralloc makes goes
- * through here, so each call and the bytes it touches are counted, and
- * failures can be injected for testing (CORALLOC_FAIL_OS_AFTER). */
+/* The kernel calls: every mmap, munmap, madvise, mremap and mincore
+ * coralloc makes goes through here, so each call and the bytes it touches
+ * are counted. CORALLOC_FAIL_OS_AFTER=N makes the Nth call that maps memory
+ * (mmap, and the mmap that extends a mapping) fail, for testing. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdatomic.h>
@@ -8,9 +9,15 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "internal.h"
-#include "options.h"
-#include "stats.h"
+#include "os/os.h"
+
+/* Bytes mapped now: the huge-page policy's measure of the process's size. */
+static _Atomic(int64_t) os_mapped;
+
+static void mapped_add(int64_t delta) {
+    atomic_fetch_add_explicit(&os_mapped, delta, memory_order_relaxed);
+    coral_count_gauge(&coral_counters.mapped, &coral_counters.mapped_peak, delta);
+}
 
 /* Failure injection: counts mapping calls; the Nth one fails. */
 static _Atomic(int64_t) os_map_calls_seen;
@@ -27,22 +34,26 @@ static void *os_mmap(void *hint, size_t size, int prot) {
         return NULL;
     }
     void *p = mmap(hint, size, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    coral_stat_os_call(CORAL_OS_MMAP, size);
+    coral_count_os_call(CORAL_OS_MMAP, size);
     if (p == MAP_FAILED) {
         errno = ENOMEM;
         return NULL;
     }
-    coral_stat_mapped(+(int64_t)size);
+    mapped_add(+(int64_t)size);
     return p;
 }
 
-void *coral_os_map(size_t size) { return os_mmap(NULL, size, PROT_READ | PROT_WRITE); }
+void *coral_os_map(size_t size) {
+    return os_mmap(NULL, size, PROT_READ | PROT_WRITE);
+}
 
 void coral_os_unmap(void *p, size_t size) {
     if (p == NULL || size == 0) return;
-    coral_stat_os_call(CORAL_OS_MUNMAP, size);
-    if (munmap(p, size) != 0) coral_message("munmap(%p, %zu) failed: errno %d", p, size, errno);
-    else coral_stat_mapped(-(int64_t)size);
+    coral_count_os_call(CORAL_OS_MUNMAP, size);
+    if (munmap(p, size) != 0)
+        coral_message("munmap(%p, %zu) failed: errno %d", p, size, errno);
+    else
+        mapped_add(-(int64_t)size);
 }
 
 /* Map `size` bytes aligned to `alignment` (a power of two >= the OS page):
@@ -71,7 +82,7 @@ void *coral_os_map_aligned(size_t size, size_t alignment) {
 /* Give the pages back to the OS; they read as zero afterwards. */
 bool coral_os_purge(void *p, size_t size) {
     if (size == 0) return true;
-    coral_stat_os_call(CORAL_OS_PURGE, size);
+    coral_count_os_call(CORAL_OS_PURGE, size);
     if (madvise(p, size, MADV_DONTNEED) != 0) {
         coral_message("madvise(%p, %zu, DONTNEED) failed: errno %d", p, size, errno);
         return false;
@@ -85,9 +96,9 @@ bool coral_os_extend(void *end, size_t size) {
     if (os_should_fail()) return false;
     void *p = mmap(end, size, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
-    coral_stat_os_call(CORAL_OS_MMAP, size);
+    coral_count_os_call(CORAL_OS_MMAP, size);
     if (p == MAP_FAILED) return false;
-    coral_stat_mapped(+(int64_t)size);
+    mapped_add(+(int64_t)size);
     if (p == end) return true;
     /* A kernel before 4.17 took the address as a hint only. */
     coral_os_unmap(p, size);
@@ -96,24 +107,24 @@ bool coral_os_extend(void *end, size_t size) {
 
 /* One mremap of [src, src + size) onto dst; dst's own pages are dropped. */
 static bool os_move_once(uint8_t *src, uint8_t *dst, size_t size) {
-    coral_stat_os_call(CORAL_OS_REMAP, size);
+    coral_count_os_call(CORAL_OS_REMAP, size);
     if (mremap(src, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, dst) == MAP_FAILED) return false;
-    coral_stat_mapped(-(int64_t)size); /* the source range is gone */
+    mapped_add(-(int64_t)size); /* the source range is gone */
     return true;
 }
 
 /* Move the pages of [src, src + size) onto the mapped range at dst (page
  * tables move: no byte is copied, nothing faults); the source range is
  * unmapped afterwards. The kernel moves only within one mapping, and a range
- * coralloc assembled from several moves is several mappings, split on 4 MiB
- * boundaries (every mapping, move and unmap of segments is in whole 4 MiB
- * chunks): then it goes chunk by chunk. A chunk that still does not move is
+ * coralloc assembled from several moves is several mappings, split on
+ * `piece` boundaries (the segment layer maps, moves and unmaps whole 4 MiB
+ * chunks): then it goes piece by piece. A piece that still does not move is
  * copied when `keep` (its contents matter), else dropped (dst keeps zeros). */
-void coral_os_move(void *src, void *dst, size_t size, bool keep) {
+void coral_os_move(void *src, void *dst, size_t size, bool keep, size_t piece) {
     uint8_t *s = src, *d = dst;
     if (size == 0 || os_move_once(s, d, size)) return;
-    for (size_t off = 0; off < size; off += CORAL_SEGMENT_SIZE) {
-        size_t n = size - off < CORAL_SEGMENT_SIZE ? size - off : CORAL_SEGMENT_SIZE;
+    for (size_t off = 0; off < size; off += piece) {
+        size_t n = size - off < piece ? size - off : piece;
         if (os_move_once(s + off, d + off, n)) continue;
         if (keep) memcpy(d + off, s + off, n);
         coral_os_unmap(s + off, n);
@@ -128,7 +139,7 @@ void coral_os_move(void *src, void *dst, size_t size, bool keep) {
  * than taking the faults one by one). Kernels before 5.14 refuse it: then
  * the pages fault in on first touch as usual. */
 void coral_os_populate(void *p, size_t size) {
-    coral_stat_os_call(CORAL_OS_POPULATE, size);
+    coral_count_os_call(CORAL_OS_POPULATE, size);
     (void)madvise(p, size, MADV_POPULATE_WRITE);
 }
 
@@ -136,12 +147,27 @@ void coral_os_populate(void *p, size_t size) {
  * byte per page, bit 0 set for a resident one. False when the kernel
  * cannot tell (vec is then untouched). */
 bool coral_os_resident(const void *p, size_t size, unsigned char *vec) {
-    coral_stat_os_call(CORAL_OS_MINCORE, size);
+    coral_count_os_call(CORAL_OS_MINCORE, size);
     return mincore((void *)(uintptr_t)p, size, vec) == 0;
 }
 
 /* Ask for transparent huge pages over the range (THP in "madvise" mode). */
-void coral_os_advise_hugepage(void *p, size_t size) {
-    coral_stat_os_call(CORAL_OS_ADVISE, size);
+static void os_advise_hugepage(void *p, size_t size) {
+    coral_count_os_call(CORAL_OS_ADVISE, size);
     (void)madvise(p, size, MADV_HUGEPAGE);
+}
+
+/* CORALLOC_HUGE_PAGES advises huge pages for a new segment once the process
+ * had this much mapped before it: a small program keeps its 4 KiB pages,
+ * whose resident size a 2 MiB page would multiply. */
+#define HUGE_PAGES_FROM_BYTES ((int64_t)16 << 20)
+
+void coral_os_new_segment(void *base, size_t size, size_t header) {
+    /* Huge pages first: a populate afterwards then faults in 2 MiB pages. */
+    if (coral_option(CORAL_OPT_HUGE_PAGES) &&
+        atomic_load_explicit(&os_mapped, memory_order_relaxed) - (int64_t)size >=
+            HUGE_PAGES_FROM_BYTES)
+        os_advise_hugepage(base, size);
+    if (coral_option(CORAL_OPT_POPULATE) == CORAL_POPULATE_ON && size > header)
+        coral_os_populate((uint8_t *)base + header, size - header);
 }

@@ -12,9 +12,10 @@
  * the allocator holds no lock). Below that, the allocating threads' slow
  * paths purge. It sleeps on a condition variable when nothing is pending.
  *
- * The backlog is an estimate kept with relaxed atomic adds at segment-level
- * events: bytes of free slices that may hold data (segment.c) and dirty
- * bytes of pooled regions (pool.c), less what is reused or purged.
+ * The backlog is an estimate kept with relaxed atomic adds by the layers
+ * above at segment- and page-level events: bytes of free slices that may
+ * hold data, dirty bytes in the segment cache, orphan pages, blocks in bulk
+ * caches; less what is reused or purged.
  *
  * Wake-up protocol: `pending` is set by whoever leaves something to purge
  * (coral_purger_notify); the thread clears it *before* each pass, and waits
@@ -28,56 +29,109 @@
 #include <signal.h>
 #include <time.h>
 
-#include "internal.h"
-#include "options.h"
-#include "stash.h"
+#include "os/os.h"
 
 enum { PURGER_OFF, PURGER_WANTED, PURGER_STARTING, PURGER_RUNNING, PURGER_FAILED };
 
 static pthread_mutex_t purger_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t purger_cond = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t purger_cond; /* monotonic: purger_cond_init */
+/* Under purger_lock: passes the thread finished, and a test's request for
+ * a pass now (coral_purge_wait_pass), both signalled on pass_cond. */
+static pthread_cond_t pass_cond;
+static uint64_t purger_passes;
+static bool purger_test_wake;
 static _Atomic(int) purger_pending;
 static _Atomic(int) purger_state;
 static _Atomic(uint64_t) next_tick_ms; /* throttles purging from slow paths */
-static _Atomic(int64_t) purge_backlog;  /* bytes waiting to be purged (an estimate) */
+static _Atomic(int64_t) purge_backlog; /* bytes waiting to be purged (an estimate) */
 
 #define PURGER_START_BACKLOG ((int64_t)1 << 20)
 
-/* One purge pass over the idle bulk caches (first: their blocks may free
- * pages), the chunk pool, the segments and the orphan pages;
- * returns when the next purge is due (0: nothing pending). */
+/* The stages of a pass (coral_purge_stage_set). Set once each, by the
+ * layer that owns what they purge, before it has anything to purge. */
+static _Atomic(coral_purge_fn) purge_stages[CORAL_PURGE_STAGES];
+
+void coral_purge_stage_set(coral_purge_stage_t stage, coral_purge_fn fn) {
+    atomic_store_explicit(&purge_stages[stage], fn, memory_order_release);
+}
+
+/* One purge pass: every stage in order; returns when the next purge is due
+ * (0: nothing pending). */
 static uint64_t purge_pass(bool force) {
-    uint64_t now = coral_clock_ms();
-    uint64_t due[] = {coral_stashes_flush_due(now, force), coral_pool_purge(now, force),
-                      coral_segments_purge_due(now, force), coral_orphans_reclaim_due(now, force)};
-    uint64_t next = 0;
-    for (size_t i = 0; i < sizeof due / sizeof due[0]; i++)
-        if (due[i] != 0 && (next == 0 || due[i] < next)) next = due[i];
+    uint64_t now = coral_clock_ms(), next = 0;
+    for (int i = 0; i < CORAL_PURGE_STAGES; i++) {
+        coral_purge_fn fn = atomic_load_explicit(&purge_stages[i], memory_order_acquire);
+        uint64_t due = fn != NULL ? fn(now, force) : 0;
+        if (due != 0 && (next == 0 || due < next)) next = due;
+    }
     return next;
 }
 
-static void sleep_until_ms(uint64_t due) {
-    uint64_t now = coral_clock_ms();
-    if (due <= now) return;
-    struct timespec ts = {(time_t)((due - now) / 1000), (long)((due - now) % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
+/* The purge thread's condition variable waits on CLOCK_MONOTONIC, the
+ * clock coral_clock_ms reads. */
+static void purger_cond_init(void) {
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&purger_cond, &attr);
+    pthread_condattr_destroy(&attr);
+    pthread_cond_init(&pass_cond, NULL);
+}
+
+/* Under purger_lock: sleep until `due` (coral_clock_ms), or until a test
+ * asks for a pass now (coral_purge_wait_pass). Notifications wake the wait
+ * too, harmlessly: nothing new is due before `due`. */
+static void wait_until_due(uint64_t due) {
+    while (!purger_test_wake) {
+        uint64_t now = coral_clock_ms();
+        if (due <= now) return;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t ns = (uint64_t)ts.tv_nsec + (due - now) % 1000 * 1000000u;
+        ts.tv_sec += (time_t)((due - now) / 1000 + ns / 1000000000u);
+        ts.tv_nsec = (long)(ns % 1000000000u);
+        pthread_cond_timedwait(&purger_cond, &purger_lock, &ts);
+    }
 }
 
 static void *purger_main(void *arg) {
     (void)arg;
     for (;;) {
+        pthread_mutex_lock(&purger_lock);
+        purger_test_wake = false;
+        pthread_mutex_unlock(&purger_lock);
         atomic_store_explicit(&purger_pending, 0, memory_order_seq_cst);
         uint64_t next = purge_pass(false);
-        if (next != 0) {
-            sleep_until_ms(next);
-            continue;
-        }
         pthread_mutex_lock(&purger_lock);
-        while (!atomic_load_explicit(&purger_pending, memory_order_seq_cst))
-            pthread_cond_wait(&purger_cond, &purger_lock);
+        purger_passes++;
+        pthread_cond_broadcast(&pass_cond);
+        if (next != 0)
+            wait_until_due(next);
+        else
+            while (!atomic_load_explicit(&purger_pending, memory_order_seq_cst))
+                pthread_cond_wait(&purger_cond, &purger_lock);
         pthread_mutex_unlock(&purger_lock);
     }
     return NULL;
+}
+
+bool coral_purge_wait_pass(void) {
+    if (atomic_load_explicit(&purger_state, memory_order_acquire) != PURGER_RUNNING) {
+        (void)purge_pass(false);
+        return false;
+    }
+    pthread_mutex_lock(&purger_lock);
+    /* A pass in progress may have read the clock before this call: the
+     * pass after it is the first whole pass that starts after it. */
+    uint64_t target = purger_passes + 2;
+    while (purger_passes < target) {
+        purger_test_wake = true;
+        atomic_store_explicit(&purger_pending, 1, memory_order_seq_cst);
+        pthread_cond_broadcast(&purger_cond);
+        pthread_cond_wait(&pass_cond, &purger_lock);
+    }
+    pthread_mutex_unlock(&purger_lock);
+    return true;
 }
 
 void coral_purger_notify(void) {
@@ -110,6 +164,7 @@ void coral_purger_start_if_wanted(void) {
     if (atomic_load_explicit(&purger_state, memory_order_relaxed) != PURGER_WANTED ||
         !atomic_compare_exchange_strong(&purger_state, &wanted, PURGER_STARTING))
         return;
+    purger_cond_init(); /* no one waits on or signals it before RUNNING */
     pthread_attr_t attr;
     pthread_t thread;
     sigset_t all, old;
@@ -123,7 +178,8 @@ void coral_purger_start_if_wanted(void) {
     int rc = pthread_create(&thread, &attr, purger_main, NULL);
     pthread_attr_destroy(&attr);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) coral_message("cannot start the purge thread (error %d): purging from slow paths", rc);
+    if (rc != 0)
+        coral_message("cannot start the purge thread (error %d): purging from slow paths", rc);
     atomic_store_explicit(&purger_state, rc == 0 ? PURGER_RUNNING : PURGER_FAILED,
                           memory_order_release);
 }
@@ -132,7 +188,8 @@ void coral_purger_start_if_wanted(void) {
  * background thread does it. At most one pass per quarter purge delay. */
 void coral_purge_tick(void) {
     if (atomic_load_explicit(&purger_state, memory_order_relaxed) == PURGER_RUNNING) return;
-    uint64_t now = coral_clock_ms(), due = atomic_load_explicit(&next_tick_ms, memory_order_relaxed);
+    uint64_t now = coral_clock_ms(),
+             due = atomic_load_explicit(&next_tick_ms, memory_order_relaxed);
     if (now < due) return;
     uint64_t step = (uint64_t)coral_option(CORAL_OPT_PURGE_DELAY_MS) / 4 + 1;
     if (!atomic_compare_exchange_strong(&next_tick_ms, &due, now + step)) return;
@@ -140,9 +197,13 @@ void coral_purge_tick(void) {
 }
 
 /* Purge everything purgeable now (coral_collect, malloc_trim). */
-void coral_purge_now(void) { (void)purge_pass(true); }
+void coral_purge_now(void) {
+    (void)purge_pass(true);
+}
 
-void coral_purger_prefork(void) { pthread_mutex_lock(&purger_lock); }
+void coral_purger_prefork(void) {
+    pthread_mutex_lock(&purger_lock);
+}
 
 /* The child has no purge thread: it starts a new one when it needs it. The
  * condition variable may still count the parent's purge thread as a waiter
@@ -154,7 +215,7 @@ void coral_purger_postfork(bool child) {
         return;
     }
     pthread_mutex_init(&purger_lock, NULL);
-    pthread_cond_init(&purger_cond, NULL);
+    purger_cond_init();
     int state = atomic_load_explicit(&purger_state, memory_order_relaxed);
     if (state == PURGER_RUNNING || state == PURGER_STARTING)
         atomic_store_explicit(&purger_state, PURGER_OFF, memory_order_relaxed);

@@ -11,8 +11,8 @@
  * as usual and unlists the page: memory freed and reused soon is never
  * purged.
  *
- * The list is doubly linked through page->orphan_next/prev, oldest first,
- * under orphans_lock. Who holds the lock: a remote freer around the CAS
+ * The list is linked through page->orphan_link, oldest first, under
+ * orphans_lock. Who holds the lock: a remote freer around the CAS
  * that frees a page's last block, and the listing; an owner (or whoever
  * releases the page) unlisting it; the purger claiming pages. Nobody waits
  * for anything else while holding it, and the purger returns memory only
@@ -21,12 +21,10 @@
  * descriptor under the lock; a page it claimed stays until it clears BUSY. */
 #include <pthread.h>
 
-#include "internal.h"
-#include "options.h"
-#include "stats.h"
+#include "page/page.h"
 
 static pthread_mutex_t orphans_lock = PTHREAD_MUTEX_INITIALIZER;
-static coral_page_t *orphans_first, *orphans_last;
+static coral_list_t orphans;
 static _Atomic(size_t) orphans_count; /* written under the lock; peeked without */
 
 /* One reclaimer at a time (the purger, or coral_collect's thread), held
@@ -36,8 +34,12 @@ static pthread_mutex_t reclaim_lock = PTHREAD_MUTEX_INITIALIZER;
 
 #define RECLAIM_BATCH 32
 
-void coral_orphans_lock(void) { pthread_mutex_lock(&orphans_lock); }
-void coral_orphans_unlock(void) { pthread_mutex_unlock(&orphans_lock); }
+void coral_orphans_lock(void) {
+    pthread_mutex_lock(&orphans_lock);
+}
+void coral_orphans_unlock(void) {
+    pthread_mutex_unlock(&orphans_lock);
+}
 
 static int64_t orphan_bytes(const coral_page_t *page) {
     return (int64_t)((size_t)page->slice_count * CORAL_SLICE_SIZE);
@@ -46,13 +48,10 @@ static int64_t orphan_bytes(const coral_page_t *page) {
 /* Under the lock. An orphan's memory counts in the purge backlog (purge.c)
  * while it is listed. */
 static void orphan_unlink(coral_page_t *page) {
-    if (page->orphan_prev) page->orphan_prev->orphan_next = page->orphan_next;
-    else orphans_first = page->orphan_next;
-    if (page->orphan_next) page->orphan_next->orphan_prev = page->orphan_prev;
-    else orphans_last = page->orphan_prev;
-    page->orphan_next = page->orphan_prev = NULL;
+    coral_list_remove(&orphans, &page->orphan_link);
     atomic_store_explicit(&page->orphan_listed, 0, memory_order_relaxed);
-    atomic_store_explicit(&orphans_count, atomic_load_explicit(&orphans_count, memory_order_relaxed) - 1,
+    atomic_store_explicit(&orphans_count,
+                          atomic_load_explicit(&orphans_count, memory_order_relaxed) - 1,
                           memory_order_relaxed);
     coral_purge_backlog_add(-orphan_bytes(page));
 }
@@ -62,13 +61,10 @@ static void orphan_unlink(coral_page_t *page) {
  * fork). */
 void coral_orphan_add(coral_page_t *page) {
     page->orphan_since_ms = coral_clock_ms();
-    page->orphan_next = NULL;
-    page->orphan_prev = orphans_last;
-    if (orphans_last) orphans_last->orphan_next = page;
-    else orphans_first = page;
-    orphans_last = page;
+    coral_list_push_back(&orphans, &page->orphan_link);
     atomic_store_explicit(&page->orphan_listed, 1, memory_order_relaxed);
-    atomic_store_explicit(&orphans_count, atomic_load_explicit(&orphans_count, memory_order_relaxed) + 1,
+    atomic_store_explicit(&orphans_count,
+                          atomic_load_explicit(&orphans_count, memory_order_relaxed) + 1,
                           memory_order_relaxed);
     coral_purge_backlog_add(orphan_bytes(page));
 }
@@ -88,7 +84,8 @@ void coral_orphan_take_back(coral_page_t *page) {
  * taken back already: unlist it if it still is. No free of its blocks can
  * be in flight, so the unlocked check is enough. */
 void coral_orphan_forget(coral_page_t *page) {
-    if (atomic_load_explicit(&page->orphan_listed, memory_order_relaxed)) coral_orphan_take_back(page);
+    if (atomic_load_explicit(&page->orphan_listed, memory_order_relaxed))
+        coral_orphan_take_back(page);
 }
 
 /* Under the lock: take all the page's blocks if they are still all on its
@@ -111,8 +108,8 @@ static void orphan_purge(coral_page_t *page) {
     uint8_t *span = coral_segment_base(seg) + (size_t)(page - seg->pages) * CORAL_SLICE_SIZE;
     size_t size = (size_t)page->slice_count * CORAL_SLICE_SIZE;
     coral_os_purge(span, size);
-    coral_stat_count(&coral_gstats.orphans_reclaimed, 1);
-    coral_stat_count(&coral_gstats.orphan_bytes_reclaimed, (int64_t)size);
+    coral_count(&coral_counters.orphans_reclaimed, 1);
+    coral_count(&coral_counters.orphan_bytes_reclaimed, (int64_t)size);
     atomic_fetch_and_explicit(&page->thread_free, ~CORAL_TF_BUSY, memory_order_release);
 }
 
@@ -120,7 +117,7 @@ static void orphan_purge(coral_page_t *page) {
  * delay (all of them when forced), in batches of RECLAIM_BATCH claimed
  * under the list lock and purged outside it. Returns when the next one is
  * due (0: none listed). */
-uint64_t coral_orphans_reclaim_due(uint64_t now, bool force) {
+static uint64_t orphans_reclaim_due(uint64_t now, bool force) {
     /* A peek: a page listed just after it was read notifies the purger. */
     if (atomic_load_explicit(&orphans_count, memory_order_relaxed) == 0) return 0;
     uint64_t delay = (uint64_t)coral_option(CORAL_OPT_PURGE_DELAY_MS), next_due = 0;
@@ -129,8 +126,8 @@ uint64_t coral_orphans_reclaim_due(uint64_t now, bool force) {
         coral_page_t *claimed[RECLAIM_BATCH];
         size_t n = 0;
         pthread_mutex_lock(&orphans_lock);
-        while (orphans_first != NULL && n < RECLAIM_BATCH) {
-            coral_page_t *page = orphans_first;
+        while (orphans.first != NULL && n < RECLAIM_BATCH) {
+            coral_page_t *page = coral_container_of(orphans.first, coral_page_t, orphan_link);
             if (!force && page->orphan_since_ms + delay > now) {
                 next_due = page->orphan_since_ms + delay;
                 break;
@@ -138,14 +135,19 @@ uint64_t coral_orphans_reclaim_due(uint64_t now, bool force) {
             orphan_unlink(page);
             if (orphan_claim(page)) claimed[n++] = page;
         }
-        bool more = orphans_first != NULL && next_due == 0;
+        bool more = orphans.first != NULL && next_due == 0;
         pthread_mutex_unlock(&orphans_lock);
-        for (size_t i = 0; i < n; i++) orphan_purge(claimed[i]);
+        for (size_t i = 0; i < n; i++)
+            orphan_purge(claimed[i]);
         if (!more) break;
         now = coral_clock_ms();
     }
     pthread_mutex_unlock(&reclaim_lock);
     return next_due;
+}
+
+void coral_orphans_init(void) {
+    coral_purge_stage_set(CORAL_PURGE_ORPHAN_PAGES, orphans_reclaim_due);
 }
 
 /* fork: the child has one thread, the locks must be free in it. */

@@ -1,13 +1,14 @@
 /* When to prefault memory (CORALLOC_POPULATE).
  *
  * A page that faults in on first touch costs a trap into the kernel per
- * 4 KiB (about 1.2-1.9 us here). madvise(MADV_POPULATE_WRITE) faults a whole
- * range in with one call: about 0.7 us a page plus 3-4 us a call, so it
- * pays for ranges of 64 KiB and more, and only for pages the program then
- * writes: a prefaulted page it never touches is resident for nothing.
+ * 4 KiB. madvise(MADV_POPULATE_WRITE) faults a whole range in with one
+ * call, cheaper per page but with a fixed cost per call, so it pays for
+ * ranges of CORAL_POPULATE_MIN_BYTES and more (docs/BENCHMARKS.md has the
+ * figures), and only for pages the program then writes: a prefaulted page
+ * it never touches is resident for nothing.
  *
- * `on` populates every new segment and huge mapping whole (segment.c,
- * large.c). `adaptive` populates clean memory (never touched, or purged)
+ * `on` populates every new segment and huge mapping whole
+ * (coral_os_new_segment). `adaptive` populates clean memory (never touched, or purged)
  * only where the allocator has evidence that it will be written soon:
  *
  *   - a new page of a class of blocks of at most an OS page, once the heap
@@ -39,8 +40,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "internal.h"
-#include "options.h"
+#include "os/os.h"
 
 /* Resident shares are in 1/256ths; dense is at least 7/8 of the pages. */
 #define SHARE_ONE 256u
@@ -61,8 +61,12 @@ bool coral_populate_adaptive(void) {
     return coral_option(CORAL_OPT_POPULATE) == CORAL_POPULATE_ADAPTIVE;
 }
 
-static size_t page_floor(size_t x) { return x & ~(CORAL_OS_PAGE_SIZE - 1); }
-static size_t page_ceil(size_t x) { return page_floor(x + CORAL_OS_PAGE_SIZE - 1); }
+static size_t page_floor(size_t x) {
+    return x & ~(CORAL_OS_PAGE_SIZE - 1);
+}
+static size_t page_ceil(size_t x) {
+    return page_floor(x + CORAL_OS_PAGE_SIZE - 1);
+}
 
 /* Resident pages among `pages` pages from p, counted by mincore; 0 for a
  * range the kernel cannot tell (treated as untouched: never populates). */
@@ -70,7 +74,8 @@ static size_t resident_in_window(const uint8_t *p, size_t pages) {
     unsigned char vec[SAMPLE_PAGES];
     if (!coral_os_resident(p, pages * CORAL_OS_PAGE_SIZE, vec)) return 0;
     size_t n = 0;
-    for (size_t i = 0; i < pages; i++) n += vec[i] & 1u;
+    for (size_t i = 0; i < pages; i++)
+        n += vec[i] & 1u;
     return n;
 }
 
@@ -107,15 +112,14 @@ static void populate_range(uint8_t *p, size_t size) {
     coral_os_populate(from, (size_t)(to - from));
 }
 
-/* A new class page (a clean span) of `bytes`, whose heap's newest full
- * page of the class is `full` (NULL: none, e.g. the class's first page). */
-void coral_populate_class_page(coral_page_t *page, size_t bytes, size_t block_size,
-                               const coral_page_t *full) {
+/* A new clean span of `bytes` at start for a class of blocks, whose heap's
+ * newest full span of the class is `full` (NULL: none, e.g. the class's
+ * first page). */
+void coral_populate_class_span(uint8_t *start, size_t bytes, size_t block_size, const uint8_t *full,
+                               size_t full_bytes) {
     if (full == NULL || page_ceil(bytes) < CORAL_POPULATE_MIN_BYTES) return;
-    if (block_size > CORAL_OS_PAGE_SIZE &&
-        resident_share(full->start, (size_t)full->slice_count * CORAL_SLICE_SIZE) < SHARE_DENSE)
-        return;
-    populate_range(page->start, bytes);
+    if (block_size > CORAL_OS_PAGE_SIZE && resident_share(full, full_bytes) < SHARE_DENSE) return;
+    populate_range(start, bytes);
 }
 
 /* A large or huge block was placed on clean memory [p, p + size). */

@@ -7,23 +7,25 @@
  * system call. Its page sits in the heap's full queue, so frees from other
  * threads reach the owner through heap->delayed_pages (page.c).
  *
- * A huge block is a segment of its own, whole 4 MiB chunks from the chunk
- * pool (pool.c), with a 64 KiB header (the segment header) before the block.
- * Freed, its chunks go back to the pool, where any later segment, normal or
- * huge, reuses their pages. realloc grows it in place (into pooled chunks
- * right after it, or fresh address space) or moves its pages with mremap:
- * bytes are never copied. */
+ * A huge block is a segment of its own, whole 4 MiB chunks from the segment
+ * cache, with a 64 KiB header (the segment header) before the block. Freed,
+ * its chunks go back to the cache, where any later segment, normal or huge,
+ * reuses their pages. realloc grows it in place (into cached chunks right
+ * after it, or fresh address space) or moves its pages with mremap: bytes
+ * are never copied. */
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
 
-#include "internal.h"
-#include "options.h"
-#include "stats.h"
+#include "heap/heap.h"
 
-static size_t align_up(size_t x, size_t a) { return (x + a - 1) & ~(a - 1); }
+static size_t align_up(size_t x, size_t a) {
+    return (x + a - 1) & ~(a - 1);
+}
 
-void *coral_malloc_large(coral_heap_t *heap, size_t size, size_t alignment, bool zero) {
+static void *huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool zero);
+
+void *coral_heap_malloc_large(coral_heap_t *heap, size_t size, size_t alignment, bool zero) {
     if (size > CORAL_MAX_REQUEST) {
         errno = ENOMEM;
         return NULL;
@@ -31,19 +33,20 @@ void *coral_malloc_large(coral_heap_t *heap, size_t size, size_t alignment, bool
     /* A span starts on a slice boundary, so only alignments above the slice
      * size need room to move the block up. */
     size_t extra = alignment > CORAL_SLICE_SIZE ? alignment - CORAL_SLICE_SIZE : 0;
-    if (size + extra > CORAL_LARGE_MAX_SIZE) return coral_huge_alloc(heap, size, alignment, zero);
+    if (size + extra > CORAL_LARGE_MAX_SIZE) return huge_alloc(heap, size, alignment, zero);
 
     size_t slices = align_up(size + extra, CORAL_SLICE_SIZE) / CORAL_SLICE_SIZE;
-    coral_page_t *page = coral_segment_page_alloc(heap, slices);
+    coral_page_t *page = coral_heap_span_alloc(heap, slices);
     if (page == NULL) {
         errno = ENOMEM;
         return NULL;
     }
-    coral_page_init(heap, page, CORAL_CLASS_LARGE, slices * CORAL_SLICE_SIZE);
+    coral_page_init(page, &heap->owner, !heap->is_default, CORAL_CLASS_LARGE,
+                    slices * CORAL_SLICE_SIZE);
     page->capacity = page->reserved = page->used = 1;
     coral_heap_add_large_page(heap, page);
-    coral_stat_count(&coral_gstats.large_allocs, 1);
-    coral_stat_inc(heap->stat_allocs[CORAL_CLASS_LARGE]);
+    coral_count(&coral_counters.large_allocs, 1);
+    coral_heap_count(heap, allocs, CORAL_CLASS_LARGE, 1);
     uint8_t *p = page->start;
     if (alignment > CORAL_SLICE_SIZE) {
         p = (uint8_t *)align_up((uintptr_t)p, alignment);
@@ -65,7 +68,7 @@ void *coral_realloc_large_in_place(coral_page_t *page, void *p, size_t size) {
     size_t offset = (size_t)((uint8_t *)p - page->start);
     size_t slices = align_up(offset + size, CORAL_SLICE_SIZE) / CORAL_SLICE_SIZE;
     size_t old_usable = page->block_size - offset;
-    if (!coral_segment_span_resize(page, slices)) return NULL;
+    if (!coral_span_resize(page, slices)) return NULL;
     page->block_size = slices * CORAL_SLICE_SIZE;
     if (coral_populate_adaptive()) coral_populate_growth(p, old_usable, size);
     return p;
@@ -78,7 +81,7 @@ static size_t huge_offset(size_t alignment) {
 }
 
 /* The header of a huge segment of `size` bytes at seg whose block starts
- * `offset` bytes in, from the pool (see coral_pool_take for `got`). Only
+ * `offset` bytes in, from the cache (see coral_segment_cache_take for `got`). Only
  * pages[0] describes the block. A free reads the descriptor of the slice
  * its pointer is in, and a huge segment's free checks that the pointer is
  * the block's start: so only the start's slice must lead to pages[0]. The
@@ -86,11 +89,13 @@ static size_t huge_offset(size_t alignment) {
  * segment), so that the chunk can serve as a normal segment later without
  * clearing them, and no more header pages than needed are touched. */
 static void huge_init_header(coral_segment_t *seg, size_t size, size_t offset,
-                             const coral_pool_got_t *got) {
+                             const coral_cache_got_t *got) {
     if (got->dirty != 0) {
         coral_segment_header_reset(seg);
-        if (got->header) memset(&seg->pages[0], 0, sizeof seg->pages[0]);
-        else memset(seg->pages, 0, sizeof seg->pages); /* it may hold anything */
+        if (got->header)
+            memset(&seg->pages[0], 0, sizeof seg->pages[0]);
+        else
+            memset(seg->pages, 0, sizeof seg->pages); /* it may hold anything */
     }
     seg->kind = CORAL_SEGMENT_HUGE;
     seg->size = size;
@@ -102,13 +107,13 @@ static void huge_init_header(coral_segment_t *seg, size_t size, size_t offset,
 }
 
 /* A mapping of `total` bytes (whole chunks) whose block, at `offset`, is
- * aligned to `alignment`: from the pool, unless the alignment is above
- * the 4 MiB every pooled region has. */
+ * aligned to `alignment`: from the cache, unless the alignment is above
+ * the 4 MiB every cached region has. */
 static coral_segment_t *huge_segment_new(size_t total, size_t offset, size_t alignment,
-                                         coral_pool_got_t *got) {
+                                         coral_cache_got_t *got) {
     coral_segment_t *seg;
     if (alignment <= CORAL_SEGMENT_SIZE) {
-        seg = coral_pool_take(total, got);
+        seg = coral_segment_cache_take(total, got);
     } else {
         /* The block starts `offset` (= the alignment) after the segment:
          * align the segment to the alignment too. */
@@ -120,13 +125,12 @@ static coral_segment_t *huge_segment_new(size_t total, size_t offset, size_t ali
     if (seg == NULL) return NULL;
     huge_init_header(seg, total, offset, got);
     coral_segment_map_set(seg, total, true);
-    if (got->fresh && coral_option(CORAL_OPT_POPULATE) == CORAL_POPULATE_ON)
-        coral_os_populate(coral_segment_base(seg) + offset, total - offset);
-    coral_stat_gauge(&coral_gstats.segments, &coral_gstats.segments_peak, 1);
+    if (got->fresh) coral_os_new_segment(seg, total, offset);
+    coral_count_gauge(&coral_counters.segments, &coral_counters.segments_peak, 1);
     return seg;
 }
 
-void *coral_huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool zero) {
+static void *huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool zero) {
     size_t offset = huge_offset(alignment);
     if (size > CORAL_MAX_REQUEST - offset) {
         errno = ENOMEM;
@@ -135,7 +139,7 @@ void *coral_huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool z
     /* The block ends at an OS page (coral_good_size); the mapping at a chunk. */
     size_t end = align_up(offset + size, CORAL_OS_PAGE_SIZE);
     size_t total = align_up(end, CORAL_SEGMENT_SIZE);
-    coral_pool_got_t got;
+    coral_cache_got_t got;
     coral_segment_t *seg = huge_segment_new(total, offset, alignment, &got);
     if (seg == NULL) {
         errno = ENOMEM;
@@ -153,49 +157,44 @@ void *coral_huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool z
     if (page->is_fresh && coral_populate_adaptive())
         coral_populate_big_block(coral_segment_base(seg) + clean_from, end - clean_from);
     seg->huge_dirty = got.dirty > end ? got.dirty : end;
-    coral_stat_count(&coral_gstats.huge_allocs, 1);
-    coral_stat_count(&coral_gstats.huge_live, 1);
-    coral_stat_count(&coral_gstats.huge_bytes, (int64_t)page->block_size);
-    if (heap != NULL) coral_stat_inc(heap->stat_allocs[CORAL_CLASS_LARGE]);
+    coral_count(&coral_counters.huge_allocs, 1);
+    coral_count(&coral_counters.huge_live, 1);
+    coral_count(&coral_counters.huge_bytes, (int64_t)page->block_size);
+    coral_heap_count(heap, allocs, CORAL_CLASS_LARGE, 1);
     if (zero && got.dirty > offset)
         memset(page->start, 0, got.dirty - offset < size ? got.dirty - offset : size);
     /* A user heap keeps a list of its huge blocks, for coral_heap_destroy. */
-    bool tracked = heap != NULL && !heap->is_default;
-    atomic_store_explicit(&page->heap, tracked ? heap : NULL, memory_order_relaxed);
+    bool tracked = !heap->is_default;
+    atomic_store_explicit(&page->owner, tracked ? &heap->owner : NULL, memory_order_relaxed);
     if (tracked) {
         pthread_mutex_lock(&heap->huge_lock);
-        seg->prev = NULL;
-        seg->next = heap->huge_blocks;
-        if (seg->next) seg->next->prev = seg;
-        heap->huge_blocks = seg;
+        coral_list_push_front(&heap->huge_blocks, &seg->link);
         pthread_mutex_unlock(&heap->huge_lock);
     }
     return page->start;
 }
 
-/* The block is gone: its chunks go to the pool. The header stays as it is
+/* The block is gone: its chunks go to the cache. The header stays as it is
  * (used == 0), so a second free of the block is reported. */
 void coral_huge_release(coral_segment_t *seg) {
     coral_page_t *page = &seg->pages[0];
     if (page->is_fresh && coral_populate_adaptive())
         coral_populate_note_big_block(page->start, page->block_size);
     seg->pages[0].used = 0;
-    coral_stat_count(&coral_gstats.huge_live, -1);
-    coral_stat_count(&coral_gstats.huge_bytes, -(int64_t)seg->pages[0].block_size);
-    coral_stat_count(&coral_gstats.segments, -1);
-    coral_pool_put(seg, seg->size, seg->huge_dirty, true);
+    coral_count(&coral_counters.huge_live, -1);
+    coral_count(&coral_counters.huge_bytes, -(int64_t)seg->pages[0].block_size);
+    coral_count(&coral_counters.segments, -1);
+    coral_segment_cache_put(seg, seg->size, seg->huge_dirty, true);
 }
 
 void coral_huge_free(coral_segment_t *seg) {
     coral_page_t *page = &seg->pages[0];
     if (page->used != 1)
         coral_fatal("double free detected: huge block %p was already free", (void *)page->start);
-    coral_heap_t *heap = atomic_load_explicit(&page->heap, memory_order_relaxed);
+    coral_heap_t *heap = coral_page_heap(page);
     if (heap != NULL) { /* a user heap's: off its list */
         pthread_mutex_lock(&heap->huge_lock);
-        if (seg->prev) seg->prev->next = seg->next;
-        else heap->huge_blocks = seg->next;
-        if (seg->next) seg->next->prev = seg->prev;
+        coral_list_remove(&heap->huge_blocks, &seg->link);
         pthread_mutex_unlock(&heap->huge_lock);
     }
     coral_huge_release(seg);
@@ -207,22 +206,20 @@ size_t coral_huge_usable(coral_segment_t *seg, const void *p) {
     return (size_t)(page->start + page->block_size - (const uint8_t *)p);
 }
 
-void coral_huge_locks_prefork(void) { coral_pool_prefork(); }
-void coral_huge_locks_postfork(void) { coral_pool_postfork(); }
-
 /* ---- resizing huge blocks -------------------------------------------------------------
  * The caller owns the block, so no other thread looks the segment up while
  * it changes; map entries are cleared before a range can be anybody else's
  * and set before the block is handed back. */
 
 /* Keep the first `total` bytes (whole chunks) of the mapping; the chunks
- * after go to the pool (their pages stay for the next segment). */
+ * after go to the cache (their pages stay for the next segment). */
 static void huge_shrink(coral_segment_t *seg, size_t total) {
     uint8_t *tail = coral_segment_base(seg) + total;
     size_t tail_size = seg->size - total;
     coral_segment_map_set(tail, tail_size, false);
     seg->size = total;
-    coral_pool_put(tail, tail_size, seg->huge_dirty > total ? seg->huge_dirty - total : 0, false);
+    coral_segment_cache_put(tail, tail_size, seg->huge_dirty > total ? seg->huge_dirty - total : 0,
+                            false);
     if (seg->huge_dirty > total) seg->huge_dirty = total;
 }
 
@@ -231,31 +228,29 @@ static void huge_shrink(coral_segment_t *seg, size_t total) {
  * address: it is relinked under the heap's lock, which a free of another of
  * its blocks takes to unlink that one. */
 static coral_segment_t *huge_move(coral_segment_t *seg, coral_segment_t *to, size_t old) {
-    coral_heap_t *heap = atomic_load_explicit(&seg->pages[0].heap, memory_order_relaxed);
+    coral_heap_t *heap = coral_page_heap(&seg->pages[0]);
     if (heap != NULL) pthread_mutex_lock(&heap->huge_lock);
     coral_segment_map_set(seg, old, false);
-    coral_os_move(seg, to, old, true);
+    coral_os_move(seg, to, old, true, CORAL_SEGMENT_SIZE);
     if (heap != NULL) {
-        if (to->prev) to->prev->next = to;
-        else heap->huge_blocks = to;
-        if (to->next) to->next->prev = to;
+        coral_list_relink(&heap->huge_blocks, &to->link);
         pthread_mutex_unlock(&heap->huge_lock);
     }
     return to;
 }
 
 /* Grow the mapping to `total` bytes (whole chunks), keeping its pages: into
- * pooled chunks right after it, else fresh address space right after it,
- * else at a new place (the pages move; the new part comes from the pool
+ * cached chunks right after it, else fresh address space right after it,
+ * else at a new place (the pages move; the new part comes from the cache
  * where it can). NULL (errno ENOMEM): unchanged. */
 static coral_segment_t *huge_grow(coral_segment_t *seg, size_t total) {
     size_t old = seg->size, more = total - old;
     uint8_t *end = coral_segment_base(seg) + old;
-    if (coral_pool_take_range(end, more)) {
-        seg->huge_dirty = total; /* the pooled pages' data is not known */
+    if (coral_segment_cache_take_range(end, more)) {
+        seg->huge_dirty = total; /* the cached pages' data is not known */
     } else if (!coral_os_extend(end, more)) {
-        coral_pool_got_t got;
-        coral_segment_t *moved = coral_pool_take(total, &got);
+        coral_cache_got_t got;
+        coral_segment_t *moved = coral_segment_cache_take(total, &got);
         if (moved == NULL) {
             errno = ENOMEM;
             return NULL;
@@ -285,10 +280,11 @@ void *coral_huge_realloc(coral_segment_t *seg, void *p, size_t size) {
     }
     size_t old_size = seg->pages[0].block_size;
     int64_t delta = (int64_t)(end - offset) - (int64_t)old_size;
-    coral_stat_count(&coral_gstats.huge_bytes, delta);
+    coral_count(&coral_counters.huge_bytes, delta);
     if (end > seg->huge_dirty) seg->huge_dirty = end;
     seg->pages[0].start = coral_segment_base(seg) + offset;
     seg->pages[0].block_size = end - offset;
-    if (coral_populate_adaptive()) coral_populate_growth(seg->pages[0].start, old_size, end - offset);
+    if (coral_populate_adaptive())
+        coral_populate_growth(seg->pages[0].start, old_size, end - offset);
     return seg->pages[0].start;
 }

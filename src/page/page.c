@@ -7,7 +7,7 @@
  *   thread_free blocks other threads freed (atomic, see below).
  *
  * Remote free protocol (page->thread_free = list | count | flags | state,
- * laid out in internal.h):
+ * laid out in page.h):
  *   - Any thread may push a chain of n blocks: CAS the word from
  *     (h, c, s) to (b, c + n, s) with the chain's tail linked to h, release
  *     order, so the owner sees the links. The count therefore says how many
@@ -15,7 +15,7 @@
  *   - Only the owner takes blocks: CAS (h, c, s) -> (NULL, 0, s), acquire.
  *   - State USE (set only by the owner, when the page moves to its heap's
  *     full queue): the next remote freer pushes its blocks and sets FREEING
- *     in the same CAS, then pushes the *page* on page->heap->delayed_pages
+ *     in the same CAS, then pushes the *page* on page->owner->delayed_pages
  *     (setting delayed_listed first), then sets FREEING -> NONE. That tells
  *     the owner the page has free blocks again, without the owner ever
  *     scanning its full pages.
@@ -43,23 +43,26 @@
 #include <sched.h>
 #include <string.h>
 
-#include "internal.h"
+#include "page/page.h"
 
-void coral_page_init(coral_heap_t *heap, coral_page_t *page, unsigned cls, size_t block_size) {
+coral_page_t coral_page_empty; /* free == NULL forever */
+
+void coral_page_init(coral_page_t *page, coral_page_owner_t *owner, bool user_heap, unsigned cls,
+                     size_t block_size) {
     page->free = NULL;
     page->local_free = NULL;
     page->used = 0;
     page->capacity = 0;
     page->reserved = (uint32_t)(((size_t)page->slice_count * CORAL_SLICE_SIZE) / block_size);
     __atomic_store_n(&page->flags, 0, __ATOMIC_RELAXED);
-    page->shared_flags = heap->is_default ? 0 : CORAL_PAGE_USER_HEAP;
+    page->shared_flags = user_heap ? CORAL_PAGE_USER_HEAP : 0;
     page->free_is_zero = 0;
     page->class_idx = (uint8_t)cls;
     page->block_size = block_size;
-    page->next = page->prev = NULL;
+    page->link.next = page->link.prev = NULL;
     atomic_store_explicit(&page->thread_free, CORAL_DELAY_NONE, memory_order_relaxed);
     atomic_store_explicit(&page->delayed_listed, 0, memory_order_relaxed);
-    atomic_store_explicit(&page->heap, heap, memory_order_release);
+    atomic_store_explicit(&page->owner, owner, memory_order_release);
 }
 
 /* Blocks per carve once a page is past its first: 4 KiB worth, or 16
@@ -80,7 +83,8 @@ static void page_carve(coral_page_t *page, uint32_t n) {
     if (n == 0) return;
     uint8_t *first = page->start + (size_t)page->capacity * bs;
     uint8_t *last = first + (size_t)(n - 1) * bs;
-    for (uint8_t *b = first; b < last; b += bs) ((coral_block_t *)b)->next = (coral_block_t *)(b + bs);
+    for (uint8_t *b = first; b < last; b += bs)
+        ((coral_block_t *)b)->next = (coral_block_t *)(b + bs);
     ((coral_block_t *)last)->next = page->free;
     /* Carved blocks of a fresh span are zero; blocks already on the list
      * keep the list's mark (a collected list is never marked zero). */
@@ -109,8 +113,7 @@ void coral_page_extend(coral_page_t *page) {
  * local_free: a page that has only had its short first carve (fewer blocks
  * than a step) and is cycling through them is in use, so it gets the rest
  * of a step now. Otherwise a malloc/free loop of 512-byte blocks would take
- * the slow path every 8 pairs instead of every 16 (6.5 more instructions a
- * pair, bench/fastpath pair512). */
+ * the slow path every 8 pairs instead of every 16. */
 void coral_page_top_up_first_carve(coral_page_t *page) {
     uint32_t step = carve_step(page->block_size);
     if (page->capacity < step && page->capacity < page->reserved)
@@ -122,8 +125,10 @@ void coral_page_top_up_first_carve(coral_page_t *page) {
 void coral_page_wait_not_busy(coral_page_t *page) {
     unsigned spins = 0;
     while (atomic_load_explicit(&page->thread_free, memory_order_acquire) & CORAL_TF_BUSY) {
-        if (++spins < 64) __builtin_ia32_pause();
-        else sched_yield();
+        if (++spins < 64)
+            coral_spin_pause();
+        else
+            sched_yield();
     }
 }
 
@@ -149,7 +154,8 @@ static void page_take_reclaimed(coral_page_t *page) {
 
 static CORAL_COLD void thread_free_overflow(const coral_page_t *page, const void *block) {
     coral_fatal("double free detected: more blocks freed than allocated in a page of "
-                "%zu-byte blocks (block %p)", page->block_size, block);
+                "%zu-byte blocks (block %p)",
+                page->block_size, block);
 }
 
 /* Owner: every block of the page is free again (used is 0, so no block is
@@ -182,7 +188,8 @@ bool coral_page_thread_free_collect(coral_page_t *page) {
     if (count == page->reserved) coral_orphan_take_back(page);
     if (count > page->used) thread_free_overflow(page, coral_tf_list(tf));
     coral_block_t *head = coral_tf_list(tf), *tail = head;
-    for (uint32_t i = 1; i < count; i++) tail = tail->next;
+    for (uint32_t i = 1; i < count; i++)
+        tail = tail->next;
     if (tail->next != NULL) thread_free_overflow(page, tail->next);
     tail->next = page->local_free;
     page->local_free = head;
@@ -199,7 +206,8 @@ void coral_page_collect(coral_page_t *page) {
         page->free = page->local_free;
     } else {
         coral_block_t *tail = page->local_free;
-        while (tail->next) tail = tail->next;
+        while (tail->next)
+            tail = tail->next;
         tail->next = page->free;
         page->free = page->local_free;
     }
@@ -214,7 +222,7 @@ void coral_page_set_delay(coral_page_t *page, uintptr_t state, bool override_nev
     for (;;) {
         uintptr_t now = tf & CORAL_DELAY_MASK;
         if (now == CORAL_DELAY_FREEING) { /* a remote push to the heap: short */
-            __builtin_ia32_pause();
+            coral_spin_pause();
             tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
             continue;
         }
@@ -240,18 +248,19 @@ static CORAL_COLD void invalid_free(const void *p, const char *why) {
 
 static CORAL_COLD void remote_double_free(const coral_page_t *page, const void *p) {
     coral_fatal("double free detected: block %p freed into a page of %zu-byte blocks whose "
-                "blocks were all free already", p, page->block_size);
+                "blocks were all free already",
+                p, page->block_size);
 }
 
-/* The page was full (state USE): tell its heap, then leave state FREEING
+/* The page was full (state USE): tell its owner, then leave state FREEING
  * (see the protocol above). */
-static void page_notify_heap(coral_page_t *page) {
-    coral_heap_t *heap = atomic_load_explicit(&page->heap, memory_order_acquire);
+static void page_notify_owner(coral_page_t *page) {
+    coral_page_owner_t *owner = atomic_load_explicit(&page->owner, memory_order_acquire);
     atomic_store_explicit(&page->delayed_listed, 1, memory_order_relaxed);
-    coral_page_t *head = atomic_load_explicit(&heap->delayed_pages, memory_order_relaxed);
+    coral_page_t *head = atomic_load_explicit(&owner->delayed_pages, memory_order_relaxed);
     do {
         atomic_store_explicit(&page->delayed_next, head, memory_order_relaxed);
-    } while (!atomic_compare_exchange_weak_explicit(&heap->delayed_pages, &head, page,
+    } while (!atomic_compare_exchange_weak_explicit(&owner->delayed_pages, &head, page,
                                                     memory_order_release, memory_order_relaxed));
     uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
     while (!atomic_compare_exchange_weak_explicit(&page->thread_free, &tf,
@@ -262,13 +271,15 @@ static void page_notify_heap(coral_page_t *page) {
 
 /* Any thread but the owner: push the chain head..tail of n blocks of the
  * page on its thread_free (see the protocol above). */
-void coral_page_push_remote(coral_page_t *page, coral_block_t *head, coral_block_t *tail, uint32_t n) {
+void coral_page_push_remote(coral_page_t *page, coral_block_t *head, coral_block_t *tail,
+                            uint32_t n) {
     uint32_t reserved = page->reserved;
     bool locked = false;
     uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed), state;
     uint32_t count;
     for (;;) {
-        if (coral_unlikely(tf & (CORAL_TF_RECLAIMED | CORAL_TF_BUSY))) remote_double_free(page, head);
+        if (coral_unlikely(tf & (CORAL_TF_RECLAIMED | CORAL_TF_BUSY)))
+            remote_double_free(page, head);
         count = coral_tf_count(tf) + n;
         if (coral_unlikely(count > reserved)) thread_free_overflow(page, head);
         if (coral_unlikely(count == reserved) && !locked) {
@@ -294,16 +305,10 @@ void coral_page_push_remote(coral_page_t *page, coral_block_t *head, coral_block
             coral_purger_start_if_wanted(); /* no lock held: a safe point */
         }
     }
-    if (coral_unlikely(state == CORAL_DELAY_USE)) page_notify_heap(page);
+    if (coral_unlikely(state == CORAL_DELAY_USE)) page_notify_owner(page);
 }
 
-/* A free by a thread that does not own the segment. */
-void coral_free_remote(coral_segment_t *seg, coral_page_t *page, void *p) {
-    if (seg->kind == CORAL_SEGMENT_HUGE) {
-        if (p != (void *)page->start) invalid_free(p, "inside a huge block, not its start");
-        coral_huge_free(seg);
-        return;
-    }
+void coral_page_free_remote(coral_page_t *page, void *p) {
     if (page->slice_count == 0) invalid_free(p, "in no page in use: double free?");
     coral_block_t *block = p;
     if (page->shared_flags & CORAL_PAGE_HAS_ALIGNED)
@@ -311,19 +316,30 @@ void coral_free_remote(coral_segment_t *seg, coral_page_t *page, void *p) {
     coral_page_push_remote(page, block, block, 1);
 }
 
-/* A free by the owner that the fast path left alone: the page is full or
- * holds aligned blocks, or this was its last (or only a suspicious) block. */
-void coral_free_local_generic(coral_page_t *page, void *p) {
-    if (page->slice_count == 0) invalid_free(p, "in no page in use: double free?");
-    coral_block_t *block = p;
-    if (page->flags & CORAL_PAGE_HAS_ALIGNED)
-        block = (coral_block_t *)coral_page_block_start(page, p);
-    if (page->used == 0 || block == page->local_free)
-        coral_fatal("double free detected: block %p of %zu bytes was already free", p,
-                    page->block_size);
-    block->next = page->local_free;
-    page->local_free = block;
-    page->used--;
-    if (page->flags & CORAL_PAGE_IN_FULL) coral_page_unfull(page);
-    if (page->used == 0) coral_page_retire(page);
+/* A remote freer pushes its block (state FREEING) before it lists the page
+ * on its owner's delayed_pages, and sets NONE (release) only after, so a
+ * page may already have all its blocks back while the freer has still to
+ * list it: state FREEING says so. */
+bool coral_page_notice_pending(coral_page_t *page) {
+    uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_acquire);
+    return (tf & CORAL_DELAY_MASK) == CORAL_DELAY_FREEING ||
+           atomic_load_explicit(&page->delayed_listed, memory_order_relaxed);
+}
+
+size_t coral_page_blocks_bytes(const coral_page_t *page, size_t block_size) {
+    size_t span = (size_t)page->slice_count * CORAL_SLICE_SIZE;
+    return span / block_size * block_size;
+}
+
+void coral_page_release_span(coral_page_t *page) {
+    /* A page released with blocks on its thread_free (coral_heap_destroy)
+     * may be an orphan, or being purged by the purger: neither may outlive
+     * it. */
+    coral_orphan_forget(page);
+    coral_page_wait_not_busy(page);
+    /* A large block placed on clean memory: how much of it the program
+     * wrote tells the adaptive populate policy about big blocks. */
+    if (page->class_idx == CORAL_CLASS_LARGE && page->is_fresh && coral_populate_adaptive())
+        coral_populate_note_big_block(page->start, page->block_size);
+    coral_span_free(page);
 }

@@ -1,9 +1,9 @@
-/* The chunk pool: address space that held a segment (normal or huge) stays
- * mapped after the segment is freed, so that the next segment of any kind and
+/* The segment cache: address space that held a segment (normal or huge)
+ * stays mapped after the segment is freed, so that the next segment of any kind and
  * size reuses the pages the program already touched instead of faulting in
  * fresh ones (a fault costs a kernel entry and a 4 KiB clear).
  *
- * The pool holds regions: 4 MiB-aligned runs of whole 4 MiB chunks. Each
+ * The cache holds regions: 4 MiB-aligned runs of whole 4 MiB chunks. Each
  * records when it was last freed and its dirty length: bytes in
  * [base, base + dirty) may hold old data, bytes past it read as zero (never
  * touched, or purged). dirty stays exact through splits and merges (two
@@ -17,10 +17,10 @@
  * descriptors (the third page of a header holds only the last one, and
  * clearing it would fault it in).
  *
- * Map entries (segment.c) of pooled chunks: a segment freed into the pool
+ * Map entries (segment.c) of cached chunks: a segment freed into the cache
  * keeps its entries and its header until its region is split, moved or
  * purged (so that a double free soon after the free is reported as one);
- * every other pooled chunk has entry NONE. So an entry never leads to a
+ * every other cached chunk has entry NONE. So an entry never leads to a
  * header that is not there.
  *
  * Taking n bytes (whole chunks):
@@ -34,10 +34,10 @@
  *      resident, so nothing is lost.
  * Putting merges the region with adjacent ones where dirty stays exact.
  * Dirty regions are purged (MADV_DONTNEED) once they stayed unused for
- * CORALLOC_PURGE_DELAY_MS; the pool keeps at most CORALLOC_SEGMENT_CACHE x
+ * CORALLOC_PURGE_DELAY_MS; the cache keeps at most CORALLOC_SEGMENT_CACHE x
  * 4 MiB, beyond which the least recently freed regions are unmapped.
  *
- * Locking: one mutex guards the region table and the map entries of pooled
+ * Locking: one mutex guards the region table and the map entries of cached
  * chunks; it is a leaf (no other lock is taken under it) and no system call
  * is made under it: a region being mapped, moved, purged or unmapped has left
  * the table first, so it is that thread's alone. */
@@ -45,29 +45,30 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "internal.h"
-#include "options.h"
+#include "segment/segment.h"
 
-#define POOL_SLOTS 128
+#define CACHE_SLOTS 128
 
-typedef struct pool_region_s {
+typedef struct cache_region_s {
     uint8_t *base;
     size_t size;       /* whole chunks */
     size_t dirty;      /* bytes from base that may hold data: see above */
     uint64_t freed_ms; /* when it was last freed (merged: the latest) */
     uint64_t headers;  /* bit i: chunk i begins with a freed segment's header */
-} pool_region_t;
+} cache_region_t;
 
-static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
-static pool_region_t pool[POOL_SLOTS]; /* pool[0, pool_count) are in use */
-static size_t pool_count;
-static _Atomic(size_t) pool_bytes; /* written under the lock; read as a hint */
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static cache_region_t regions[CACHE_SLOTS]; /* regions[0, region_count) are in use */
+static size_t region_count;
+static _Atomic(size_t) cache_bytes; /* written under the lock; read as a hint */
 
-static size_t pool_limit(void) {
+static size_t cache_limit(void) {
     return (size_t)coral_option(CORAL_OPT_SEGMENT_CACHE) * CORAL_SEGMENT_SIZE;
 }
 
-static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+static size_t min_size(size_t a, size_t b) {
+    return a < b ? a : b;
+}
 
 /* Header bits of the chunks from byte `offset` of a region on (offset: whole
  * chunks), or of a region placed `offset` bytes in (shift left). */
@@ -90,47 +91,46 @@ static size_t align_chunk(size_t x) {
     return (x + CORAL_SEGMENT_SIZE - 1) & ~(CORAL_SEGMENT_SIZE - 1);
 }
 
-/* ---- the table (pool_lock held) ---------------------------------------------------- */
+/* ---- the table (cache_lock held) ---------------------------------------------------- */
 
 /* Regions in the table count their dirty bytes in the purge backlog. */
 static void table_remove(size_t i) {
-    atomic_store_explicit(&pool_bytes, pool_bytes - pool[i].size, memory_order_relaxed);
-    coral_purge_backlog_add(-(int64_t)pool[i].dirty);
-    pool[i] = pool[--pool_count];
+    atomic_store_explicit(&cache_bytes, cache_bytes - regions[i].size, memory_order_relaxed);
+    coral_purge_backlog_add(-(int64_t)regions[i].dirty);
+    regions[i] = regions[--region_count];
 }
 
-static void table_insert(pool_region_t r) {
-    pool[pool_count++] = r;
-    atomic_store_explicit(&pool_bytes, pool_bytes + r.size, memory_order_relaxed);
+static void table_insert(cache_region_t r) {
+    regions[region_count++] = r;
+    atomic_store_explicit(&cache_bytes, cache_bytes + r.size, memory_order_relaxed);
     coral_purge_backlog_add((int64_t)r.dirty);
 }
 
 /* a directly followed by b: one region. */
-static pool_region_t regions_join(pool_region_t a, pool_region_t b) {
-    pool_region_t r = {a.base, a.size + b.size, b.dirty ? a.size + b.dirty : a.dirty,
-                       a.freed_ms > b.freed_ms ? a.freed_ms : b.freed_ms,
-                       a.headers | headers_at(b.headers, a.size)};
+static cache_region_t regions_join(cache_region_t a, cache_region_t b) {
+    cache_region_t r = {a.base, a.size + b.size, b.dirty ? a.size + b.dirty : a.dirty,
+                        a.freed_ms > b.freed_ms ? a.freed_ms : b.freed_ms,
+                        a.headers | headers_at(b.headers, a.size)};
     return r;
 }
 
 /* a directly followed by b may become one region only if its dirty length
  * stays exact: a holds data to its end, or b holds none. Else the joined
  * region would count a's clean tail as dirty, and a taker would expect
- * resident pages where each first touch faults (measured on large-window:
- * about 4,700 such faults in a run of 53,500). Unjoined neighbours stay two
- * regions; a taker of more than either assembles them with mremap. */
-static bool regions_joinable(pool_region_t a, pool_region_t b) {
+ * resident pages where each first touch faults. Unjoined neighbours stay
+ * two regions; a taker of more than either assembles them with mremap. */
+static bool regions_joinable(cache_region_t a, cache_region_t b) {
     return a.dirty == a.size || b.dirty == 0;
 }
 
 /* Merge r with the regions right before and after it that it may join,
  * removing those. */
-static pool_region_t table_merge(pool_region_t r) {
-    for (size_t i = 0; i < pool_count;) {
-        if (pool[i].base + pool[i].size == r.base && regions_joinable(pool[i], r)) {
-            r = regions_join(pool[i], r);
-        } else if (r.base + r.size == pool[i].base && regions_joinable(r, pool[i])) {
-            r = regions_join(r, pool[i]);
+static cache_region_t table_merge(cache_region_t r) {
+    for (size_t i = 0; i < region_count;) {
+        if (regions[i].base + regions[i].size == r.base && regions_joinable(regions[i], r)) {
+            r = regions_join(regions[i], r);
+        } else if (r.base + r.size == regions[i].base && regions_joinable(r, regions[i])) {
+            r = regions_join(r, regions[i]);
         } else {
             i++;
             continue;
@@ -143,19 +143,20 @@ static pool_region_t table_merge(pool_region_t r) {
 
 static size_t table_oldest(void) {
     size_t oldest = 0;
-    for (size_t i = 1; i < pool_count; i++)
-        if (pool[i].freed_ms < pool[oldest].freed_ms) oldest = i;
+    for (size_t i = 1; i < region_count; i++)
+        if (regions[i].freed_ms < regions[oldest].freed_ms) oldest = i;
     return oldest;
 }
 
 /* Make room for `size` more bytes and one more slot: the least recently
  * freed regions leave, into evict[] (their map entries cleared). */
-static size_t table_make_room(size_t size, pool_region_t *evict) {
+static size_t table_make_room(size_t size, cache_region_t *evict) {
     size_t n = 0;
-    while (pool_count > 0 && (pool_count == POOL_SLOTS || pool_bytes + size > pool_limit())) {
+    while (region_count > 0 &&
+           (region_count == CACHE_SLOTS || cache_bytes + size > cache_limit())) {
         size_t i = table_oldest();
-        evict[n++] = pool[i];
-        coral_segment_map_set(pool[i].base, pool[i].size, false);
+        evict[n++] = regions[i];
+        coral_segment_map_set(regions[i].base, regions[i].size, false);
         table_remove(i);
     }
     return n;
@@ -167,14 +168,14 @@ static size_t table_make_room(size_t size, pool_region_t *evict) {
 static long table_best_fit(size_t size) {
     long best = -1;
     size_t best_dirty = 0;
-    for (size_t i = 0; i < pool_count; i++) {
-        pool_region_t *r = &pool[i];
+    for (size_t i = 0; i < region_count; i++) {
+        cache_region_t *r = &regions[i];
         if (r->size < size) continue;
         size_t dirty = min_size(r->dirty, size);
         if (best < 0 || dirty > best_dirty ||
             (dirty == best_dirty &&
-             (r->size < pool[best].size ||
-              (r->size == pool[best].size && r->freed_ms > pool[best].freed_ms)))) {
+             (r->size < regions[best].size ||
+              (r->size == regions[best].size && r->freed_ms > regions[best].freed_ms)))) {
             best = (long)i;
             best_dirty = dirty;
         }
@@ -186,28 +187,28 @@ static long table_best_fit(size_t size) {
  * or -1. */
 static long table_most_dirty(size_t least) {
     long best = -1;
-    for (size_t i = 0; i < pool_count; i++)
-        if (pool[i].dirty != 0 && pool[i].dirty >= least &&
-            (best < 0 || pool[i].dirty > pool[best].dirty))
+    for (size_t i = 0; i < region_count; i++)
+        if (regions[i].dirty != 0 && regions[i].dirty >= least &&
+            (best < 0 || regions[i].dirty > regions[best].dirty))
             best = (long)i;
     return best;
 }
 
 /* Take the first `size` bytes of region i; the rest stays in the table, its
  * map entries cleared (its first slice may have been anything). */
-static pool_region_t table_take_front(size_t i, size_t size) {
-    pool_region_t front = pool[i];
+static cache_region_t table_take_front(size_t i, size_t size) {
+    cache_region_t front = regions[i];
     if (front.size == size) {
         table_remove(i);
         return front;
     }
-    pool_region_t *rest = &pool[i];
+    cache_region_t *rest = &regions[i];
     rest->base += size;
     rest->size -= size;
     rest->dirty = rest->dirty > size ? rest->dirty - size : 0;
     rest->headers = headers_from(rest->headers, size);
     coral_segment_map_set(rest->base, rest->size, false);
-    atomic_store_explicit(&pool_bytes, pool_bytes - size, memory_order_relaxed);
+    atomic_store_explicit(&cache_bytes, cache_bytes - size, memory_order_relaxed);
     front.size = size;
     front.dirty = min_size(front.dirty, size);
     coral_purge_backlog_add(-(int64_t)front.dirty);
@@ -217,85 +218,88 @@ static pool_region_t table_take_front(size_t i, size_t size) {
 
 /* ---- putting ---------------------------------------------------------------------------- */
 
-static void regions_unmap(pool_region_t *r, size_t n) {
-    for (size_t i = 0; i < n; i++) coral_os_unmap(r[i].base, r[i].size);
+static void regions_unmap(cache_region_t *r, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        coral_os_unmap(r[i].base, r[i].size);
 }
 
 /* r (no longer in the table, its map entries as documented above) goes
  * back in, merged with its neighbours. */
-static void pool_insert(pool_region_t r) {
-    pool_region_t evict[POOL_SLOTS];
-    pthread_mutex_lock(&pool_lock);
+static void cache_insert(cache_region_t r) {
+    cache_region_t evict[CACHE_SLOTS];
+    pthread_mutex_lock(&cache_lock);
     r = table_merge(r);
     size_t evicted = table_make_room(r.size, evict);
     table_insert(r);
-    pthread_mutex_unlock(&pool_lock);
+    pthread_mutex_unlock(&cache_lock);
     regions_unmap(evict, evicted);
 }
 
 /* The chunks at base (size: whole chunks; bytes up to base + dirty may hold
  * data) are free: keep them for reuse, or unmap them when they are more than
- * the pool may hold (or, more than one chunk, more than half of it).
+ * the cache may hold (or, more than one chunk, more than half of it).
  * `header`: a freed segment whose header (every descriptor free) is at base. */
-void coral_pool_put(void *base, size_t size, size_t dirty, bool header) {
-    size_t limit = pool_limit();
+void coral_segment_cache_put(void *base, size_t size, size_t dirty, bool header) {
+    size_t limit = cache_limit();
     if (size > limit || (size > CORAL_SEGMENT_SIZE && size > limit / 2)) {
         coral_segment_map_set(base, size, false);
         coral_os_unmap(base, size);
         return;
     }
-    pool_region_t r = {base, size, min_size(dirty, size), coral_clock_ms(), header ? 1u : 0u};
-    pool_insert(r);
+    cache_region_t r = {base, size, min_size(dirty, size), coral_clock_ms(), header ? 1u : 0u};
+    cache_insert(r);
     if (r.dirty != 0) coral_purger_notify();
 }
 
 /* ---- taking ---------------------------------------------------------------------------- */
 
-/* Move the dirty chunks of pooled regions onto [dst, dst + size) (clean:
+/* Move the dirty chunks of cached regions onto [dst, dst + size) (clean:
  * no resident page there), from the front: first whole dirty chunks (the
  * regions with the most first), then partly dirty ones, the most dirty
  * first. Each chunk moved saves the faults of its dirty pages; a partly
  * dirty one before whole ones would only take the place of a whole one.
  * Returns how far from dst data may now lie (0: nothing moved). */
-static size_t pool_fill(uint8_t *dst, size_t size) {
+static size_t cache_fill(uint8_t *dst, size_t size) {
     /* A piece of whole chunks takes every whole dirty chunk of its region
      * (or ends the fill), a partly dirty chunk the last dirty one: at most
      * two pieces per region. */
-    pool_region_t pieces[2 * POOL_SLOTS];
+    cache_region_t pieces[2 * CACHE_SLOTS];
     size_t n = 0, got = 0;
-    pthread_mutex_lock(&pool_lock);
+    pthread_mutex_lock(&cache_lock);
     while (got < size) {
         long i = table_most_dirty(CORAL_SEGMENT_SIZE);
         size_t take = CORAL_SEGMENT_SIZE; /* a partly dirty chunk */
-        if (i >= 0) take = min_size(size - got, pool[i].dirty & ~(CORAL_SEGMENT_SIZE - 1));
-        else i = table_most_dirty(1);
+        if (i >= 0)
+            take = min_size(size - got, regions[i].dirty & ~(CORAL_SEGMENT_SIZE - 1));
+        else
+            i = table_most_dirty(1);
         if (i < 0) break;
         pieces[n] = table_take_front((size_t)i, take);
         coral_segment_map_set(pieces[n].base, pieces[n].size, false);
         got += pieces[n++].size;
     }
-    pthread_mutex_unlock(&pool_lock);
+    pthread_mutex_unlock(&cache_lock);
     size_t off = 0, dirty = 0;
     for (size_t i = 0; i < n; i++) {
-        coral_os_move(pieces[i].base, dst + off, pieces[i].size, false);
+        coral_os_move(pieces[i].base, dst + off, pieces[i].size, false, CORAL_SEGMENT_SIZE);
         dirty = off + pieces[i].dirty; /* pieces[i].dirty > 0: the last counts */
         off += pieces[i].size;
     }
     return dirty;
 }
 
-/* `size` bytes (whole chunks), 4 MiB-aligned, from the pool or the OS; NULL
+/* `size` bytes (whole chunks), 4 MiB-aligned, from the cache or the OS; NULL
  * when the OS has no memory. got->dirty: bytes up to base + got->dirty may
  * hold old data, the rest reads as zero; got->fresh: a new mapping;
  * got->header: the first slice holds a freed segment's header, every
  * descriptor free (else, when dirty, it may hold anything). */
-void *coral_pool_take(size_t size, coral_pool_got_t *got) {
-    pool_region_t target = {NULL, 0, 0, 0, 0};
-    if (atomic_load_explicit(&pool_bytes, memory_order_relaxed) != 0) {
-        pthread_mutex_lock(&pool_lock);
+void *coral_segment_cache_take(size_t size, coral_cache_got_t *got) {
+    cache_region_t target = {NULL, 0, 0, 0, 0};
+    if (atomic_load_explicit(&cache_bytes, memory_order_relaxed) != 0) {
+        pthread_mutex_lock(&cache_lock);
         long i = table_best_fit(size);
         if (i >= 0) target = table_take_front((size_t)i, size);
-        pthread_mutex_unlock(&pool_lock);
+        pthread_mutex_unlock(&cache_lock);
     }
     got->fresh = target.base == NULL;
     if (got->fresh) {
@@ -305,8 +309,8 @@ void *coral_pool_take(size_t size, coral_pool_got_t *got) {
     got->dirty = target.dirty;
     got->header = (target.headers & 1) != 0;
     size_t clean = align_chunk(target.dirty);
-    if (clean < size && atomic_load_explicit(&pool_bytes, memory_order_relaxed) != 0) {
-        size_t moved = pool_fill(target.base + clean, size - clean);
+    if (clean < size && atomic_load_explicit(&cache_bytes, memory_order_relaxed) != 0) {
+        size_t moved = cache_fill(target.base + clean, size - clean);
         if (moved != 0) {
             got->dirty = clean + moved;
             got->fresh = false;
@@ -315,38 +319,38 @@ void *coral_pool_take(size_t size, coral_pool_got_t *got) {
     return target.base;
 }
 
-/* The range [addr, addr + size) if the pool holds all of it, in one region:
+/* The range [addr, addr + size) if the cache holds all of it, in one region:
  * taken (a mapping that ends at addr grows into it without a system call).
  * The range's data is not known: the caller counts all of it as dirty. */
-bool coral_pool_take_range(void *addr, size_t size) {
+bool coral_segment_cache_take_range(void *addr, size_t size) {
     uint8_t *a = addr;
-    if (atomic_load_explicit(&pool_bytes, memory_order_relaxed) < size) return false;
+    if (atomic_load_explicit(&cache_bytes, memory_order_relaxed) < size) return false;
     bool taken = false;
-    pthread_mutex_lock(&pool_lock);
+    pthread_mutex_lock(&cache_lock);
     /* Up to two regions (before and after the range) replace one. */
-    for (size_t i = 0; i < pool_count && pool_count < POOL_SLOTS && !taken; i++) {
-        pool_region_t r = pool[i];
+    for (size_t i = 0; i < region_count && region_count < CACHE_SLOTS && !taken; i++) {
+        cache_region_t r = regions[i];
         if (a < r.base || a + size > r.base + r.size) continue;
         taken = true;
         table_remove(i);
         /* What lies before and after the range stays, as regions of its own. */
         if (a > r.base) {
-            pool_region_t head = {r.base, (size_t)(a - r.base), 0, r.freed_ms, 0};
+            cache_region_t head = {r.base, (size_t)(a - r.base), 0, r.freed_ms, 0};
             head.dirty = min_size(r.dirty, head.size);
             head.headers = headers_below(r.headers, head.size);
             table_insert(head);
         }
         if (a + size < r.base + r.size) {
             size_t skip = (size_t)(a + size - r.base);
-            pool_region_t tail = {a + size, r.size - skip, 0, r.freed_ms,
-                                  headers_from(r.headers, skip)};
+            cache_region_t tail = {a + size, r.size - skip, 0, r.freed_ms,
+                                   headers_from(r.headers, skip)};
             tail.dirty = r.dirty > skip ? r.dirty - skip : 0;
             coral_segment_map_set(tail.base, tail.size, false);
             table_insert(tail);
         }
         coral_segment_map_set(a, size, false);
     }
-    pthread_mutex_unlock(&pool_lock);
+    pthread_mutex_unlock(&cache_lock);
     return taken;
 }
 
@@ -354,15 +358,15 @@ bool coral_pool_take_range(void *addr, size_t size) {
 
 /* A dirty region due for purging (any, when force), out of the table; or
  * NULL, with *next the earliest time one will be due (unchanged if none). */
-static bool pool_take_due(uint64_t now, bool force, pool_region_t *out, uint64_t *next) {
+static bool cache_take_due(uint64_t now, bool force, cache_region_t *out, uint64_t *next) {
     uint64_t delay = (uint64_t)coral_option(CORAL_OPT_PURGE_DELAY_MS);
     bool found = false;
-    pthread_mutex_lock(&pool_lock);
-    for (size_t i = 0; i < pool_count; i++) {
-        if (pool[i].dirty == 0) continue;
-        uint64_t due = pool[i].freed_ms + delay;
+    pthread_mutex_lock(&cache_lock);
+    for (size_t i = 0; i < region_count; i++) {
+        if (regions[i].dirty == 0) continue;
+        uint64_t due = regions[i].freed_ms + delay;
         if (force || due <= now) {
-            *out = pool[i];
+            *out = regions[i];
             coral_segment_map_set(out->base, out->size, false); /* headers are about to go */
             table_remove(i);
             found = true;
@@ -370,27 +374,31 @@ static bool pool_take_due(uint64_t now, bool force, pool_region_t *out, uint64_t
         }
         if (*next == 0 || due < *next) *next = due;
     }
-    pthread_mutex_unlock(&pool_lock);
+    pthread_mutex_unlock(&cache_lock);
     return found;
 }
 
 /* Purge the dirty regions that stayed unused for the purge delay (all, when
  * force). Returns when the next one is due, or 0 if none waits. */
-uint64_t coral_pool_purge(uint64_t now, bool force) {
+uint64_t coral_segment_cache_purge(uint64_t now, bool force) {
     uint64_t next = 0;
-    pool_region_t r;
+    cache_region_t r;
     /* Each pass takes one region out; a purged region that merges with a
      * dirty neighbour on its way back is seen again. Bounded by the table. */
-    for (size_t passes = 0; passes < 2 * POOL_SLOTS; passes++) {
-        if (atomic_load_explicit(&pool_bytes, memory_order_relaxed) == 0) break;
-        if (!pool_take_due(now, force, &r, &next)) break;
+    for (size_t passes = 0; passes < 2 * CACHE_SLOTS; passes++) {
+        if (atomic_load_explicit(&cache_bytes, memory_order_relaxed) == 0) break;
+        if (!cache_take_due(now, force, &r, &next)) break;
         coral_os_purge(r.base, r.dirty);
         r.dirty = 0; /* all zero now, the header too */
         r.headers = 0;
-        pool_insert(r);
+        cache_insert(r);
     }
     return next;
 }
 
-void coral_pool_prefork(void) { pthread_mutex_lock(&pool_lock); }
-void coral_pool_postfork(void) { pthread_mutex_unlock(&pool_lock); }
+void coral_segment_cache_prefork(void) {
+    pthread_mutex_lock(&cache_lock);
+}
+void coral_segment_cache_postfork(void) {
+    pthread_mutex_unlock(&cache_lock);
+}

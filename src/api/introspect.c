@@ -1,5 +1,6 @@
-/* Statistics: the counters of stats.h, gathered into one snapshot, printed
- * as a table or written as JSON. */
+/* Introspection: the statistics counters (base.h) and the heaps' per class
+ * counts gathered into one snapshot, printed as a table or written as JSON;
+ * options by name. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdarg.h>
@@ -8,22 +9,45 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "internal.h"
-#include "stats.h"
+#include <errno.h>
 
-coral_global_stats_t coral_gstats;
+#include "api/api.h"
 
-static int64_t load(_Atomic(int64_t) *v) { return atomic_load_explicit(v, memory_order_relaxed); }
+typedef struct class_stats_s {
+    int64_t allocated, freed, live, peak;
+} class_stats_t;
+
+/* Everything, read at one moment (each counter is exact; together they are
+ * not one atomic picture while other threads run). */
+typedef struct stats_s {
+    int64_t os_calls[CORAL_OS_CALL_KINDS], os_bytes[CORAL_OS_CALL_KINDS];
+    int64_t mapped, mapped_peak, rss, rss_peak, segments, segments_peak;
+    int64_t page_bytes, page_bytes_peak, huge_live, huge_bytes, large_allocs, huge_allocs;
+    int64_t threads, threads_peak, abandoned, adopted;
+    int64_t orphans_reclaimed, orphan_bytes_reclaimed;
+    int64_t bulk_cached, bulk_cached_peak;
+    bool per_class;
+    class_stats_t classes[CORAL_STAT_CLASSES]; /* by class; CORAL_CLASS_LARGE: large and huge */
+} stats_t;
+
+static int64_t load(_Atomic(int64_t) *v) {
+    return atomic_load_explicit(v, memory_order_relaxed);
+}
 
 /* ---- the snapshot ---------------------------------------------------------------- */
 
 static void add_heap_counts(coral_heap_t *heap, void *arg) {
-    coral_stats_t *s = arg;
+#if CORAL_STATS_ENABLED
+    stats_t *s = arg;
     for (int c = 0; c < CORAL_QUEUE_COUNT; c++) {
         s->classes[c].allocated +=
-            (int64_t)__atomic_load_n(&heap->stat_allocs[c], __ATOMIC_RELAXED);
-        s->classes[c].freed += (int64_t)__atomic_load_n(&heap->stat_frees[c], __ATOMIC_RELAXED);
+            (int64_t)__atomic_load_n(&heap->counts.allocs[c], __ATOMIC_RELAXED);
+        s->classes[c].freed += (int64_t)__atomic_load_n(&heap->counts.frees[c], __ATOMIC_RELAXED);
     }
+#else
+    (void)heap;
+    (void)arg;
+#endif
 }
 
 /* Resident memory now, from /proc/self/statm (read without allocating). */
@@ -40,53 +64,53 @@ static int64_t rss_bytes(void) {
     return resident * (int64_t)sysconf(_SC_PAGESIZE);
 }
 
-void coral_stats_snapshot(coral_stats_t *s) {
+static void stats_snapshot(stats_t *s) {
     memset(s, 0, sizeof *s);
     for (int k = 0; k < CORAL_OS_CALL_KINDS; k++) {
-        s->os_calls[k] = load(&coral_gstats.os_calls[k]);
-        s->os_bytes[k] = load(&coral_gstats.os_bytes[k]);
+        s->os_calls[k] = load(&coral_counters.os_calls[k]);
+        s->os_bytes[k] = load(&coral_counters.os_bytes[k]);
     }
-    s->mapped = load(&coral_gstats.mapped);
-    s->mapped_peak = load(&coral_gstats.mapped_peak);
-    s->segments = load(&coral_gstats.segments);
-    s->segments_peak = load(&coral_gstats.segments_peak);
-    s->page_bytes = load(&coral_gstats.span_bytes);
-    s->page_bytes_peak = load(&coral_gstats.span_bytes_peak);
-    s->huge_live = load(&coral_gstats.huge_live);
-    s->huge_bytes = load(&coral_gstats.huge_bytes);
-    s->large_allocs = load(&coral_gstats.large_allocs);
-    s->huge_allocs = load(&coral_gstats.huge_allocs);
-    s->threads = load(&coral_gstats.threads);
-    s->threads_peak = load(&coral_gstats.threads_peak);
-    s->abandoned = load(&coral_gstats.segments_abandoned);
-    s->adopted = load(&coral_gstats.segments_adopted);
-    s->orphans_reclaimed = load(&coral_gstats.orphans_reclaimed);
-    s->orphan_bytes_reclaimed = load(&coral_gstats.orphan_bytes_reclaimed);
-    s->bulk_cached = load(&coral_gstats.bulk_cached);
-    s->bulk_cached_peak = load(&coral_gstats.bulk_cached_peak);
+    s->mapped = load(&coral_counters.mapped);
+    s->mapped_peak = load(&coral_counters.mapped_peak);
+    s->segments = load(&coral_counters.segments);
+    s->segments_peak = load(&coral_counters.segments_peak);
+    s->page_bytes = load(&coral_counters.page_bytes);
+    s->page_bytes_peak = load(&coral_counters.page_bytes_peak);
+    s->huge_live = load(&coral_counters.huge_live);
+    s->huge_bytes = load(&coral_counters.huge_bytes);
+    s->large_allocs = load(&coral_counters.large_allocs);
+    s->huge_allocs = load(&coral_counters.huge_allocs);
+    s->threads = load(&coral_counters.threads);
+    s->threads_peak = load(&coral_counters.threads_peak);
+    s->abandoned = load(&coral_counters.segments_abandoned);
+    s->adopted = load(&coral_counters.segments_adopted);
+    s->orphans_reclaimed = load(&coral_counters.orphans_reclaimed);
+    s->orphan_bytes_reclaimed = load(&coral_counters.orphan_bytes_reclaimed);
+    s->bulk_cached = load(&coral_counters.bulk_cached);
+    s->bulk_cached_peak = load(&coral_counters.bulk_cached_peak);
     s->rss = rss_bytes();
     struct rusage ru;
     s->rss_peak = getrusage(RUSAGE_SELF, &ru) == 0 ? (int64_t)ru.ru_maxrss * 1024 : -1;
     s->per_class = CORAL_STATS_ENABLED;
     if (!CORAL_STATS_ENABLED) return;
     for (int c = 0; c < CORAL_QUEUE_COUNT; c++) {
-        s->classes[c].allocated = load(&coral_gstats.class_allocs[c]);
-        s->classes[c].freed = load(&coral_gstats.class_frees[c]);
+        s->classes[c].allocated = load(&coral_counters.class_allocs[c]);
+        s->classes[c].freed = load(&coral_counters.class_frees[c]);
     }
     coral_heaps_visit(add_heap_counts, s);
     for (int c = 0; c < CORAL_QUEUE_COUNT; c++) {
-        coral_class_stats_t *row = &s->classes[c];
+        class_stats_t *row = &s->classes[c];
         row->live = row->allocated - row->freed;
         /* The peak is sampled: the highest live count any read has seen. */
-        int64_t peak = load(&coral_gstats.class_peak[c]);
+        int64_t peak = load(&coral_counters.class_peak[c]);
         while (row->live > peak &&
-               !atomic_compare_exchange_weak(&coral_gstats.class_peak[c], &peak, row->live)) {
+               !atomic_compare_exchange_weak(&coral_counters.class_peak[c], &peak, row->live)) {
         }
         row->peak = row->live > peak ? row->live : peak;
     }
 }
 
-int64_t coral_stats_class_size(int cls) {
+static int64_t class_size(int cls) {
     if (cls >= 1 && cls < CORAL_CLASS_COUNT) return (int64_t)coral_class_size((unsigned)cls);
     return -1; /* large and huge blocks */
 }
@@ -112,8 +136,8 @@ static const char *const call_names[CORAL_OS_CALL_KINDS] = {
     "mmap", "munmap", "purge", "mremap", "populate", "hugepage", "mincore"};
 
 size_t coral_stats_json(char *buf, size_t len) {
-    coral_stats_t s;
-    coral_stats_snapshot(&s);
+    stats_t s;
+    stats_snapshot(&s);
     writer_t w = {buf, len, 0};
     if (buf != NULL && len > 0) buf[0] = '\0';
     put(&w, "{\"per_class\":%s,\"os\":{", s.per_class ? "true" : "false");
@@ -137,11 +161,12 @@ size_t coral_stats_json(char *buf, size_t len) {
         (long long)s.bulk_cached, (long long)s.bulk_cached_peak);
     bool first = true;
     for (int c = 1; c < CORAL_QUEUE_COUNT && s.per_class; c++) {
-        coral_class_stats_t *r = &s.classes[c];
+        class_stats_t *r = &s.classes[c];
         if (r->allocated == 0 && r->freed == 0) continue;
-        put(&w, "%s{\"class\":%d,\"size\":%lld,\"allocated\":%lld,\"freed\":%lld,\"live\":%lld,"
-                "\"peak\":%lld}",
-            first ? "" : ",", c, (long long)coral_stats_class_size(c), (long long)r->allocated,
+        put(&w,
+            "%s{\"class\":%d,\"size\":%lld,\"allocated\":%lld,\"freed\":%lld,\"live\":%lld,"
+            "\"peak\":%lld}",
+            first ? "" : ",", c, (long long)class_size(c), (long long)r->allocated,
             (long long)r->freed, (long long)r->live, (long long)r->peak);
         first = false;
     }
@@ -149,9 +174,9 @@ size_t coral_stats_json(char *buf, size_t len) {
     return w.len;
 }
 
-void coral_stats_print_to(FILE *out) {
-    coral_stats_t s;
-    coral_stats_snapshot(&s);
+static void stats_print_to(FILE *out) {
+    stats_t s;
+    stats_snapshot(&s);
     fprintf(out, "coralloc statistics\n");
     fprintf(out, "  %-12s %14s %18s\n", "os call", "calls", "bytes");
     for (int k = 0; k < CORAL_OS_CALL_KINDS; k++)
@@ -183,14 +208,38 @@ void coral_stats_print_to(FILE *out) {
     fprintf(out, "  %-10s %14s %14s %12s %12s\n", "class size", "allocated", "freed", "live",
             "peak");
     for (int c = 1; c < CORAL_QUEUE_COUNT; c++) {
-        coral_class_stats_t *r = &s.classes[c];
+        class_stats_t *r = &s.classes[c];
         if (r->allocated == 0 && r->freed == 0) continue;
         char size[24];
-        if (c < CORAL_CLASS_COUNT) snprintf(size, sizeof size, "%lld", (long long)coral_stats_class_size(c));
-        else snprintf(size, sizeof size, "large/huge");
+        if (c < CORAL_CLASS_COUNT)
+            snprintf(size, sizeof size, "%lld", (long long)class_size(c));
+        else
+            snprintf(size, sizeof size, "large/huge");
         fprintf(out, "  %-10s %14lld %14lld %12lld %12lld\n", size, (long long)r->allocated,
                 (long long)r->freed, (long long)r->live, (long long)r->peak);
     }
 }
 
-void coral_stats_print(FILE *out) { coral_stats_print_to(out ? out : stderr); }
+void coral_stats_print(FILE *out) {
+    stats_print_to(out ? out : stderr);
+}
+
+/* ---- options by name ------------------------------------------------------------------- */
+
+int coral_option_get(const char *name, long long *value) {
+    int i = coral_option_index(name);
+    if (i < 0 || value == NULL) return EINVAL;
+    coral_process_init(); /* the options are read on first use */
+    *value = (long long)coral_option((coral_option_t)i);
+    return 0;
+}
+
+int coral_option_set(const char *name, long long value) {
+    int i = coral_option_index(name);
+    if (i < 0) return EINVAL;
+    int rc = coral_option_check(i, value);
+    if (rc != 0) return rc;
+    coral_process_init();
+    __atomic_store_n(&coral_options[i], (int64_t)value, __ATOMIC_RELAXED);
+    return 0;
+}

@@ -1,30 +1,37 @@
-/* The allocation API (coral_ names) and the slow paths behind alloc.h. */
+/* The allocation API (coral_ names), first-class heaps' calls, and the
+ * slow paths behind api.h. Every call takes its heap as a parameter: the
+ * thread's own (coral_tls_heap) for malloc & co., a user heap for
+ * coral_heap_*; the code is the same. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "alloc.h"
-#include "internal.h"
-#include "stash.h"
-#include "stats.h"
+#include "api/api.h"
+#include "api/bulk_cache.h"
 
-/* The calling thread's heap, set up on first use. NULL only when the OS
- * has no memory for it. */
-static coral_heap_t *heap_ready(void) {
+static void show_stats_at_exit(void) {
+    coral_stats_print(stderr);
+}
+
+/* Once per process, on its first thread's set-up: what the api layer
+ * needs that may allocate. */
+static void api_process_init(void) {
+    static _Atomic(int) done;
+    if (atomic_exchange_explicit(&done, 1, memory_order_relaxed)) return;
+    if (coral_option(CORAL_OPT_SHOW_STATS)) atexit(show_stats_at_exit);
+}
+
+coral_heap_t *coral_heap_ready(void) {
     coral_heap_t *heap = coral_tls_heap;
-    if (coral_unlikely(heap == &coral_heap_empty)) heap = coral_thread_init();
+    if (coral_likely(heap != &coral_heap_empty)) return heap;
+    heap = coral_thread_init();
+    if (heap != NULL) api_process_init();
     return heap;
 }
 
 static void *enomem(void) {
     errno = ENOMEM;
     return NULL;
-}
-
-/* Work done now and then on the slow paths: start the purge thread when
- * it is wanted, and purge from this thread every 256th time. */
-void coral_periodic_work(coral_heap_t *heap) {
-    coral_purger_start_if_wanted();
-    if ((++heap->heartbeat & 255) == 0) coral_purge_tick();
 }
 
 /* A block off page's free list (it has one), for a request of size bytes
@@ -34,9 +41,7 @@ CORAL_INLINE void *page_pop(coral_heap_t *heap, coral_page_t *page, unsigned cls
     coral_block_t *block = page->free;
     page->free = block->next;
     page->used++;
-    (void)heap; /* both read by the statistics only, when compiled in */
-    (void)cls;
-    coral_stat_inc(heap->stat_allocs[cls]);
+    coral_heap_count(heap, allocs, cls, 1);
     if (zero) {
         if (!page->free_is_zero) return memset(block, 0, size);
         block->next = NULL;
@@ -46,7 +51,7 @@ CORAL_INLINE void *page_pop(coral_heap_t *heap, coral_page_t *page, unsigned cls
 
 /* A thread's first allocation: set it up. */
 static CORAL_NOINLINE void *malloc_first(size_t size, bool zero) {
-    coral_heap_t *heap = coral_thread_init();
+    coral_heap_t *heap = coral_heap_ready();
     if (heap == NULL) return enomem();
     return coral_malloc_generic(size, heap, zero);
 }
@@ -57,7 +62,7 @@ static CORAL_NOINLINE void *malloc_first(size_t size, bool zero) {
 void *coral_malloc_refill(size_t size, coral_heap_t *heap, bool zero) {
     if (coral_unlikely(heap == &coral_heap_empty)) return malloc_first(size, zero);
     unsigned cls = coral_size_class(size);
-    coral_periodic_work(heap);
+    coral_heap_periodic_work(heap);
     coral_page_t *page = coral_heap_find_page(heap, cls); /* takes other threads' frees first */
     if (page == NULL) return enomem();
     return page_pop(heap, page, cls, size, zero);
@@ -68,9 +73,9 @@ void *coral_malloc_refill(size_t size, coral_heap_t *heap, bool zero) {
  * it saves no register), large and huge sizes, a thread's first call. */
 void *coral_malloc_generic(size_t size, coral_heap_t *heap, bool zero) {
     if (coral_unlikely(heap == &coral_heap_empty)) return malloc_first(size, zero);
-    if (size > CORAL_CLASS_MAX_SIZE) return coral_malloc_large(heap, size, 0, zero);
+    if (size > CORAL_CLASS_MAX_SIZE) return coral_heap_malloc_large(heap, size, 0, zero);
     unsigned cls = coral_size_class(size);
-    coral_page_t *page = heap->queues[cls].first;
+    coral_page_t *page = coral_queue_first(heap, cls);
     if (coral_unlikely(page == NULL || page->free == NULL))
         return coral_malloc_refill(size, heap, zero);
     return page_pop(heap, page, cls, size, zero);
@@ -83,10 +88,9 @@ void *coral_malloc_generic(size_t size, coral_heap_t *heap, bool zero) {
 void coral_free_slow(void *p) {
     if (p == NULL) return;
     coral_segment_t *seg = coral_segment_of_any(p);
-    if (seg == NULL)
-        coral_fatal("free(): invalid pointer %p (not allocated by coralloc)", p);
-    coral_count_free(CORAL_CLASS_LARGE);
-    coral_free_remote(seg, &seg->pages[0], p); /* huge segments only get here */
+    if (seg == NULL) coral_fatal("free(): invalid pointer %p (not allocated by coralloc)", p);
+    coral_count_frees(CORAL_CLASS_LARGE, 1);
+    coral_heap_free_remote(seg, &seg->pages[0], p); /* huge segments only get here */
 }
 
 /* ---- usable size ---------------------------------------------------------------------- */
@@ -96,8 +100,7 @@ static size_t usable_size_of(coral_segment_t *seg, const void *p) {
     coral_page_t *page = coral_segment_page_of(seg, p);
     if (page->slice_count == 0) return 0;
     uint8_t *block = (uint8_t *)p;
-    if (page->shared_flags & CORAL_PAGE_HAS_ALIGNED)
-        block = coral_page_block_start(page, p);
+    if (page->shared_flags & CORAL_PAGE_HAS_ALIGNED) block = coral_page_block_start(page, p);
     return (size_t)(block + page->block_size - (const uint8_t *)p);
 }
 
@@ -107,7 +110,9 @@ size_t coral_malloc_usable_size(const void *p) {
     return seg ? usable_size_of(seg, p) : 0;
 }
 
-int coral_owns(const void *p) { return p != NULL && coral_segment_of_any(p) != NULL; }
+int coral_owns(const void *p) {
+    return p != NULL && coral_segment_of_any(p) != NULL;
+}
 
 size_t coral_good_size(size_t size) {
     if (size <= CORAL_CLASS_MAX_SIZE) return coral_class_size(coral_size_class(size));
@@ -121,9 +126,15 @@ size_t coral_good_size(size_t size) {
 
 /* ---- the standard calls ---------------------------------------------------------------- */
 
-void *coral_malloc(size_t size) { return coral_malloc_inline(size); }
-void coral_free(void *p) { coral_free_inline(p); }
-void *coral_calloc(size_t n, size_t size) { return coral_calloc_inline(n, size); }
+void *coral_malloc(size_t size) {
+    return coral_malloc_inline(size);
+}
+void coral_free(void *p) {
+    coral_free_inline(p);
+}
+void *coral_calloc(size_t n, size_t size) {
+    return coral_heap_calloc_inline(coral_tls_heap, n, size);
+}
 
 static void check_sized_free(void *p, size_t size) {
     size_t usable = coral_malloc_usable_size(p);
@@ -144,11 +155,10 @@ void coral_free_aligned_sized(void *p, size_t alignment, size_t size) {
 
 /* Aligned allocation; alignment is a power of two. */
 void *coral_malloc_aligned_in(coral_heap_t *heap, size_t size, size_t alignment, bool zero) {
-    if (alignment <= CORAL_ALIGNMENT)
-        return zero ? coral_calloc_inline(1, size) : coral_malloc_inline(size);
+    if (alignment <= CORAL_ALIGNMENT) return coral_heap_alloc_inline(heap, size, zero);
     if (size > CORAL_MAX_REQUEST || alignment > CORAL_MAX_REQUEST) return enomem();
     if (size == 0) size = 1; /* rounds up to one alignment unit below */
-    if (heap == &coral_heap_empty && (heap = heap_ready()) == NULL) return enomem();
+    if (heap == &coral_heap_empty && (heap = coral_heap_ready()) == NULL) return enomem();
     if (alignment <= CORAL_SLICE_SIZE) {
         /* Every block of a class whose size is a multiple of the alignment
          * is aligned (pages start on a 64 KiB boundary). The class of
@@ -159,10 +169,12 @@ void *coral_malloc_aligned_in(coral_heap_t *heap, size_t size, size_t alignment,
         size_t rounded = (size + alignment - 1) & ~(alignment - 1);
         if (rounded <= CORAL_CLASS_MAX_SIZE) return coral_malloc_generic(rounded, heap, zero);
     }
-    return coral_malloc_large(heap, size, alignment, zero);
+    return coral_heap_malloc_large(heap, size, alignment, zero);
 }
 
-static bool is_power_of_two(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
+static bool is_power_of_two(size_t x) {
+    return x != 0 && (x & (x - 1)) == 0;
+}
 
 int coral_posix_memalign(void **out, size_t alignment, size_t size) {
     if (!is_power_of_two(alignment) || alignment % sizeof(void *) != 0) return EINVAL;
@@ -184,7 +196,9 @@ void *coral_memalign(size_t alignment, size_t size) {
     return coral_malloc_aligned_in(coral_tls_heap, size, alignment, false);
 }
 
-void *coral_aligned_alloc(size_t alignment, size_t size) { return coral_memalign(alignment, size); }
+void *coral_aligned_alloc(size_t alignment, size_t size) {
+    return coral_memalign(alignment, size);
+}
 
 void *coral_valloc(size_t size) {
     return coral_malloc_aligned_in(coral_tls_heap, size, CORAL_OS_PAGE_SIZE, false);
@@ -199,11 +213,11 @@ void *coral_pvalloc(size_t size) {
 
 /* ---- realloc ---------------------------------------------------------------------------- */
 
-static void *realloc_move(void *p, size_t old_usable, size_t size) {
-    void *q = coral_malloc_inline(size);
+static void *realloc_move(coral_heap_t *heap, void *p, size_t old_usable, size_t size) {
+    void *q = coral_heap_alloc_inline(heap, size, false);
     if (q == NULL) return NULL;
     size_t copy = old_usable < size ? old_usable : size;
-    /* Before the copy writes it (populate.c). A copy of at most 56 KiB
+    /* Before the copy writes it (os/populate.c). A copy of at most 56 KiB
      * spans at most 15 OS pages, below CORAL_POPULATE_MIN_BYTES: the common
      * small realloc makes no call here. */
     if (copy > CORAL_POPULATE_MIN_BYTES - 2 * CORAL_OS_PAGE_SIZE && coral_populate_adaptive())
@@ -213,8 +227,11 @@ static void *realloc_move(void *p, size_t old_usable, size_t size) {
     return q;
 }
 
-void *coral_realloc(void *p, size_t size) {
-    if (p == NULL) return coral_malloc_inline(size);
+/* realloc of p into heap. A block may stay where it is (or grow in place)
+ * only if it is heap's, or any heap's when any_heap (plain realloc keeps a
+ * user heap's block in its heap); when it moves, it moves into heap. */
+static void *realloc_in(coral_heap_t *heap, void *p, size_t size, bool any_heap) {
+    if (p == NULL) return coral_heap_alloc_inline(heap, size, false);
     if (size == 0) { /* glibc's behaviour: free and return NULL */
         coral_free_inline(p);
         return NULL;
@@ -224,20 +241,27 @@ void *coral_realloc(void *p, size_t size) {
     if (seg == NULL) coral_fatal("realloc(): invalid pointer %p (not allocated by coralloc)", p);
     size_t usable = usable_size_of(seg, p);
     if (seg->kind == CORAL_SEGMENT_HUGE) {
-        if (size > CORAL_LARGE_MAX_SIZE) return coral_huge_realloc(seg, p, size);
-        return realloc_move(p, usable, size);
+        bool same = any_heap || coral_page_heap(&seg->pages[0]) == heap ||
+                    (coral_page_heap(&seg->pages[0]) == NULL && heap->is_default);
+        if (same && size > CORAL_LARGE_MAX_SIZE) return coral_huge_realloc(seg, p, size);
+        return realloc_move(heap, p, usable, size);
     }
     coral_page_t *page = coral_segment_page_of(seg, p);
     if (page->slice_count == 0) coral_fatal("realloc(): invalid pointer %p (freed block?)", p);
+    bool same = any_heap || coral_page_heap(page) == heap;
     bool owner = atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == coral_thread_id();
-    if (page->class_idx == CORAL_CLASS_LARGE && owner && size > CORAL_CLASS_MAX_SIZE &&
+    if (page->class_idx == CORAL_CLASS_LARGE && owner && same && size > CORAL_CLASS_MAX_SIZE &&
         size <= CORAL_LARGE_MAX_SIZE) {
         void *q = coral_realloc_large_in_place(page, p, size);
         if (q != NULL) return q;
-    } else if (size <= usable && size >= usable / 2) {
+    } else if (same && size <= usable && size >= usable / 2) {
         return p; /* shrinking by less than half: keep the block */
     }
-    return realloc_move(p, usable, size);
+    return realloc_move(heap, p, usable, size);
+}
+
+void *coral_realloc(void *p, size_t size) {
+    return realloc_in(coral_tls_heap, p, size, true);
 }
 
 void *coral_reallocarray(void *p, size_t n, size_t size) {
@@ -250,15 +274,86 @@ void *coral_reallocarray(void *p, size_t n, size_t size) {
 
 void coral_collect(int force) {
     /* A forced collect adopts abandoned segments, which needs a heap. */
-    coral_heap_t *heap = force ? heap_ready() : coral_tls_heap;
+    coral_heap_t *heap = force ? coral_heap_ready() : coral_tls_heap;
     if (heap != NULL && heap != &coral_heap_empty) {
-        coral_stash_flush_own(heap);
-        for (coral_heap_t *h = heap->tld->heaps; h != NULL; h = h->next_heap)
-            coral_heap_collect(h, force != 0);
+        coral_bulk_cache_flush_own();
+        for (coral_link_t *l = heap->thread->heaps.first; l != NULL; l = l->next)
+            coral_heap_collect(coral_container_of(l, coral_heap_t, thread_link), force != 0);
         if (force) {
-            coral_segments_adopt_all(heap);
+            coral_heap_adopt_all(heap);
             coral_heap_collect(heap, true);
         }
     }
     coral_purge_now();
+}
+
+/* ---- first-class heaps -------------------------------------------------------------------
+ * Rules (docs/DESIGN.md, tested in tests/test_heaps.c): a heap belongs to
+ * the thread that created it; only that thread allocates from it, resets or
+ * destroys it (others get a clear error). Any thread may free its blocks.
+ * Destroy and reset free every block at once, in time proportional to the
+ * heap's pages. When the owner thread exits, its heaps go with it: their
+ * live blocks stay valid and freeable, the handles do not. A NULL heap is
+ * the calling thread's own. */
+
+/* heap, checked to be the calling thread's; the thread's own for NULL. */
+static coral_heap_t *heap_of_caller(coral_heap_t *heap, const char *what) {
+    if (heap == NULL) return coral_tls_heap;
+    if (coral_unlikely(heap->thread == NULL ||
+                       heap->thread->segments.thread_id != coral_thread_id()))
+        coral_fatal("%s(%p): the heap belongs to another thread (or was destroyed)", what,
+                    (void *)heap);
+    return heap;
+}
+
+coral_heap_t *coral_heap_new(void) {
+    if (coral_heap_ready() == NULL) return enomem();
+    coral_heap_t *heap = coral_heap_create();
+    if (heap == NULL) errno = ENOMEM;
+    return heap;
+}
+
+/* For destroy and reset: a user heap of the caller (NULL: nothing to do). */
+static coral_heap_t *user_heap_of_caller(coral_heap_t *heap, const char *what) {
+    if (heap == NULL) return NULL;
+    heap_of_caller(heap, what);
+    if (heap->is_default) coral_fatal("%s: %p is a thread's own heap", what, (void *)heap);
+    return heap;
+}
+
+void coral_heap_destroy(coral_heap_t *heap) {
+    if (user_heap_of_caller(heap, "coral_heap_destroy") != NULL) coral_heap_free_all(heap, false);
+}
+
+void coral_heap_reset(coral_heap_t *heap) {
+    if (user_heap_of_caller(heap, "coral_heap_reset") != NULL) coral_heap_free_all(heap, true);
+}
+
+void *coral_heap_malloc(coral_heap_t *heap, size_t size) {
+    return coral_heap_alloc_inline(heap_of_caller(heap, "coral_heap_malloc"), size, false);
+}
+
+void *coral_heap_calloc(coral_heap_t *heap, size_t n, size_t size) {
+    return coral_heap_calloc_inline(heap_of_caller(heap, "coral_heap_calloc"), n, size);
+}
+
+void *coral_heap_realloc(coral_heap_t *heap, void *p, size_t size) {
+    if (heap == NULL) return coral_realloc(p, size);
+    return realloc_in(heap_of_caller(heap, "coral_heap_realloc"), p, size, false);
+}
+
+void coral_heap_free(coral_heap_t *heap, void *p) {
+    (void)heap; /* any heap's block may be freed by anyone */
+    coral_free_inline(p);
+}
+
+/* ---- testing ---------------------------------------------------------------------------- */
+
+void coral_test_advance_clock(unsigned long long ms) {
+    coral_clock_advance((uint64_t)ms);
+}
+
+int coral_test_purge_pass(void) {
+    coral_process_init();
+    return coral_purge_wait_pass() ? 1 : 0;
 }

@@ -1,7 +1,7 @@
 /* Bulk allocation: many blocks per call.
  *
  * coral_malloc_bulk first takes blocks of its class from the thread's bulk
- * cache (stash.h: blocks coral_free_bulk kept, addresses in arrays), then
+ * cache (bulk_cache.h: blocks coral_free_bulk kept, addresses in arrays), then
  * fills the rest of its array from a page at a time: the page's free list,
  * then the blocks its owner freed (local_free), then blocks never handed
  * out yet, whose addresses it computes without touching them.
@@ -11,7 +11,7 @@
  * rest.
  *
  * coral_free_bulk puts scattered blocks of the classes coral_malloc_bulk
- * asks for in the bulk cache (see stash.h for which blocks may go there).
+ * asks for in the bulk cache (see bulk_cache.h for which blocks may go there).
  * For the others it keeps a run (a chain of blocks) per 64 KiB slice seen,
  * direct-mapped by the slice's number: a block whose slot holds its slice's
  * run is linked on with no page lookup, and a stretch of one slice (8
@@ -25,10 +25,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "alloc.h"
-#include "internal.h"
-#include "stash.h"
-#include "stats.h"
+#include "api/bulk_cache.h"
 
 /* ---- the chase hint ------------------------------------------------------------
  * Taking a free list is a chase: each block's address is in the block
@@ -48,8 +45,12 @@
 #define HINT_AHEAD 8
 _Static_assert(CORAL_ALIGNMENT >= 2 * sizeof(void *), "a free block has a word 1");
 
-static inline void hint_set(void *block, void *ahead) { ((void **)block)[1] = ahead; }
-static inline void *hint_of(const coral_block_t *block) { return ((void *const *)block)[1]; }
+static inline void hint_set(void *block, void *ahead) {
+    ((void **)block)[1] = ahead;
+}
+static inline void *hint_of(const coral_block_t *block) {
+    return ((void *const *)block)[1];
+}
 
 /* Are a, b, c, d in ascending address order? (No branch: one test.) */
 static inline bool ascending(const void *a, const void *b, const void *c, const void *d) {
@@ -79,7 +80,8 @@ static size_t take_uncarved(coral_page_t *page, void **out, size_t want) {
     if (got > want) got = want;
     size_t bs = page->block_size;
     uint8_t *block = page->start + (size_t)page->capacity * bs;
-    for (size_t i = 0; i < got; i++, block += bs) out[i] = block;
+    for (size_t i = 0; i < got; i++, block += bs)
+        out[i] = block;
     page->capacity += (uint32_t)got;
     return got;
 }
@@ -108,17 +110,18 @@ static size_t malloc_each(size_t size, size_t n, void **out) {
         return 1 + coral_malloc_bulk(size, n - 1, out + 1);
     }
     size_t got = 0;
-    while (got < n && (out[got] = coral_malloc_generic(size, heap, false)) != NULL) got++;
+    while (got < n && (out[got] = coral_malloc_generic(size, heap, false)) != NULL)
+        got++;
     return got;
 }
 
 /* Up to n blocks of class cls from the thread's bulk cache; how many. */
-static size_t take_stashed(coral_heap_t *heap, unsigned cls, void **out, size_t n) {
-    coral_stash_want(heap, cls);
-    coral_stash_t *stash = coral_stash_for_alloc(heap);
-    if (stash == NULL) return 0;
-    size_t got = stash->top[cls] != NULL ? coral_stash_take(stash, cls, out, n) : 0;
-    coral_stash_release(stash, -(int64_t)(got * coral_class_size(cls)));
+static size_t take_cached(unsigned cls, void **out, size_t n) {
+    coral_bulk_cache_want(cls);
+    coral_bulk_cache_t *cache = coral_bulk_cache_for_alloc();
+    if (cache == NULL) return 0;
+    size_t got = cache->top[cls] != NULL ? coral_bulk_cache_take(cache, cls, out, n) : 0;
+    coral_bulk_cache_release(cache, -(int64_t)(got * coral_class_size(cls)));
     return got;
 }
 
@@ -127,13 +130,13 @@ static CORAL_NOINLINE size_t malloc_batch(size_t size, size_t n, void **out) {
     coral_heap_t *heap = coral_tls_heap;
     if (size > CORAL_CLASS_MAX_SIZE || heap == &coral_heap_empty) return malloc_each(size, n, out);
     unsigned cls = coral_size_class(size);
-    size_t got = take_stashed(heap, cls, out, n);
+    size_t got = take_cached(cls, out, n);
     while (got < n) {
-        coral_page_t *page = heap->queues[cls].first;
+        coral_page_t *page = coral_queue_first(heap, cls);
         if (page == NULL || !page_can_serve(page)) {
             /* The first page is used up: the slow path's work, then the
              * next page with room (made first in the queue). */
-            coral_periodic_work(heap);
+            coral_heap_periodic_work(heap);
             page = coral_heap_find_room(heap, cls);
             if (page == NULL) {
                 errno = ENOMEM;
@@ -142,9 +145,7 @@ static CORAL_NOINLINE size_t malloc_batch(size_t size, size_t n, void **out) {
         }
         got += take_from_page(page, out + got, n - got);
     }
-#if CORAL_STATS_ENABLED
-    __atomic_store_n(&heap->stat_allocs[cls], heap->stat_allocs[cls] + got, __ATOMIC_RELAXED);
-#endif
+    coral_heap_count(heap, allocs, cls, got);
     return got;
 }
 
@@ -228,26 +229,27 @@ typedef struct runs_s {
     bool owned[OPEN_RUNS]; /* page[r] is the calling thread's */
     coral_page_t *page[OPEN_RUNS];
     coral_block_t *tail[OPEN_RUNS];
-    coral_stash_t *stash; /* the thread's bulk cache, taken; NULL: none this call */
-    int64_t stash_room;   /* bytes it may still take (put_cls's open entries not counted yet) */
-    bool stash_full;      /* it ran out of room */
+    coral_bulk_cache_t *cache; /* the thread's bulk cache, taken; NULL: none this call */
+    int64_t cache_room; /* bytes it may still take (put_cls's open entries not counted yet) */
+    bool cache_full;    /* it ran out of room */
     /* The put cursor: blocks of class put_cls (0: none) go to put, which
-     * runs up to put_end in that class's top chunk (reserved, see stash.h),
-     * put_end no further than stash_room allows. What was written since
-     * put_from is committed, counted and taken off stash_room when the
+     * runs up to put_end in that class's top chunk (reserved, see bulk_cache.h),
+     * put_end no further than cache_room allows. What was written since
+     * put_from is committed, counted and taken off cache_room when the
      * cursor moves to another class or chunk, and at the end (put_close). */
     unsigned put_cls;
     uint32_t put_size; /* put_cls's block size */
-    uintptr_t put_key; /* the stash's marker key */
+    uintptr_t put_key; /* the cache's marker key */
     void **put, **put_end, **put_from;
-    bool count_frees;     /* false in a cache flush: its blocks were counted when cached */
+    bool count_frees; /* false in a cache flush: its blocks were counted when cached */
 } runs_t;
 
-static void runs_init(runs_t *runs, coral_stash_t *stash, int64_t room, bool count_frees) {
-    for (unsigned r = 0; r < OPEN_RUNS; r++) runs->key[r] = NO_RUN;
-    runs->stash = stash;
-    runs->stash_room = room;
-    runs->stash_full = false;
+static void runs_init(runs_t *runs, coral_bulk_cache_t *cache, int64_t room, bool count_frees) {
+    for (unsigned r = 0; r < OPEN_RUNS; r++)
+        runs->key[r] = NO_RUN;
+    runs->cache = cache;
+    runs->cache_room = room;
+    runs->cache_full = false;
     runs->put_cls = 0;
     runs->count_frees = count_frees;
 }
@@ -255,7 +257,9 @@ static void runs_init(runs_t *runs, coral_stash_t *stash, int64_t room, bool cou
 /* The slot of a slice number: its index in its segment (so that a segment's
  * slices never share a slot; two segments' slices may). */
 _Static_assert(OPEN_RUNS == CORAL_SLICES_PER_SEGMENT, "a slot per slice of a segment");
-static size_t run_slot(uintptr_t key) { return key % OPEN_RUNS; }
+static size_t run_slot(uintptr_t key) {
+    return key % OPEN_RUNS;
+}
 
 /* The owner freed the last blocks in use of a page, `count` of them in one
  * run. As after free(), a page that is not the first of its class queue
@@ -266,12 +270,12 @@ static size_t run_slot(uintptr_t key) { return key % OPEN_RUNS; }
  * run is pushed as usual (then not carving again spares the next malloc()s
  * a carving step). Returns false when the run is still to be pushed. */
 static bool page_emptied(coral_page_t *page, uint32_t count) {
-    if (page->prev != NULL) {
+    if (page->link.prev != NULL) {
         /* (Unless a remote free is telling the heap about it: then it stays
          * until the heap takes it, see heap.c, and the run is pushed.) */
         if (coral_page_notice_pending(page)) return false;
         page->used = 0;
-        coral_page_retire(page);
+        coral_heap_page_retire(page);
         return true;
     }
     if (page->capacity != count) return false;
@@ -291,8 +295,9 @@ static void run_free_local(runs_t *runs, size_t r) {
      * block freed last freed again. */
     if (coral_unlikely(page->used < count || head == page->local_free))
         coral_fatal("double free detected: free_bulk gave %u blocks (one %p) to a page with "
-                    "%u in use", count, (void *)head, page->used);
-    if (page->flags & CORAL_PAGE_IN_FULL) coral_page_unfull(page);
+                    "%u in use",
+                    count, (void *)head, page->used);
+    if (page->flags & CORAL_PAGE_IN_FULL) coral_heap_page_unfull(page);
     if (count == page->used && page_emptied(page, count)) return;
     runs->tail[r]->next = page->local_free;
     page->local_free = head;
@@ -304,20 +309,21 @@ static void run_free_local(runs_t *runs, size_t r) {
 static void run_flush(runs_t *runs, size_t r) {
     if (runs->count[r] == 0) return; /* every block went to the bulk cache */
     if (runs->count_frees) coral_count_frees(runs->page[r]->class_idx, runs->count[r]);
-    if (runs->owned[r]) run_free_local(runs, r);
+    if (runs->owned[r])
+        run_free_local(runs, r);
     else
         coral_page_push_remote(runs->page[r], runs->head[r], runs->tail[r],
                                (uint32_t)runs->count[r]);
 }
 
-/* The blocks put since the cursor opened: committed to the stash, counted
+/* The blocks put since the cursor opened: committed to the cache, counted
  * as freed, their bytes taken off the room. */
 static void put_close(runs_t *runs) {
     if (runs->put_cls == 0) return;
     size_t n = (size_t)(runs->put - runs->put_from);
-    coral_stash_commit(runs->stash, runs->put_cls, runs->put);
+    coral_bulk_cache_commit(runs->cache, runs->put_cls, runs->put);
     coral_count_frees(runs->put_cls, n);
-    runs->stash_room -= (int64_t)(n * runs->put_size);
+    runs->cache_room -= (int64_t)(n * runs->put_size);
     runs->put_cls = 0;
 }
 
@@ -345,7 +351,7 @@ static coral_page_t *owned_class_page(coral_page_t *slice, const void *p) {
  * slice in no page (the ordinary free reports it). A run's push is what the
  * ordinary remote free does for one block (coral_page_push_remote: a full
  * page's owner hears of it there), so full and large pages take runs too.
- * Reads only the descriptor's shared cache line (internal.h). */
+ * Reads only the descriptor's shared cache line (segment/segment.h). */
 static coral_page_t *remote_class_page(coral_segment_t *seg, coral_page_t *slice) {
     if (seg->kind != CORAL_SEGMENT_NORMAL) return NULL;
     coral_page_t *page = coral_slice_head(slice);
@@ -367,14 +373,14 @@ static coral_page_t *run_page(void *p, bool *owned) {
 
 /* The class whose bulk cache takes the blocks of page (a run page), or 0:
  * none (no cache this call, a large block, a page with aligned blocks or
- * of a user heap; see stash.h). Its class_idx is read once per run, for
+ * of a user heap; see bulk_cache.h). Its class_idx is read once per run, for
  * another thread's page too: it never changes while the page has a block
  * in use. */
-static unsigned stash_class_of(const runs_t *runs, const coral_page_t *page) {
-    if (runs->stash == NULL || page->class_idx == CORAL_CLASS_LARGE ||
+static unsigned cache_class_of(const runs_t *runs, const coral_page_t *page) {
+    if (runs->cache == NULL || page->class_idx == CORAL_CLASS_LARGE ||
         (page->shared_flags & (CORAL_PAGE_USER_HEAP | CORAL_PAGE_HAS_ALIGNED)))
         return 0;
-    return runs->stash->want[page->class_idx] ? page->class_idx : 0;
+    return runs->cache->want[page->class_idx] ? page->class_idx : 0;
 }
 
 /* p's slice (number key) has no open run in its slot r: open one, with no
@@ -393,7 +399,7 @@ CORAL_INLINE bool run_open(runs_t *runs, size_t r, void *p, uintptr_t key) {
     runs->head[r] = runs->tail[r] = NULL;
     runs->count[r] = 0;
     runs->owned[r] = owned;
-    unsigned cls = stash_class_of(runs, page);
+    unsigned cls = cache_class_of(runs, page);
     runs->key[r] = cls != 0 ? key | CACHED_KEY : key;
     runs->cache_cls[r] = (uint8_t)cls;
     if (cls != 0) runs->block_size[r] = (uint32_t)page->block_size;
@@ -401,20 +407,20 @@ CORAL_INLINE bool run_open(runs_t *runs, size_t r, void *p, uintptr_t key) {
 }
 
 /* The cursor moved to cached slot r's class (closed first if open
- * elsewhere or full); false when the stash has no room for one more of
+ * elsewhere or full); false when the cache has no room for one more of
  * its blocks. */
 static CORAL_NOINLINE bool put_open(runs_t *runs, size_t r) {
     put_close(runs);
     unsigned cls = runs->cache_cls[r];
     uint32_t size = runs->block_size[r];
-    if (runs->stash_room < (int64_t)size) return false;
-    void **start, **end = coral_stash_reserve(runs->stash, cls, &start);
+    if (runs->cache_room < (int64_t)size) return false;
+    void **start, **end = coral_bulk_cache_reserve(runs->cache, cls, &start);
     if (end == NULL) return false;
-    size_t fit = (size_t)(runs->stash_room / size);
+    size_t fit = (size_t)(runs->cache_room / size);
     if ((size_t)(end - start) > fit) end = start + fit;
     runs->put_cls = cls;
     runs->put_size = size;
-    runs->put_key = runs->stash->key;
+    runs->put_key = runs->cache->key;
     runs->put = runs->put_from = start;
     runs->put_end = end;
     return true;
@@ -422,15 +428,15 @@ static CORAL_NOINLINE bool put_open(runs_t *runs, size_t r) {
 
 /* p (of cached slot r's slice) into the bulk cache; false when it has no
  * room left for it: then the slot becomes a plain run. */
-CORAL_INLINE bool run_stash(runs_t *runs, size_t r, void *p) {
+CORAL_INLINE bool run_cache(runs_t *runs, size_t r, void *p) {
     if (coral_unlikely(runs->cache_cls[r] != runs->put_cls || runs->put == runs->put_end) &&
         !put_open(runs, r)) {
         runs->key[r] &= ~CACHED_KEY;
-        runs->stash_full = true;
+        runs->cache_full = true;
         return false;
     }
     void **at = runs->put; /* (loaded before p's marker is stored: p might alias it) */
-    coral_stash_mark_in(runs->put_key, p);
+    coral_bulk_cache_mark_in(runs->put_key, p);
     *at = p;
     runs->put = at + 1;
     return true;
@@ -451,8 +457,7 @@ static bool same_slice(const void *a, const void *b) {
  * order onto the front of run r (open, of that slice); returns the
  * stretch's end (the first entry before end in another slice: NULL always
  * is). */
-static void *const *run_add_stretch(runs_t *runs, size_t r, void *const *blocks,
-                                    void *const *end) {
+static void *const *run_add_stretch(runs_t *runs, size_t r, void *const *blocks, void *const *end) {
     uintptr_t first = (uintptr_t)blocks[0];
     coral_block_t *last = blocks[0];
     void *const *q = blocks + 1;
@@ -465,7 +470,8 @@ static void *const *run_add_stretch(runs_t *runs, size_t r, void *const *blocks,
     while (end - q >= 4) {
         coral_block_t *a = q[0], *b = q[1], *c = q[2], *d = q[3];
         if (((((uintptr_t)a ^ first) | ((uintptr_t)b ^ first) | ((uintptr_t)c ^ first) |
-              ((uintptr_t)d ^ first)) >> CORAL_SLICE_SHIFT) != 0)
+              ((uintptr_t)d ^ first)) >>
+             CORAL_SLICE_SHIFT) != 0)
             break;
         if (end - q >= HINT_AHEAD + 4 && !ascending(a, b, c, d)) {
             hint_set(a, q[HINT_AHEAD]);
@@ -510,10 +516,12 @@ static CORAL_NOINLINE void free_one_other(runs_t *runs, size_t r, void *p, uintp
                                           void *ahead) {
     if ((runs->key[r] & ~CACHED_KEY) != key) {
         if (!run_open(runs, r, p, key)) return;
-        if (runs->key[r] != key && run_stash(runs, r, p)) return;
+        if (runs->key[r] != key && run_cache(runs, r, p)) return;
     }
-    if (runs->count[r] == 0) run_link_first(runs, r, p);
-    else run_link(runs, r, p, ahead);
+    if (runs->count[r] == 0)
+        run_link_first(runs, r, p);
+    else
+        run_link(runs, r, p, ahead);
 }
 
 /* One block of a scattered stretch: linked on its slice's open run, or
@@ -525,8 +533,9 @@ CORAL_INLINE void free_one(runs_t *runs, void *p, void *ahead) {
     uintptr_t key = (uintptr_t)p >> CORAL_SLICE_SHIFT;
     size_t r = run_slot(key);
     uintptr_t slot_key = runs->key[r];
-    if (coral_likely(slot_key == key)) run_link(runs, r, p, ahead);
-    else if (slot_key != (key | CACHED_KEY) || !run_stash(runs, r, p))
+    if (coral_likely(slot_key == key))
+        run_link(runs, r, p, ahead);
+    else if (slot_key != (key | CACHED_KEY) || !run_cache(runs, r, p))
         free_one_other(runs, r, p, key, ahead);
 }
 
@@ -560,7 +569,8 @@ static void free_array(runs_t *runs, void *const *ptrs, size_t n) {
      * other), and neighbours of a few blocks are linked one by one. */
     while (end - q >= GROUP) {
         uintptr_t first = (uintptr_t)q[0], differ = 0;
-        for (unsigned k = 1; k < GROUP; k++) differ |= (uintptr_t)q[k] ^ first;
+        for (unsigned k = 1; k < GROUP; k++)
+            differ |= (uintptr_t)q[k] ^ first;
         if (differ >> CORAL_SLICE_SHIFT == 0) {
             q = free_stretch(runs, q, end);
             continue;
@@ -568,10 +578,12 @@ static void free_array(runs_t *runs, void *const *ptrs, size_t n) {
         /* (the chase hints: the entries HINT_AHEAD back, none at the start) */
         void *const *back = q - ptrs >= HINT_AHEAD ? q - HINT_AHEAD : NULL;
 #pragma GCC unroll 8
-        for (unsigned k = 0; k < GROUP; k++) free_one(runs, q[k], back ? back[k] : NULL);
+        for (unsigned k = 0; k < GROUP; k++)
+            free_one(runs, q[k], back ? back[k] : NULL);
         q += GROUP;
     }
-    for (; q < end; q++) free_one(runs, *q, q - ptrs >= HINT_AHEAD ? q[-HINT_AHEAD] : NULL);
+    for (; q < end; q++)
+        free_one(runs, *q, q - ptrs >= HINT_AHEAD ? q[-HINT_AHEAD] : NULL);
     runs_flush(runs);
 }
 
@@ -579,19 +591,21 @@ void coral_free_bulk(void **ptrs, size_t n) {
     if (n == 0) return;
     runs_t runs;
     int64_t room = 0;
-    coral_stash_t *stash = coral_stash_for_free(coral_tls_heap, &room);
-    runs_init(&runs, stash, room, true);
+    coral_bulk_cache_t *cache = coral_bulk_cache_for_free(&room);
+    runs_init(&runs, cache, room, true);
     free_array(&runs, ptrs, n);
-    if (stash == NULL) return;
-    int64_t added = room - runs.stash_room;
-    if (runs.stash_full) coral_stash_release_overflowed(stash, added);
-    else coral_stash_release(stash, added);
+    if (cache == NULL) return;
+    int64_t added = room - runs.cache_room;
+    if (runs.cache_full)
+        coral_bulk_cache_release_overflowed(cache, added);
+    else
+        coral_bulk_cache_release(cache, added);
     /* A safe point (no lock held) to start the purge thread if the cache
      * made it wanted. */
     coral_purger_start_if_wanted();
 }
 
-void coral_bulk_free_unstashed(void *const *ptrs, size_t n) {
+void coral_bulk_free_uncached(void *const *ptrs, size_t n) {
     runs_t runs;
     runs_init(&runs, NULL, 0, false);
     free_array(&runs, ptrs, n);

@@ -8,8 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
-#include "options.h"
+#include "base/base.h"
 
 typedef struct option_desc_s {
     const char *name; /* after CORALLOC_ */
@@ -17,7 +16,7 @@ typedef struct option_desc_s {
     int64_t min, max;
     bool is_bool;
     const char *help;
-    bool runtime;              /* coral_option_set may change it */
+    bool runtime;             /* coral_option_set may change it */
     const char *const *names; /* named values (value = index), or NULL */
 } option_desc_t;
 
@@ -31,8 +30,9 @@ static const option_desc_t option_descs[CORAL_OPT_COUNT] = {
     [CORAL_OPT_PURGE_DELAY_MS] = {"PURGE_DELAY_MS", 250, 0, 3600000, false,
                                   "milliseconds freed memory stays before it is returned to the OS",
                                   true},
-    [CORAL_OPT_SEGMENT_CACHE] = {"SEGMENT_CACHE", 64, 0, 4096, false,
-                                 "freed segments and huge blocks kept mapped for reuse, in 4 MiB units", true},
+    [CORAL_OPT_SEGMENT_CACHE] =
+        {"SEGMENT_CACHE", 64, 0, 4096, false,
+         "freed segments and huge blocks kept mapped for reuse, in 4 MiB units", true},
     [CORAL_OPT_PURGE_THREAD] = {"PURGE_THREAD", 1, 0, 1, true,
                                 "purge from a background thread (else from allocating threads)",
                                 false},
@@ -43,7 +43,8 @@ static const option_desc_t option_descs[CORAL_OPT_COUNT] = {
                             populate_names},
     [CORAL_OPT_BULK_CACHE_KB] = {"BULK_CACHE_KB", 2048, 0, 1048576, false,
                                  "KiB of blocks coral_free_bulk keeps per thread for the next "
-                                 "coral_malloc_bulk calls (0: off)", true},
+                                 "coral_malloc_bulk calls (0: off)",
+                                 true},
     [CORAL_OPT_HUGE_PAGES] = {"HUGE_PAGES", 0, 0, 1, true,
                               "back segments with transparent huge pages", false},
 };
@@ -120,9 +121,9 @@ void coral_options_print(void) {
                       (long long)coral_options[i], option_descs[i].help);
 }
 
-/* ---- coral_option_get / coral_option_set ----------------------------------------- */
+/* ---- by name (the api layer's coral_option_get / coral_option_set) ---------- */
 
-static int option_find(const char *name) {
+int coral_option_index(const char *name) {
     if (name == NULL) return -1;
     if (strncmp(name, "CORALLOC_", 9) == 0) name += 9;
     for (int i = 0; i < CORAL_OPT_COUNT; i++)
@@ -130,21 +131,8 @@ static int option_find(const char *name) {
     return -1;
 }
 
-int coral_option_get(const char *name, long long *value) {
-    int i = option_find(name);
-    if (i < 0 || value == NULL) return EINVAL;
-    coral_malloc_ready(); /* the options are read on first use */
-    *value = (long long)coral_option((coral_option_t)i);
-    return 0;
-}
-
-int coral_option_set(const char *name, long long value) {
-    int i = option_find(name);
-    if (i < 0) return EINVAL;
+int coral_option_check(int i, long long value) {
     const option_desc_t *d = &option_descs[i];
     if (value < d->min || value > d->max) return EINVAL;
-    if (!d->runtime) return EPERM;
-    coral_malloc_ready();
-    __atomic_store_n(&coral_options[i], (int64_t)value, __ATOMIC_RELAXED);
-    return 0;
+    return d->runtime ? 0 : EPERM;
 }

@@ -1,4 +1,4 @@
-/* Process and thread set-up, thread exit, fork, diagnostics.
+/* Process and thread set-up, thread exit, fork, and the heap pool.
  *
  * Start-up runs on the first allocation of the process, from static memory
  * and without allocating: under LD_PRELOAD that call can come from the
@@ -6,98 +6,60 @@
  * on its first allocation; a pthread key's destructor abandons it when the
  * thread exits. */
 #define _GNU_SOURCE
-#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "internal.h"
-#include "options.h"
-#include "stash.h"
-#include "stats.h"
+#include "heap/heap.h"
 
 __thread coral_heap_t *coral_tls_heap __attribute__((tls_model("initial-exec"))) =
     &coral_heap_empty;
 
-coral_page_t coral_page_empty; /* free == NULL forever */
 coral_heap_t coral_heap_empty = {.direct = {[0 ... CORAL_DIRECT_COUNT - 1] = &coral_page_empty}};
 
-/* ---- diagnostics -------------------------------------------------------------- */
+/* ---- the heap pool: heap structs for threads and user heaps ------------------------- */
 
-static void write_line(const char *prefix, const char *fmt, va_list ap) {
-    char buf[512];
-    int n = snprintf(buf, sizeof buf, "%s", prefix);
-    int m = vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
-    size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
-    if (len > sizeof buf - 2) len = sizeof buf - 2;
-    buf[len++] = '\n';
-    ssize_t ignored = write(STDERR_FILENO, buf, len);
-    (void)ignored;
-}
-
-void coral_fatal(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    write_line("coralloc: error: ", fmt, ap);
-    va_end(ap);
-    abort();
-}
-
-void coral_message(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    write_line("coralloc: ", fmt, ap);
-    va_end(ap);
-}
-
-uint64_t coral_clock_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-/* ---- the heap pool: heap structs for threads (and user heaps) ---------------------- */
-
+/* Under heap_pool_lock: the free heaps (a stack through thread_link.next),
+ * the rest of the newest mapping, and every heap handed out (registry). */
 static pthread_mutex_t heap_pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static coral_heap_t *heap_pool_free;
-static uint8_t *heap_pool_carve; /* the rest of the latest mapping, not yet handed out */
+static uint8_t *heap_pool_carve;
 static size_t heap_pool_carve_left;
-static coral_heap_t *heaps_live; /* every heap handed out, for statistics */
+static coral_list_t heaps_live; /* through heap->registry_link */
 
-/* Run fn on every live heap, under the pool lock (statistics). */
 void coral_heaps_visit(coral_heap_visit_fn fn, void *arg) {
     pthread_mutex_lock(&heap_pool_lock);
-    for (coral_heap_t *h = heaps_live; h != NULL; h = h->all_next) fn(h, arg);
+    for (coral_link_t *l = heaps_live.first; l != NULL; l = l->next)
+        fn(coral_container_of(l, coral_heap_t, registry_link), arg);
     pthread_mutex_unlock(&heap_pool_lock);
 }
 
 /* A heap's counts outlive it in the global totals. */
-static void heap_stats_retire(coral_heap_t *heap) {
-    for (int c = 0; c < CORAL_QUEUE_COUNT && CORAL_STATS_ENABLED; c++) {
-        atomic_fetch_add_explicit(&coral_gstats.class_allocs[c], (int64_t)heap->stat_allocs[c],
-                                  memory_order_relaxed);
-        atomic_fetch_add_explicit(&coral_gstats.class_frees[c], (int64_t)heap->stat_frees[c],
-                                  memory_order_relaxed);
+static void heap_counts_retire(coral_heap_t *heap) {
+#if CORAL_STATS_ENABLED
+    for (int c = 0; c < CORAL_QUEUE_COUNT; c++) {
+        coral_count(&coral_counters.class_allocs[c], (int64_t)heap->counts.allocs[c]);
+        coral_count(&coral_counters.class_frees[c], (int64_t)heap->counts.frees[c]);
     }
+#else
+    (void)heap;
+#endif
 }
 
 coral_heap_t *coral_heap_pool_get(void) {
     pthread_mutex_lock(&heap_pool_lock);
     /* Heaps are carved from 64 KiB mappings one at a time, when needed:
      * carving them all at once would touch (fault in) every page. */
-    size_t chunk = 16 * CORAL_OS_PAGE_SIZE, each = (sizeof(coral_heap_t) + 63) & ~(size_t)63;
+    size_t chunk = 16 * CORAL_OS_PAGE_SIZE;
+    size_t each = (sizeof(coral_heap_t) + CORAL_CACHE_LINE - 1) & ~(size_t)(CORAL_CACHE_LINE - 1);
     if (heap_pool_free == NULL && heap_pool_carve_left < each) {
         heap_pool_carve = coral_os_map(chunk);
         heap_pool_carve_left = heap_pool_carve != NULL ? chunk : 0;
     }
     coral_heap_t *heap = heap_pool_free;
     if (heap) {
-        heap_pool_free = heap->next_heap;
+        heap_pool_free = coral_list_entry(heap->thread_link.next, coral_heap_t, thread_link);
     } else if (heap_pool_carve_left >= each) {
         heap = (coral_heap_t *)heap_pool_carve;
         heap_pool_carve += each;
@@ -105,9 +67,8 @@ coral_heap_t *coral_heap_pool_get(void) {
     }
     if (heap) {
         memset(heap, 0, sizeof *heap);
-        heap->all_next = heaps_live;
-        if (heaps_live) heaps_live->all_prev = heap;
-        heaps_live = heap;
+        pthread_mutex_init(&heap->huge_lock, NULL);
+        coral_list_push_front(&heaps_live, &heap->registry_link);
     }
     pthread_mutex_unlock(&heap_pool_lock);
     return heap;
@@ -115,17 +76,18 @@ coral_heap_t *coral_heap_pool_get(void) {
 
 void coral_heap_pool_put(coral_heap_t *heap) {
     pthread_mutex_lock(&heap_pool_lock);
-    heap_stats_retire(heap);
-    if (heap->all_prev) heap->all_prev->all_next = heap->all_next;
-    else heaps_live = heap->all_next;
-    if (heap->all_next) heap->all_next->all_prev = heap->all_prev;
-    heap->next_heap = heap_pool_free;
+    heap_counts_retire(heap);
+    coral_list_remove(&heaps_live, &heap->registry_link);
+    heap->thread_link.next = heap_pool_free ? &heap_pool_free->thread_link : NULL;
     heap_pool_free = heap;
     pthread_mutex_unlock(&heap_pool_lock);
 }
 
 /* ---- fork -------------------------------------------------------------------------------
  * The child has one thread (the forking one); every lock must be free in it.
+ * The locks are taken in this order (and released in reverse): the
+ * purger's, the heap pool's, the abandoned segments' and the segment
+ * registry's, the segment cache's, the reclaimer's and the orphan list's.
  * The other threads' heaps stay as they were: their blocks remain valid and
  * can be freed (as remote frees) in the child. */
 
@@ -133,26 +95,28 @@ static void fork_prepare(void) {
     coral_purger_prefork();
     pthread_mutex_lock(&heap_pool_lock);
     coral_segment_locks_prefork();
-    coral_huge_locks_prefork();
+    coral_segment_cache_prefork();
     coral_orphans_prefork();
 }
 
 static void fork_unlock(bool child) {
     coral_orphans_postfork(child);
-    coral_huge_locks_postfork();
+    coral_segment_cache_postfork();
     coral_segment_locks_postfork();
     pthread_mutex_unlock(&heap_pool_lock);
     coral_purger_postfork(child);
 }
 
-static void fork_parent(void) { fork_unlock(false); }
+static void fork_parent(void) {
+    fork_unlock(false);
+}
 
 static void fork_child(void) {
     fork_unlock(true);
     coral_heap_t *heap = coral_tls_heap;
     if (heap == &coral_heap_empty) return;
-    for (coral_heap_t *h = heap->tld->heaps; h != NULL; h = h->next_heap)
-        coral_heap_after_fork_child(h);
+    for (coral_link_t *l = heap->thread->heaps.first; l != NULL; l = l->next)
+        coral_heap_after_fork_child(coral_container_of(l, coral_heap_t, thread_link));
 }
 
 /* ---- process start-up ------------------------------------------------------------------- */
@@ -160,18 +124,22 @@ static void fork_child(void) {
 static pthread_key_t thread_key;
 static _Atomic(int) process_state; /* 0: not started, 1: starting, 2: ready */
 static _Atomic(int) fork_handlers_state;
+static _Atomic(coral_thread_exit_fn) thread_exit_hook;
 
-static void show_stats_at_exit(void) { coral_stats_print_to(stderr); }
+static void thread_done(void *value);
 
-static void process_init(void) {
+void coral_process_init(void) {
     if (atomic_load_explicit(&process_state, memory_order_acquire) == 2) return;
     int expected = 0;
     if (!atomic_compare_exchange_strong(&process_state, &expected, 1)) {
-        while (atomic_load_explicit(&process_state, memory_order_acquire) != 2) sched_yield();
+        while (atomic_load_explicit(&process_state, memory_order_acquire) != 2)
+            sched_yield();
         return;
     }
     coral_options_init(); /* reads the environment; does not allocate */
-    if (pthread_key_create(&thread_key, coral_thread_done) != 0)
+    coral_segments_init();
+    coral_orphans_init();
+    if (pthread_key_create(&thread_key, thread_done) != 0)
         coral_message("pthread_key_create failed: heaps of exiting threads are not reclaimed");
     atomic_store_explicit(&process_state, 2, memory_order_release);
 }
@@ -181,52 +149,53 @@ static void process_init_late(void) {
     int expected = 0;
     if (!atomic_compare_exchange_strong(&fork_handlers_state, &expected, 1)) return;
     pthread_atfork(fork_prepare, fork_parent, fork_child);
-    if (coral_option(CORAL_OPT_SHOW_STATS)) atexit(show_stats_at_exit);
     if (coral_option(CORAL_OPT_VERBOSE)) coral_options_print();
 }
 
-/* Make sure the process is set up (options read) without allocating. */
-void coral_malloc_ready(void) { process_init(); }
+void coral_thread_exit_hook_set(coral_thread_exit_fn fn) {
+    atomic_store_explicit(&thread_exit_hook, fn, memory_order_release);
+}
 
 /* ---- threads ----------------------------------------------------------------------------- */
 
 coral_heap_t *coral_thread_init(void) {
-    process_init();
+    coral_process_init();
     coral_heap_t *heap = coral_heap_pool_get();
     if (heap == NULL) return NULL;
-    coral_tld_t *tld = &heap->tld_storage;
-    tld->thread_id = coral_thread_id();
-    tld->heap_default = heap;
-    tld->heaps = heap;
-    tld->small_segment = NULL;
-    coral_heap_init(heap, tld);
+    coral_thread_t *thread = &heap->thread_storage;
+    thread->segments.thread_id = coral_thread_id();
+    thread->heap_default = heap;
+    coral_list_push_front(&thread->heaps, &heap->thread_link);
+    coral_heap_init(heap, thread);
     heap->is_default = true;
     coral_tls_heap = heap;
     pthread_setspecific(thread_key, heap);
-    coral_stat_gauge(&coral_gstats.threads, &coral_gstats.threads_peak, 1);
+    coral_count_gauge(&coral_counters.threads, &coral_counters.threads_peak, 1);
     process_init_late();
     return heap;
 }
 
 /* The pthread key's destructor: the thread is exiting. */
-void coral_thread_done(void *value) {
+static void thread_done(void *value) {
     coral_heap_t *heap = value;
     if (heap == NULL || heap != coral_tls_heap) return;
-    coral_tld_t *tld = heap->tld;
-    /* The bulk cache first: its blocks go back to pages the thread still owns. */
-    coral_stash_t *stash = coral_stash_thread_exit(heap);
-    for (coral_heap_t *h = tld->heaps; h != NULL; h = h->next_heap) coral_heap_abandon(h);
-    coral_segments_abandon(tld);
+    coral_thread_t *thread = heap->thread;
+    /* The exit hook first (the bulk cache: its blocks go back to pages the
+     * thread still owns). */
+    coral_thread_exit_fn hook = atomic_load_explicit(&thread_exit_hook, memory_order_acquire);
+    if (hook != NULL) hook();
+    for (coral_link_t *l = thread->heaps.first; l != NULL; l = l->next)
+        coral_heap_abandon(coral_container_of(l, coral_heap_t, thread_link));
+    coral_segments_abandon(&thread->segments);
     coral_tls_heap = &coral_heap_empty;
-    coral_heap_t *h = tld->heaps;
-    while (h != NULL) {
-        coral_heap_t *next = h->next_heap;
+    coral_link_t *l = thread->heaps.first;
+    while (l != NULL) {
+        coral_link_t *next = l->next;
+        coral_heap_t *h = coral_container_of(l, coral_heap_t, thread_link);
         if (h != heap) coral_heap_pool_put(h);
-        h = next;
+        l = next;
     }
-    atomic_store_explicit(&heap->stash, NULL, memory_order_relaxed);
-    coral_heap_pool_put(heap); /* last: it holds the tld */
-    coral_stash_unmap(stash);  /* the heap left the registry: no purger sees the stash */
-    coral_stat_count(&coral_gstats.threads, -1);
+    coral_heap_pool_put(heap); /* last: it holds the thread's state */
+    coral_count(&coral_counters.threads, -1);
     coral_purger_start_if_wanted();
 }

@@ -1,0 +1,141 @@
+/* Layer 6, api: the calls programs make.
+ *
+ * It owns: the malloc family and its coral_ names, first-class heaps'
+ * calls (alloc.c: one fast path, one slow path and one realloc for the
+ * thread's heap and user heaps alike: a heap is a parameter), the malloc
+ * override and glibc's names (override.c), the C++ operators
+ * (override_new.cc), bulk allocation and free (bulk.c) with the per-thread
+ * bulk cache (bulk_cache.c), and introspection: statistics output and
+ * options by name (introspect.c).
+ *
+ * This header holds the fast paths, inlined into every entry point. malloc:
+ * one TLS load, one table load (heap->direct), a pop from the page's free
+ * list. free: the segment map says the pointer is ours, the segment and
+ * page come from arithmetic, and when the calling thread owns the segment
+ * the block is pushed on the page's local_free. No lock and no atomic
+ * read-modify-write on either path. */
+#ifndef CORAL_API_H
+#define CORAL_API_H
+
+#include <errno.h>
+#include <string.h>
+
+#include "heap/heap.h"
+
+/* CORAL_STATS builds: count n frees of class cls on the calling thread. */
+CORAL_INLINE void coral_count_frees(unsigned cls, uint64_t n) {
+#if CORAL_STATS_ENABLED
+    coral_heap_t *heap = coral_tls_heap;
+    if (heap != &coral_heap_empty)
+        coral_heap_count(heap, frees, cls, n);
+    else
+        coral_count(&coral_counters.class_frees[cls], (int64_t)n);
+#else
+    (void)cls;
+    (void)n;
+#endif
+}
+
+/* ---- slow paths (alloc.c) --------------------------------------------------- */
+
+/* The first page of the class of size has no free block, or the thread is
+ * not set up yet: periodic work, other threads' frees, the next page. */
+void *coral_malloc_refill(size_t size, coral_heap_t *heap, bool zero);
+/* Every size: above CORAL_DIRECT_MAX_SIZE, large and huge, first calls. */
+void *coral_malloc_generic(size_t size, coral_heap_t *heap, bool zero);
+/* A pointer not in a segment's first chunk: NULL, a huge block's later
+ * part, or not ours. */
+void coral_free_slow(void *p);
+void *coral_malloc_aligned_in(coral_heap_t *heap, size_t size, size_t alignment, bool zero);
+/* The calling thread's heap, set up now if it was not; NULL: no memory. */
+coral_heap_t *coral_heap_ready(void);
+
+/* ---- the fast paths ------------------------------------------------------------ */
+
+/* A block of size bytes (at most CORAL_DIRECT_MAX_SIZE) off the free list
+ * of heap's direct[] page for it, or NULL when that list is empty (*pagep
+ * is the page either way). The pop that malloc and the bulk calls share. */
+CORAL_INLINE coral_block_t *coral_pop_direct(coral_heap_t *heap, size_t size,
+                                             coral_page_t **pagep) {
+    coral_page_t *page = heap->direct[(size + 15) >> 4];
+    *pagep = page;
+    coral_block_t *block = page->free;
+    if (coral_unlikely(block == NULL)) return NULL;
+    page->free = block->next;
+    page->used++;
+    coral_heap_count(heap, allocs, page->class_idx, 1);
+    return block;
+}
+
+/* malloc (zero: calloc) from heap: the fast path for small sizes. */
+CORAL_INLINE void *coral_heap_alloc_inline(coral_heap_t *heap, size_t size, bool zero) {
+    if (coral_unlikely(size > CORAL_DIRECT_MAX_SIZE)) return coral_malloc_generic(size, heap, zero);
+    coral_page_t *page;
+    coral_block_t *block = coral_pop_direct(heap, size, &page);
+    if (coral_unlikely(block == NULL)) return coral_malloc_refill(size, heap, zero);
+    if (zero) {
+        if (page->free_is_zero)
+            block->next = NULL;
+        else
+            memset(block, 0, size);
+    }
+    return block;
+}
+
+CORAL_INLINE void *coral_malloc_inline(size_t size) {
+    return coral_heap_alloc_inline(coral_tls_heap, size, false);
+}
+
+CORAL_INLINE void *coral_heap_calloc_inline(coral_heap_t *heap, size_t n, size_t size) {
+    size_t total;
+    if (coral_unlikely(__builtin_mul_overflow(n, size, &total))) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return coral_heap_alloc_inline(heap, total, true);
+}
+
+/* free() by the segment's owner thread; slice is p's slice descriptor. */
+CORAL_INLINE void coral_free_owned(coral_page_t *slice, void *p) {
+    coral_block_t *block = p;
+    /* Full, aligned or interior pages and a block freed twice in a row take
+     * the heap's path. A page that becomes empty is retired unless it is
+     * the first of its class queue (link.prev == NULL), which the next
+     * malloc of the class would take again at once. */
+    if (coral_likely(slice->flags == 0 && block != slice->local_free)) {
+        coral_count_frees(slice->class_idx, 1);
+        block->next = slice->local_free;
+        slice->local_free = block;
+        if (coral_unlikely(--slice->used == 0) && slice->link.prev != NULL)
+            coral_heap_page_retire(slice);
+        return;
+    }
+    coral_page_t *page = coral_slice_head(slice);
+    coral_count_frees(page->class_idx, 1);
+    coral_heap_free_local(page, p);
+}
+
+CORAL_INLINE void coral_free_inline(void *p) {
+    uintptr_t a = (uintptr_t)p;
+    /* NULL lands here too: the first 4 MiB of the address space is never a
+     * segment. */
+    if (coral_unlikely(coral_map_kind(a) != CORAL_MAP_SEGMENT)) {
+        coral_free_slow(p);
+        return;
+    }
+    coral_segment_t *seg = coral_ptr_segment(p);
+    /* The slice's own descriptor: the page's head unless its flags say
+     * INTERIOR (a later slice of a multi-slice page), which the heap's
+     * path resolves. */
+    coral_page_t *slice = coral_segment_slice_of(seg, p);
+    if (coral_likely(atomic_load_explicit(&seg->thread_id, memory_order_relaxed) ==
+                     coral_thread_id())) {
+        coral_free_owned(slice, p);
+        return;
+    }
+    coral_page_t *page = coral_slice_head(slice);
+    coral_count_frees(page->class_idx, 1);
+    coral_heap_free_remote(seg, page, p);
+}
+
+#endif /* CORAL_API_H */

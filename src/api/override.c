@@ -1,0 +1,133 @@
+/* The standard names: malloc & co. resolve here when libcoralloc is
+ * preloaded or linked. Every entry point that can hand out or take back a
+ * block is defined, so no block from glibc's allocator can reach our free
+ * (and the other way round). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <malloc.h>
+#include <stdio.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "api/api.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+EXPORT void *malloc(size_t size) {
+    return coral_malloc_inline(size);
+}
+EXPORT void free(void *p) {
+    coral_free_inline(p);
+}
+EXPORT void *calloc(size_t n, size_t size) {
+    return coral_heap_calloc_inline(coral_tls_heap, n, size);
+}
+EXPORT void *realloc(void *p, size_t size) {
+    return coral_realloc(p, size);
+}
+EXPORT void *reallocarray(void *p, size_t n, size_t size) {
+    return coral_reallocarray(p, n, size);
+}
+EXPORT int posix_memalign(void **out, size_t alignment, size_t size) {
+    return coral_posix_memalign(out, alignment, size);
+}
+EXPORT void *aligned_alloc(size_t alignment, size_t size) {
+    return coral_aligned_alloc(alignment, size);
+}
+EXPORT void *memalign(size_t alignment, size_t size) {
+    return coral_memalign(alignment, size);
+}
+EXPORT void *valloc(size_t size) {
+    return coral_valloc(size);
+}
+EXPORT void *pvalloc(size_t size) {
+    return coral_pvalloc(size);
+}
+EXPORT size_t malloc_usable_size(void *p) {
+    return coral_malloc_usable_size(p);
+}
+EXPORT void free_sized(void *p, size_t size) {
+    coral_free_sized(p, size);
+}
+EXPORT void free_aligned_sized(void *p, size_t alignment, size_t size) {
+    coral_free_aligned_sized(p, alignment, size);
+}
+
+/* glibc's internal names, which some programs and libraries call: second
+ * names of the functions above. */
+#define ALIAS(name) __attribute__((alias(#name), visibility("default")))
+/* (glibc's prototypes of the targets carry attributes, malloc, nothrow, ...,
+ * that its internal names are not declared with: the same function.) */
+#pragma GCC diagnostic ignored "-Wmissing-attributes"
+void *__libc_malloc(size_t size) ALIAS(malloc);
+void __libc_free(void *p) ALIAS(free);
+void cfree(void *p) ALIAS(free);
+void *__libc_calloc(size_t n, size_t size) ALIAS(calloc);
+void *__libc_realloc(void *p, size_t size) ALIAS(realloc);
+void *__libc_memalign(size_t alignment, size_t size) ALIAS(memalign);
+void *__libc_valloc(size_t size) ALIAS(valloc);
+void *__libc_pvalloc(size_t size) ALIAS(pvalloc);
+int __posix_memalign(void **out, size_t alignment, size_t size) ALIAS(posix_memalign);
+
+/* glibc's malloc control calls. */
+EXPORT int malloc_trim(size_t pad) {
+    (void)pad;
+    coral_collect(1);
+    return 1;
+}
+
+/* glibc's format, with coralloc's figures: "system bytes" is what is mapped,
+ * "in use bytes" what lies in pages in use (and huge blocks). */
+static long long counter(_Atomic(int64_t) *c) {
+    return (long long)atomic_load_explicit(c, memory_order_relaxed);
+}
+
+EXPORT void malloc_stats(void) {
+    long long in_use = counter(&coral_counters.page_bytes) + counter(&coral_counters.huge_bytes);
+    long long mapped = counter(&coral_counters.mapped);
+    fprintf(stderr, "Arena 0:\nsystem bytes     = %10lld\nin use bytes     = %10lld\n", mapped,
+            in_use);
+    fprintf(stderr, "Total (incl. mmap):\nsystem bytes     = %10lld\nin use bytes     = %10lld\n",
+            mapped, in_use);
+    fprintf(stderr, "max mmap regions = %10lld\nmax mmap bytes   = %10lld\n",
+            counter(&coral_counters.segments_peak), counter(&coral_counters.mapped_peak));
+}
+
+EXPORT int mallopt(int param, int value) {
+    (void)param;
+    (void)value;
+    return 0; /* glibc's options do not apply: "not done" */
+}
+
+/* arena: mapped bytes outside huge blocks; hblks/hblkhd: huge blocks;
+ * uordblks: bytes in pages in use plus huge blocks; fordblks: the rest of
+ * what is mapped; usmblks: the peak mapped. Block-exact in-use figures come
+ * from coral_stats_json in CORAL_STATS builds. */
+EXPORT struct mallinfo2 mallinfo2(void) {
+    struct mallinfo2 mi = {0};
+    size_t huge = (size_t)counter(&coral_counters.huge_bytes);
+    size_t mapped = (size_t)counter(&coral_counters.mapped);
+    mi.arena = mapped > huge ? mapped - huge : 0;
+    mi.hblks = (size_t)counter(&coral_counters.huge_live);
+    mi.hblkhd = huge;
+    mi.uordblks = (size_t)counter(&coral_counters.page_bytes) + huge;
+    mi.fordblks = mapped > mi.uordblks ? mapped - mi.uordblks : 0;
+    mi.usmblks = (size_t)counter(&coral_counters.mapped_peak);
+    return mi;
+}
+
+static int clamp_int(size_t v) {
+    return v > (size_t)INT32_MAX ? INT32_MAX : (int)v;
+}
+
+EXPORT struct mallinfo mallinfo(void) {
+    struct mallinfo2 m2 = mallinfo2();
+    struct mallinfo mi = {0};
+    mi.arena = clamp_int(m2.arena);
+    mi.hblks = clamp_int(m2.hblks);
+    mi.hblkhd = clamp_int(m2.hblkhd);
+    mi.uordblks = clamp_int(m2.uordblks);
+    mi.fordblks = clamp_int(m2.fordblks);
+    mi.usmblks = clamp_int(m2.usmblks);
+    return mi;
+}

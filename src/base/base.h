@@ -1,0 +1,225 @@
+/* Layer 1, base: what every other layer may use, and which calls nothing
+ * of theirs.
+ *
+ * It owns: the platform facts (OS page size, cache line, alignment), the
+ * messages (coral_fatal, coral_message), the clock, the options read from
+ * the environment (CORALLOC_*), the statistics counters (written by every
+ * layer where an event happens, read by the api layer's output: counters
+ * observe, no policy reads them), and the one intrusive list every list of
+ * the allocator is made of.
+ *
+ * The layers, lowest first (src/README.md draws the map): base, os,
+ * segment, page, heap, api. A file includes and calls only its own layer's
+ * header and those of the layers below (tests/check_layers.py checks it). */
+#ifndef CORAL_BASE_H
+#define CORAL_BASE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "coralloc.h"
+
+#define CORAL_INLINE static inline __attribute__((always_inline))
+#define CORAL_NOINLINE __attribute__((noinline))
+#define CORAL_COLD __attribute__((cold, noinline))
+#define coral_likely(x) __builtin_expect(!!(x), 1)
+#define coral_unlikely(x) __builtin_expect(!!(x), 0)
+#define coral_container_of(ptr, type, member)                                                      \
+    ((type *)(void *)((uint8_t *)(ptr)-offsetof(type, member)))
+
+/* ---- platform ------------------------------------------------------------ */
+#define CORAL_OS_PAGE_SIZE ((size_t)4096)
+#define CORAL_CACHE_LINE 64
+#define CORAL_ALIGNMENT 16 /* every malloc result is aligned to this */
+
+/* A value unique among live threads: the thread pointer. */
+CORAL_INLINE uintptr_t coral_thread_id(void) {
+    return (uintptr_t)__builtin_thread_pointer();
+}
+
+/* A short wait in a spin loop. */
+CORAL_INLINE void coral_spin_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* ---- messages and the clock (message.c) ------------------------------------ */
+
+/* "coralloc: error: <what>" on stderr, then abort(). */
+CORAL_COLD __attribute__((noreturn, format(printf, 1, 2))) void coral_fatal(const char *fmt, ...);
+/* "coralloc: <what>" on stderr. Neither allocates. */
+CORAL_COLD __attribute__((format(printf, 1, 2))) void coral_message(const char *fmt, ...);
+/* Milliseconds of CLOCK_MONOTONIC, plus what coral_clock_advance added. */
+uint64_t coral_clock_ms(void);
+/* Tests: move the allocator's clock forward, so that delayed work (purges,
+ * reclaims, idle caches) falls due without waiting. */
+void coral_clock_advance(uint64_t ms);
+
+/* ---- options (options.c) ----------------------------------------------------
+ * Read once from the environment (CORALLOC_<NAME>) at start-up, without
+ * allocating; each documented in docs/OPTIONS.md. */
+typedef enum coral_option_e {
+    CORAL_OPT_VERBOSE,        /* print the options in force at start-up */
+    CORAL_OPT_SHOW_STATS,     /* print statistics at exit */
+    CORAL_OPT_PURGE_DELAY_MS, /* unused memory is returned after this delay */
+    CORAL_OPT_SEGMENT_CACHE,  /* segment cache size, in 4 MiB chunks */
+    CORAL_OPT_PURGE_THREAD,   /* purge from a background thread */
+    CORAL_OPT_POPULATE,       /* prefault policy: CORAL_POPULATE_* */
+    CORAL_OPT_HUGE_PAGES,     /* transparent huge pages for segments */
+    CORAL_OPT_FAIL_OS_AFTER,  /* testing: the Nth OS call that can fail fails (0: off) */
+    CORAL_OPT_BULK_CACHE_KB,  /* per-thread bulk cache (api/bulk_cache.h) */
+    CORAL_OPT_COUNT
+} coral_option_t;
+
+#define CORAL_POPULATE_OFF 0
+#define CORAL_POPULATE_ON 1
+#define CORAL_POPULATE_ADAPTIVE 2
+
+/* Values, indexed by coral_option_t. Written at start-up only (and by
+ * coral_option_set for the options that allow it); read with relaxed loads. */
+extern int64_t coral_options[CORAL_OPT_COUNT];
+
+static inline int64_t coral_option(coral_option_t opt) {
+    return __atomic_load_n(&coral_options[opt], __ATOMIC_RELAXED);
+}
+
+void coral_options_init(void);
+void coral_options_print(void);
+/* The option named name (with or without CORALLOC_), or -1. */
+int coral_option_index(const char *name);
+/* Whether option i may be set to value at run time: 0, EINVAL (out of
+ * range) or EPERM (read at start-up only). */
+int coral_option_check(int i, long long value);
+
+/* ---- statistics counters (counters.c) ----------------------------------------
+ * Global atomic counters, touched only next to a system call or a segment-
+ * or page-level event, never on the malloc/free fast paths. Per size class
+ * block counts are compiled in with -DCORAL_STATS=ON (the heap layer keeps
+ * them per heap, merged on read). */
+typedef enum coral_os_call_e {
+    CORAL_OS_MMAP,
+    CORAL_OS_MUNMAP,
+    CORAL_OS_PURGE,
+    CORAL_OS_REMAP,
+    CORAL_OS_POPULATE, /* madvise(MADV_POPULATE_WRITE) */
+    CORAL_OS_ADVISE,   /* madvise(MADV_HUGEPAGE) */
+    CORAL_OS_MINCORE,  /* mincore: the adaptive populate policy's samples */
+    CORAL_OS_CALL_KINDS
+} coral_os_call_t;
+
+#define CORAL_STAT_CLASSES 128 /* size classes, large/huge, with room to spare */
+
+typedef struct coral_counters_s {
+    _Atomic(int64_t) os_calls[CORAL_OS_CALL_KINDS];
+    _Atomic(int64_t) os_bytes[CORAL_OS_CALL_KINDS];
+    _Atomic(int64_t) mapped, mapped_peak;
+    _Atomic(int64_t) segments, segments_peak;
+    _Atomic(int64_t) huge_allocs, large_allocs;
+    _Atomic(int64_t) segments_abandoned, segments_adopted;
+    _Atomic(int64_t) orphans_reclaimed, orphan_bytes_reclaimed;
+    _Atomic(int64_t) threads, threads_peak;
+    _Atomic(int64_t) page_bytes, page_bytes_peak;   /* bytes of pages in use */
+    _Atomic(int64_t) huge_bytes, huge_live;         /* huge blocks in use */
+    _Atomic(int64_t) bulk_cached, bulk_cached_peak; /* bytes in threads' bulk caches */
+    /* Per class counts of heaps that are gone, and of frees by threads
+     * without a heap (CORAL_STATS builds). */
+    _Atomic(int64_t) class_allocs[CORAL_STAT_CLASSES], class_frees[CORAL_STAT_CLASSES];
+    _Atomic(int64_t) class_peak[CORAL_STAT_CLASSES];
+} coral_counters_t;
+
+extern coral_counters_t coral_counters;
+
+static inline void coral_count_os_call(coral_os_call_t kind, size_t bytes) {
+    atomic_fetch_add_explicit(&coral_counters.os_calls[kind], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&coral_counters.os_bytes[kind], (int64_t)bytes, memory_order_relaxed);
+}
+
+/* Add delta to a gauge and raise its peak. */
+static inline void coral_count_gauge(_Atomic(int64_t) *value, _Atomic(int64_t) *peak,
+                                     int64_t delta) {
+    int64_t now = atomic_fetch_add_explicit(value, delta, memory_order_relaxed) + delta;
+    int64_t seen = atomic_load_explicit(peak, memory_order_relaxed);
+    while (now > seen && !atomic_compare_exchange_weak_explicit(
+                             peak, &seen, now, memory_order_relaxed, memory_order_relaxed)) {
+    }
+}
+
+static inline void coral_count(_Atomic(int64_t) *counter, int64_t delta) {
+    atomic_fetch_add_explicit(counter, delta, memory_order_relaxed);
+}
+
+#ifdef CORAL_STATS
+#define CORAL_STATS_ENABLED 1
+#else
+#define CORAL_STATS_ENABLED 0
+#endif
+
+/* ---- the intrusive list --------------------------------------------------------
+ * A doubly linked list of links embedded in their elements, NULL-terminated
+ * both ways: an element is first exactly when its link's prev is NULL, a
+ * test the free fast path makes on pages. Not thread-safe: every list
+ * names the lock or the owner thread that guards it. */
+typedef struct coral_link_s {
+    struct coral_link_s *next, *prev;
+} coral_link_t;
+
+typedef struct coral_list_s {
+    coral_link_t *first, *last;
+} coral_list_t;
+
+#define coral_list_entry(link, type, member)                                                       \
+    ((link) == NULL ? (type *)NULL : coral_container_of(link, type, member))
+
+static inline void coral_list_push_front(coral_list_t *list, coral_link_t *e) {
+    e->prev = NULL;
+    e->next = list->first;
+    if (list->first)
+        list->first->prev = e;
+    else
+        list->last = e;
+    list->first = e;
+}
+
+static inline void coral_list_push_back(coral_list_t *list, coral_link_t *e) {
+    e->next = NULL;
+    e->prev = list->last;
+    if (list->last)
+        list->last->next = e;
+    else
+        list->first = e;
+    list->last = e;
+}
+
+static inline void coral_list_remove(coral_list_t *list, coral_link_t *e) {
+    if (e->prev)
+        e->prev->next = e->next;
+    else
+        list->first = e->next;
+    if (e->next)
+        e->next->prev = e->prev;
+    else
+        list->last = e->prev;
+    e->next = e->prev = NULL;
+}
+
+/* An element moved in memory (mremap): its neighbours and the list point at
+ * its new place. */
+static inline void coral_list_relink(coral_list_t *list, coral_link_t *e) {
+    if (e->prev)
+        e->prev->next = e;
+    else
+        list->first = e;
+    if (e->next)
+        e->next->prev = e;
+    else
+        list->last = e;
+}
+
+#endif /* CORAL_BASE_H */

@@ -1,0 +1,50 @@
+/* Messages on stderr (written with one write(2), never allocating: they may
+ * run before libc is up, or inside a broken heap) and the allocator's clock. */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/base.h"
+
+static void write_line(const char *prefix, const char *fmt, va_list ap) {
+    char buf[512];
+    int n = snprintf(buf, sizeof buf, "%s", prefix);
+    int m = vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
+    size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
+    if (len > sizeof buf - 2) len = sizeof buf - 2;
+    buf[len++] = '\n';
+    ssize_t ignored = write(STDERR_FILENO, buf, len);
+    (void)ignored;
+}
+
+void coral_fatal(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    write_line("coralloc: error: ", fmt, ap);
+    va_end(ap);
+    abort();
+}
+
+void coral_message(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    write_line("coralloc: ", fmt, ap);
+    va_end(ap);
+}
+
+/* What tests moved the clock forward by (coral_clock_advance). */
+static _Atomic(uint64_t) clock_skew_ms;
+
+uint64_t coral_clock_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u +
+           atomic_load_explicit(&clock_skew_ms, memory_order_relaxed);
+}
+
+void coral_clock_advance(uint64_t ms) {
+    atomic_fetch_add_explicit(&clock_skew_ms, ms, memory_order_relaxed);
+}

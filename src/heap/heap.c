@@ -1,0 +1,435 @@
+/* Heaps: the per-thread allocation state. A heap owns pages, kept in one
+ * queue per size class (pages that may have free blocks, the first one the
+ * allocation target, reachable through direct[] for small sizes) and one
+ * queue of full pages. Everything here runs on the heap's owner thread, in
+ * the slow paths; only heap->owner.delayed_pages is written by other
+ * threads (the page layer's remote-free protocol). */
+#include <errno.h>
+#include <string.h>
+
+#include "heap/heap.h"
+
+/* ---- queues ------------------------------------------------------------------ */
+
+static unsigned queue_of(const coral_page_t *page) {
+    return (page->flags & CORAL_PAGE_IN_FULL) ? CORAL_QUEUE_FULL : page->class_idx;
+}
+
+/* Keep direct[] pointing at the first page of each small class. */
+static void direct_update(coral_heap_t *heap, unsigned q) {
+    if (q > CORAL_DIRECT_LAST_CLASS) return;
+    coral_page_t *page = coral_queue_first(heap, q);
+    if (page == NULL) page = &coral_page_empty;
+    size_t lo = q == 1 ? 0 : coral_class_size(q - 1) / 16 + 1, hi = coral_class_size(q) / 16;
+    for (size_t w = lo; w <= hi; w++)
+        heap->direct[w] = page;
+}
+
+static void queue_push_front(coral_heap_t *heap, unsigned q, coral_page_t *page) {
+    coral_list_push_front(&heap->queues[q], &page->link);
+    direct_update(heap, q);
+}
+
+static void queue_push_back(coral_heap_t *heap, unsigned q, coral_page_t *page) {
+    bool was_empty = heap->queues[q].first == NULL;
+    coral_list_push_back(&heap->queues[q], &page->link);
+    if (was_empty) direct_update(heap, q);
+}
+
+static void queue_remove(coral_heap_t *heap, unsigned q, coral_page_t *page) {
+    bool was_first = page->link.prev == NULL;
+    coral_list_remove(&heap->queues[q], &page->link);
+    if (was_first) direct_update(heap, q);
+}
+
+/* ---- full pages ---------------------------------------------------------------- */
+
+static void page_push_full(coral_heap_t *heap, coral_page_t *page) {
+    coral_page_set_delay(page, CORAL_DELAY_USE, false);
+    __atomic_store_n(&page->flags, page->flags | CORAL_PAGE_IN_FULL, __ATOMIC_RELAXED);
+    queue_push_front(heap, CORAL_QUEUE_FULL, page);
+}
+
+/* The page has no free block: park it in the full queue, where remote frees
+ * notify the heap (delay state USE). Returns false, leaving the page where
+ * it is, when a remote free arrived just before the state changed. */
+static bool page_try_full(coral_heap_t *heap, coral_page_t *page) {
+    coral_page_set_delay(page, CORAL_DELAY_USE, false);
+    coral_page_collect(page);
+    if (page->free != NULL) {
+        coral_page_set_delay(page, CORAL_DELAY_NONE, false);
+        return false;
+    }
+    queue_remove(heap, page->class_idx, page);
+    __atomic_store_n(&page->flags, page->flags | CORAL_PAGE_IN_FULL, __ATOMIC_RELAXED);
+    queue_push_front(heap, CORAL_QUEUE_FULL, page);
+    return true;
+}
+
+void coral_heap_add_large_page(coral_heap_t *heap, coral_page_t *page) {
+    page_push_full(heap, page);
+}
+
+void coral_heap_page_unfull(coral_page_t *page) {
+    coral_heap_t *heap = coral_page_heap(page);
+    queue_remove(heap, CORAL_QUEUE_FULL, page);
+    __atomic_store_n(&page->flags, page->flags & ~CORAL_PAGE_IN_FULL, __ATOMIC_RELAXED);
+    coral_page_set_delay(page, CORAL_DELAY_NONE, false);
+    queue_push_back(heap, page->class_idx, page);
+}
+
+/* ---- releasing pages --------------------------------------------------------------- */
+
+static void page_release(coral_page_t *page) {
+    queue_remove(coral_page_heap(page), queue_of(page), page);
+    coral_page_release_span(page);
+}
+
+/* Give the span back unless the page is the first of its class queue: the
+ * next malloc of the class takes that page, so releasing it would only make
+ * a new one at once. A page with a notice pending (page layer) stays too:
+ * the owner releases it when it takes the notice. */
+void coral_heap_page_retire(coral_page_t *page) {
+    if (page->class_idx != CORAL_CLASS_LARGE && page->link.prev == NULL &&
+        !(page->flags & CORAL_PAGE_IN_FULL))
+        return;
+    if (coral_page_notice_pending(page)) return;
+    page_release(page);
+    /* The end of a free: a safe point to start the purge thread if the
+     * release left memory to purge. */
+    coral_purger_start_if_wanted();
+}
+
+/* ---- spans: the thread's segments, then adopted ones, then a new one ------------ */
+
+/* A page of an abandoned segment joins `heap`. Returns true when the page
+ * turned out empty and was released instead. */
+static bool heap_adopt_page(coral_heap_t *heap, coral_page_t *page) {
+    atomic_store_explicit(&page->owner, &heap->owner, memory_order_release);
+    coral_page_set_delay(page, CORAL_DELAY_NONE, true);
+    coral_page_collect(page);
+    if (page->used == 0) {
+        coral_page_release_span(page);
+        return true;
+    }
+    if (page->class_idx != CORAL_CLASS_LARGE) {
+        queue_push_back(heap, page->class_idx, page);
+        return false;
+    }
+    /* A large block is live: full queue. Re-check for a remote free that came
+     * before the state was USE. */
+    page_push_full(heap, page);
+    coral_page_collect(page);
+    if (page->used != 0 || coral_page_notice_pending(page)) return false;
+    page_release(page);
+    return true;
+}
+
+/* Adopt the oldest abandoned segment: its pages join the thread's own heap,
+ * never a user heap (coral_heap_destroy frees a user heap's pages, and the
+ * adopted blocks are someone else's). */
+static bool heap_adopt_one(coral_heap_t *heap) {
+    coral_heap_t *own = heap->thread->heap_default;
+    coral_segment_t *seg = coral_segment_adopt_next(&heap->thread->segments);
+    if (seg == NULL) return false;
+    coral_page_t *page = coral_segment_next_span(seg, NULL);
+    while (page != NULL) {
+        /* Releasing the last page releases the segment to the cache, where
+         * another thread may take it at once: touch nothing of it then. */
+        bool last_page = seg->used_pages == 1;
+        coral_page_t *next = last_page ? NULL : coral_segment_next_span(seg, page);
+        if (heap_adopt_page(own, page) && last_page) break;
+        page = next;
+    }
+    return true;
+}
+
+void coral_heap_adopt_all(coral_heap_t *heap) {
+    while (heap_adopt_one(heap)) {
+    }
+}
+
+/* A span of n slices for a new page of heap: in the thread's segments, else
+ * in an abandoned one (a few at most per call: they may hold free space, and
+ * their live blocks need an owner anyway), else in a new segment. */
+coral_page_t *coral_heap_span_alloc(coral_heap_t *heap, size_t n) {
+    coral_thread_segments_t *ts = &heap->thread->segments;
+    coral_page_t *page = coral_span_alloc_owned(ts, n);
+    for (int tries = 0; page == NULL && tries < 4 && heap_adopt_one(heap); tries++)
+        page = coral_span_alloc_owned(ts, n);
+    if (page == NULL) page = coral_span_alloc_new(ts, n);
+    return page;
+}
+
+/* ---- finding a page with a free block ------------------------------------------------ */
+
+/* The heap's newest full page of class cls, among the 8 newest full pages;
+ * NULL if none. (Only looked for when a new clean page of the class is
+ * made: the full queue is then usually short to scan.) */
+static const coral_page_t *class_full_page(coral_heap_t *heap, unsigned cls) {
+    unsigned seen = 0;
+    for (coral_link_t *l = heap->queues[CORAL_QUEUE_FULL].first; l != NULL && seen < 8;
+         l = l->next, seen++) {
+        const coral_page_t *p = coral_container_of(l, coral_page_t, link);
+        if (p->class_idx == cls) return p;
+    }
+    return NULL;
+}
+
+static size_t class_page_slices(size_t block_size) {
+    if (block_size <= CORAL_SLICE_SIZE / 8) return 1;
+    size_t slices = (block_size * 8 + CORAL_SLICE_SIZE - 1) / CORAL_SLICE_SIZE;
+    return slices > 16 ? 16 : slices;
+}
+
+/* Adaptive populate of a new page: a clean (never touched, or purged) span
+ * for a class that already filled a page of this heap, and wrote it, is
+ * faulted in with one system call instead of a fault per 4 KiB. The first
+ * page of a class is left to fault in as it is used, so a small program's
+ * footprint does not grow. */
+static void page_populate(coral_heap_t *heap, coral_page_t *page, unsigned cls, size_t bs) {
+    if (!page->is_fresh || heap->queues[CORAL_QUEUE_FULL].first == NULL ||
+        !coral_populate_adaptive())
+        return;
+    const coral_page_t *full = class_full_page(heap, cls);
+    coral_populate_class_span(page->start, coral_page_blocks_bytes(page, bs), bs,
+                              full ? full->start : NULL,
+                              full ? (size_t)full->slice_count * CORAL_SLICE_SIZE : 0);
+}
+
+/* A new page of class cls, first in its queue, with every block still to
+ * carve (nothing on its free list yet). */
+static coral_page_t *page_new(coral_heap_t *heap, unsigned cls) {
+    size_t block_size = coral_class_size(cls);
+    coral_page_t *page = coral_heap_span_alloc(heap, class_page_slices(block_size));
+    if (page == NULL) return NULL;
+    page_populate(heap, page, cls, block_size);
+    coral_page_init(page, &heap->owner, !heap->is_default, cls, block_size);
+    queue_push_front(heap, cls, page);
+    return page;
+}
+
+static bool page_has_room(const coral_page_t *page) {
+    return page->free != NULL || page->capacity < page->reserved;
+}
+
+/* Owner: take back the full pages other threads freed blocks into: collect
+ * them, move them back to their class queues, release the empty ones. */
+static void delayed_pages_collect(coral_heap_t *heap) {
+    if (atomic_load_explicit(&heap->owner.delayed_pages, memory_order_relaxed) == NULL) return;
+    coral_page_t *page =
+        atomic_exchange_explicit(&heap->owner.delayed_pages, NULL, memory_order_acquire);
+    while (page != NULL) {
+        coral_page_t *next = atomic_load_explicit(&page->delayed_next, memory_order_relaxed);
+        atomic_store_explicit(&page->delayed_listed, 0, memory_order_relaxed);
+        coral_page_collect(page);
+        if (page->used == 0)
+            coral_heap_page_retire(page);
+        else if (page->flags & CORAL_PAGE_IN_FULL)
+            coral_heap_page_unfull(page);
+        page = next;
+    }
+}
+
+/* Pages found full on the way move to the full queue: each page is passed
+ * over at most once before it has space again. */
+CORAL_INLINE coral_page_t *find_room(coral_heap_t *heap, unsigned cls) {
+    /* First the pages other threads freed into: that empties delayed_pages,
+     * so no page of the walk below is still listed there when it may be
+     * made full (and listed again) by page_try_full. */
+    delayed_pages_collect(heap);
+    coral_page_t *page = coral_queue_first(heap, cls);
+    while (page != NULL) {
+        coral_page_t *next = coral_list_entry(page->link.next, coral_page_t, link);
+        coral_page_collect(page);
+        if (coral_unlikely(page->used > page->reserved))
+            coral_fatal("double free detected in a page of %zu-byte blocks at %p", page->block_size,
+                        (void *)page->start);
+        if (page_has_room(page)) break;
+        if (!page_try_full(heap, page)) break;
+        page = next;
+    }
+    if (page == NULL) return page_new(heap, cls);
+    if (page->link.prev != NULL) {
+        queue_remove(heap, cls, page);
+        queue_push_front(heap, cls, page);
+    }
+    return page;
+}
+
+coral_page_t *coral_heap_find_room(coral_heap_t *heap, unsigned cls) {
+    return find_room(heap, cls);
+}
+
+coral_page_t *coral_heap_find_page(coral_heap_t *heap, unsigned cls) {
+    coral_page_t *page = find_room(heap, cls);
+    if (page == NULL) return NULL;
+    if (page->free == NULL) coral_page_extend(page);
+    /* (Only a page still below a step needs a top-up: cheap test first.) */
+    else if (coral_unlikely(page->capacity < CORAL_CARVE_MIN_BLOCKS))
+        coral_page_top_up_first_carve(page);
+    return page;
+}
+
+/* ---- frees the fast path leaves to the heap -------------------------------------- */
+
+static CORAL_COLD void invalid_free(const void *p, const char *why) {
+    coral_fatal("free(): invalid pointer %p (%s)", p, why);
+}
+
+/* The page is full or holds aligned blocks, or this was its last (or only
+ * a suspicious) block. */
+void coral_heap_free_local(coral_page_t *page, void *p) {
+    if (page->slice_count == 0) invalid_free(p, "in no page in use: double free?");
+    coral_block_t *block = p;
+    if (page->flags & CORAL_PAGE_HAS_ALIGNED)
+        block = (coral_block_t *)coral_page_block_start(page, p);
+    if (page->used == 0 || block == page->local_free)
+        coral_fatal("double free detected: block %p of %zu bytes was already free", p,
+                    page->block_size);
+    block->next = page->local_free;
+    page->local_free = block;
+    page->used--;
+    if (page->flags & CORAL_PAGE_IN_FULL) coral_heap_page_unfull(page);
+    if (page->used == 0) coral_heap_page_retire(page);
+}
+
+void coral_heap_free_remote(coral_segment_t *seg, coral_page_t *page, void *p) {
+    if (seg->kind == CORAL_SEGMENT_HUGE) {
+        if (p != (void *)page->start) invalid_free(p, "inside a huge block, not its start");
+        coral_huge_free(seg);
+        return;
+    }
+    coral_page_free_remote(page, p);
+}
+
+/* ---- whole-heap operations -------------------------------------------------------------- */
+
+void coral_heap_init(coral_heap_t *heap, coral_thread_t *thread) {
+    memset(heap->queues, 0, sizeof(heap->queues));
+    for (size_t w = 0; w < CORAL_DIRECT_COUNT; w++)
+        heap->direct[w] = &coral_page_empty;
+    atomic_store_explicit(&heap->owner.delayed_pages, NULL, memory_order_relaxed);
+    heap->thread = thread;
+    heap->heartbeat = 0;
+}
+
+coral_heap_t *coral_heap_create(void) {
+    coral_heap_t *self = coral_tls_heap;
+    if (self == &coral_heap_empty && (self = coral_thread_init()) == NULL) return NULL;
+    coral_heap_t *heap = coral_heap_pool_get();
+    if (heap == NULL) return NULL;
+    coral_heap_init(heap, self->thread);
+    coral_list_push_back(&self->thread->heaps, &heap->thread_link);
+    return heap;
+}
+
+void coral_heap_collect(coral_heap_t *heap, bool release_empty) {
+    delayed_pages_collect(heap);
+    for (unsigned q = 0; q < CORAL_QUEUE_COUNT; q++) {
+        coral_page_t *page = coral_queue_first(heap, q);
+        while (page != NULL) {
+            coral_page_t *next = coral_list_entry(page->link.next, coral_page_t, link);
+            coral_page_collect(page);
+            if (release_empty && page->used == 0 && !coral_page_notice_pending(page))
+                page_release(page);
+            page = next;
+        }
+    }
+}
+
+/* Every page of the heap to delay state NEVER: from then on no other thread
+ * pushes to heap->owner.delayed_pages (see page/page.c). */
+static void heap_pages_never_notify(coral_heap_t *heap) {
+    for (unsigned q = 0; q < CORAL_QUEUE_COUNT; q++)
+        for (coral_link_t *l = heap->queues[q].first; l != NULL; l = l->next)
+            coral_page_set_delay(coral_container_of(l, coral_page_t, link), CORAL_DELAY_NEVER,
+                                 true);
+}
+
+/* The heap's thread exits: release what is free, and leave the rest for
+ * adoption. First the pages stop notifying, then what was pushed is taken. */
+void coral_heap_abandon(coral_heap_t *heap) {
+    heap_pages_never_notify(heap);
+    coral_heap_collect(heap, true);
+    for (unsigned q = 0; q < CORAL_QUEUE_COUNT; q++) {
+        coral_link_t *l = heap->queues[q].first;
+        while (l != NULL) {
+            coral_link_t *next = l->next;
+            coral_page_t *page = coral_container_of(l, coral_page_t, link);
+            page->link.next = page->link.prev = NULL;
+            __atomic_store_n(&page->flags, page->flags & ~CORAL_PAGE_IN_FULL, __ATOMIC_RELAXED);
+            atomic_store_explicit(&page->owner, NULL, memory_order_release);
+            l = next;
+        }
+        heap->queues[q].first = heap->queues[q].last = NULL;
+    }
+    for (size_t w = 0; w < CORAL_DIRECT_COUNT; w++)
+        heap->direct[w] = &coral_page_empty;
+    /* A user heap's huge blocks outlive it: they stop pointing at it. */
+    pthread_mutex_lock(&heap->huge_lock);
+    for (coral_link_t *l = heap->huge_blocks.first; l != NULL; l = l->next)
+        atomic_store_explicit(&coral_container_of(l, coral_segment_t, link)->pages[0].owner, NULL,
+                              memory_order_relaxed);
+    heap->huge_blocks.first = heap->huge_blocks.last = NULL;
+    pthread_mutex_unlock(&heap->huge_lock);
+}
+
+/* Free every page of the heap, live blocks and all, in time proportional
+ * to the pages. First every page stops notifying, so no remote free is
+ * still pushing to delayed_pages, whose pages are then released with the
+ * others. */
+static void heap_release_all(coral_heap_t *heap) {
+    heap_pages_never_notify(heap);
+    for (coral_page_t *page =
+             atomic_exchange_explicit(&heap->owner.delayed_pages, NULL, memory_order_acquire);
+         page != NULL; page = atomic_load_explicit(&page->delayed_next, memory_order_relaxed))
+        atomic_store_explicit(&page->delayed_listed, 0, memory_order_relaxed);
+    for (unsigned q = 0; q < CORAL_QUEUE_COUNT; q++)
+        while (heap->queues[q].first != NULL)
+            page_release(coral_queue_first(heap, q));
+    pthread_mutex_lock(&heap->huge_lock);
+    coral_link_t *l = heap->huge_blocks.first;
+    heap->huge_blocks.first = heap->huge_blocks.last = NULL;
+    pthread_mutex_unlock(&heap->huge_lock);
+    while (l != NULL) {
+        coral_link_t *next = l->next;
+        coral_segment_t *seg = coral_container_of(l, coral_segment_t, link);
+        atomic_store_explicit(&seg->pages[0].owner, NULL, memory_order_relaxed);
+        coral_huge_release(seg);
+        l = next;
+    }
+}
+
+void coral_heap_free_all(coral_heap_t *heap, bool keep) {
+    heap_release_all(heap);
+    if (keep) {
+        coral_heap_init(heap, heap->thread);
+        return;
+    }
+    coral_list_remove(&heap->thread->heaps, &heap->thread_link);
+    heap->thread = NULL;
+    coral_heap_pool_put(heap);
+}
+
+/* In the child of a fork, for the forking thread's heaps: a thread that was
+ * in the middle of a remote free into one of them (delay state FREEING, see
+ * page/page.c) does not exist in the child and will never finish it. The
+ * page is either on delayed_pages already or never will be: then its free
+ * blocks stay on thread_free until a collect of the whole heap (a leak at
+ * worst, never a double use); the state goes back to NONE so the owner does
+ * not wait for it forever. A user heap's huge_lock may have been held by
+ * such a thread too. */
+void coral_heap_after_fork_child(coral_heap_t *heap) {
+    pthread_mutex_init(&heap->huge_lock, NULL);
+    for (unsigned q = 0; q < CORAL_QUEUE_COUNT; q++) {
+        for (coral_link_t *l = heap->queues[q].first; l != NULL; l = l->next) {
+            coral_page_t *page = coral_container_of(l, coral_page_t, link);
+            uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+            if ((tf & CORAL_DELAY_MASK) == CORAL_DELAY_FREEING)
+                atomic_store_explicit(&page->thread_free,
+                                      (tf & ~CORAL_DELAY_MASK) | CORAL_DELAY_NONE,
+                                      memory_order_relaxed);
+        }
+    }
+}

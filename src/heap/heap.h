@@ -1,0 +1,164 @@
+/* Layer 5, heap: who allocates from which pages.
+ *
+ * It owns: heaps (a queue of pages per size class, the first of which is
+ * the allocation target, reachable through direct[] for small sizes, and a
+ * queue of full pages), thread heaps and first-class heaps alike (a user
+ * heap is a heap with is_default false: same struct, same code), threads
+ * (set-up on first use, exit: abandonment of segments, adoption by live
+ * threads), large and huge blocks (large.c), the heap pool and registry,
+ * process start-up and fork (thread.c).
+ *
+ * Everything here runs on the heap's owner thread, except what the page
+ * layer's remote-free protocol does (owner.delayed_pages) and the huge-block
+ * list of a user heap (any thread's free unlinks one, under huge_lock). */
+#ifndef CORAL_HEAP_H
+#define CORAL_HEAP_H
+
+#include "page/page.h"
+
+#define CORAL_QUEUE_FULL 106 /* the queue of pages with no free block */
+#define CORAL_QUEUE_COUNT 107
+/* Blocks up to this size are served through heap->direct[] (fast path). */
+#define CORAL_DIRECT_MAX_SIZE ((size_t)1024)
+#define CORAL_DIRECT_COUNT (CORAL_DIRECT_MAX_SIZE / 16 + 1)
+#define CORAL_DIRECT_LAST_CLASS 32 /* coral_size_class(1024) */
+
+/* A thread's state, shared by all its heaps; lives in its default heap. */
+typedef struct coral_thread_s {
+    coral_thread_segments_t segments;
+    coral_heap_t *heap_default;
+    coral_list_t heaps; /* every heap of the thread, through heap->thread_link */
+} coral_thread_t;
+
+/* Per size class block counts (CORAL_STATS builds): written by the owner
+ * with relaxed atomic stores, read by anyone. Index: class, or
+ * CORAL_CLASS_LARGE for large and huge blocks. */
+typedef struct coral_heap_counts_s {
+    uint64_t allocs[CORAL_QUEUE_COUNT];
+    uint64_t frees[CORAL_QUEUE_COUNT];
+} coral_heap_counts_t;
+
+struct coral_heap_s {
+    /* direct[(size+15)/16]: the first page of the size class serving that
+     * size (or coral_page_empty). The malloc fast path reads only this. */
+    coral_page_t *direct[CORAL_DIRECT_COUNT];
+    coral_list_t queues[CORAL_QUEUE_COUNT]; /* pages, through page->link */
+    coral_page_owner_t owner;               /* what the page layer knows of us */
+    coral_thread_t *thread;                 /* NULL once destroyed */
+    bool is_default;                        /* the thread's own heap */
+    uint32_t heartbeat;                     /* slow-path calls, for periodic work */
+    /* A user heap's huge blocks (through seg->link), for coral_heap_destroy:
+     * any thread's free unlinks one, hence the lock. */
+    pthread_mutex_t huge_lock;
+    coral_list_t huge_blocks;
+    coral_link_t registry_link; /* every live heap (thread.c), under its lock */
+    coral_link_t thread_link;   /* in thread->heaps; next also links the free pool */
+#if CORAL_STATS_ENABLED
+    coral_heap_counts_t counts;
+#endif
+    coral_thread_t thread_storage; /* the thread's state, in its default heap */
+};
+
+CORAL_INLINE coral_heap_t *coral_heap_of_owner(coral_page_owner_t *owner) {
+    return coral_container_of(owner, coral_heap_t, owner);
+}
+
+/* The heap a page belongs to (NULL while abandoned). */
+CORAL_INLINE coral_heap_t *coral_page_heap(coral_page_t *page) {
+    coral_page_owner_t *owner = atomic_load_explicit(&page->owner, memory_order_relaxed);
+    return owner != NULL ? coral_heap_of_owner(owner) : NULL;
+}
+
+/* The first page of queue q, or NULL. */
+CORAL_INLINE coral_page_t *coral_queue_first(coral_heap_t *heap, unsigned q) {
+    return coral_list_entry(heap->queues[q].first, coral_page_t, link);
+}
+
+/* CORAL_STATS builds: count in a heap's per class counters. */
+#if CORAL_STATS_ENABLED
+#define coral_heap_count(heap, field, cls, n)                                                      \
+    __atomic_store_n(&(heap)->counts.field[cls],                                                   \
+                     __atomic_load_n(&(heap)->counts.field[cls], __ATOMIC_RELAXED) + (n),          \
+                     __ATOMIC_RELAXED)
+#else
+#define coral_heap_count(heap, field, cls, n) ((void)(heap), (void)(cls), (void)(n))
+#endif
+
+/* ---- the calling thread ------------------------------------------------------- */
+
+/* The calling thread's heap: coral_heap_empty until its first allocation. */
+extern __thread coral_heap_t *coral_tls_heap __attribute__((tls_model("initial-exec")));
+/* Every direct[] entry names coral_page_empty, so every pop misses. */
+extern coral_heap_t coral_heap_empty;
+
+/* Set up the calling thread (and the process on its first call); its heap,
+ * or NULL when the OS has no memory. */
+coral_heap_t *coral_thread_init(void);
+/* The process set up (options read), without allocating. */
+void coral_process_init(void);
+/* Called at the start of a thread's exit, before its heaps are abandoned
+ * (the api layer's bulk cache gives its blocks back there). */
+typedef void (*coral_thread_exit_fn)(void);
+void coral_thread_exit_hook_set(coral_thread_exit_fn fn);
+/* A heap struct from the pool (zeroed, registered), or NULL; back to it. */
+coral_heap_t *coral_heap_pool_get(void);
+void coral_heap_pool_put(coral_heap_t *heap);
+/* Run fn on every live heap, under the registry lock. */
+typedef void (*coral_heap_visit_fn)(coral_heap_t *heap, void *arg);
+void coral_heaps_visit(coral_heap_visit_fn fn, void *arg);
+
+/* ---- heaps (heap.c) --------------------------------------------------------------- */
+
+void coral_heap_init(coral_heap_t *heap, coral_thread_t *thread);
+/* A new user heap of the calling thread, or NULL (errno ENOMEM). */
+coral_heap_t *coral_heap_create(void);
+/* A user heap's pages and huge blocks are freed, live blocks and all; the
+ * heap is forgotten (destroy) or made empty again (reset). */
+void coral_heap_free_all(coral_heap_t *heap, bool keep);
+/* Work done now and then on the slow paths: start the purge thread when it
+ * is wanted, and purge from this thread every 256th time. */
+CORAL_INLINE void coral_heap_periodic_work(coral_heap_t *heap) {
+    coral_purger_start_if_wanted();
+    if ((++heap->heartbeat & 255) == 0) coral_purge_tick();
+}
+/* The first page of class cls with a free block or blocks still to carve,
+ * made first in its queue; NULL when the OS has no memory. */
+coral_page_t *coral_heap_find_room(coral_heap_t *heap, unsigned cls);
+/* The same, with a block on its free list. */
+coral_page_t *coral_heap_find_page(coral_heap_t *heap, unsigned cls);
+/* Collect every page's free blocks; release_empty: release empty pages. */
+void coral_heap_collect(coral_heap_t *heap, bool release_empty);
+/* Adopt every abandoned segment into the thread of heap. */
+void coral_heap_adopt_all(coral_heap_t *heap);
+/* A span of n slices for a new page of heap (adopting abandoned segments
+ * or making a new one when the thread's have no room); NULL: no memory. */
+coral_page_t *coral_heap_span_alloc(coral_heap_t *heap, size_t n);
+/* A large page (one block, just allocated) joins the full queue. */
+void coral_heap_add_large_page(coral_heap_t *heap, coral_page_t *page);
+/* The heap's thread exits: release what is free, leave the rest for
+ * adoption. */
+void coral_heap_abandon(coral_heap_t *heap);
+/* In a fork's child, for the forking thread's heaps. */
+void coral_heap_after_fork_child(coral_heap_t *heap);
+
+/* The page's last block was freed: release it unless it is the first of
+ * its class queue (or a notice is pending). */
+void coral_heap_page_retire(coral_page_t *page);
+/* A block of a full page was freed: back to its class queue. */
+void coral_heap_page_unfull(coral_page_t *page);
+/* A free by the owner that the fast path left alone. */
+void coral_heap_free_local(coral_page_t *page, void *p);
+/* A free by a thread that does not own the segment (huge blocks too). */
+void coral_heap_free_remote(coral_segment_t *seg, coral_page_t *page, void *p);
+
+/* ---- large and huge blocks (large.c) ------------------------------------------------ */
+
+/* A block above CORAL_CLASS_MAX_SIZE (or aligned above the slice size). */
+void *coral_heap_malloc_large(coral_heap_t *heap, size_t size, size_t alignment, bool zero);
+void *coral_realloc_large_in_place(coral_page_t *page, void *p, size_t size);
+void *coral_huge_realloc(coral_segment_t *seg, void *p, size_t size);
+size_t coral_huge_usable(coral_segment_t *seg, const void *p);
+void coral_huge_free(coral_segment_t *seg);
+void coral_huge_release(coral_segment_t *seg);
+
+#endif /* CORAL_HEAP_H */

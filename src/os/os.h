@@ -1,0 +1,98 @@
+/* Layer 2, os: every call into the kernel, and the policies of when to make
+ * them.
+ *
+ * It owns: every mmap, munmap, madvise, mremap and mincore the allocator
+ * makes (os.c: each counted; the testing option CORALLOC_FAIL_OS_AFTER
+ * makes one fail), the huge-page and populate policies of new mappings
+ * (decided from this layer's own state: bytes mapped, the options), the
+ * adaptive populate policy (populate.c: prefault clean memory where a write
+ * is known to follow), and the purge scheduler (purge.c: when freed memory
+ * goes back to the OS, and the background thread that does it).
+ *
+ * The purge scheduler knows nothing of what it purges: the layers above
+ * register their purge functions as stages of a pass
+ * (coral_purge_stage_set), and tell it how many bytes wait to be purged
+ * (coral_purge_backlog_add) and that something new does
+ * (coral_purger_notify). */
+#ifndef CORAL_OS_H
+#define CORAL_OS_H
+
+#include "base/base.h"
+
+/* ---- kernel calls (os.c) --------------------------------------------------- */
+
+/* Anonymous read-write memory, zero; NULL with errno ENOMEM. */
+void *coral_os_map(size_t size);
+/* The same, aligned to `alignment` (a power of two, at least an OS page). */
+void *coral_os_map_aligned(size_t size, size_t alignment);
+void coral_os_unmap(void *p, size_t size);
+/* Give the pages back to the OS; they read as zero afterwards. */
+bool coral_os_purge(void *p, size_t size);
+/* Map [end, end + size) only if nothing is mapped there. */
+bool coral_os_extend(void *end, size_t size);
+/* Move the pages of [src, src + size) onto the mapped range at dst; the
+ * source is unmapped after. `piece`: the granularity of the mappings the
+ * range may be made of (moves go piece by piece when one move fails); a
+ * piece that cannot move is copied when `keep`, else dropped. */
+void coral_os_move(void *src, void *dst, size_t size, bool keep, size_t piece);
+/* Fault the range in now, writable, in one call. */
+void coral_os_populate(void *p, size_t size);
+/* Which pages of [p, p + size) are resident (mincore): false if unknown. */
+bool coral_os_resident(const void *p, size_t size, unsigned char *vec);
+/* A new mapping of `size` bytes for a segment, of which the first `header`
+ * bytes are metadata: huge pages (CORALLOC_HUGE_PAGES, once the process
+ * maps enough to fill them) and populate (CORALLOC_POPULATE=on) as the
+ * policies say. */
+void coral_os_new_segment(void *base, size_t size, size_t header);
+
+/* ---- the adaptive populate policy (populate.c) ------------------------------ */
+
+/* Below this a populate costs more than the traps it saves: no smaller
+ * range is ever populated. */
+#define CORAL_POPULATE_MIN_BYTES ((size_t)64 << 10)
+bool coral_populate_adaptive(void);
+/* A clean span of `bytes` at start for blocks of block_size, whose class
+ * already has a full span at full (full_bytes long; NULL: none). */
+void coral_populate_class_span(uint8_t *start, size_t bytes, size_t block_size, const uint8_t *full,
+                               size_t full_bytes);
+void coral_populate_big_block(uint8_t *p, size_t size);
+void coral_populate_note_big_block(const uint8_t *p, size_t size);
+void coral_populate_growth(uint8_t *p, size_t old_size, size_t new_size);
+void coral_populate_copy(void *dst, size_t size);
+
+/* ---- the purge scheduler (purge.c) -------------------------------------------- */
+
+/* A stage of a purge pass: return to the OS what became due by `now` (all
+ * that can be, when force); returns when its next purge is due (0: none). */
+typedef uint64_t (*coral_purge_fn)(uint64_t now, bool force);
+
+/* The stages of a pass, in the order they run: blocks kept in caches go
+ * back to their pages first, then the memory they leave free is purged. */
+typedef enum coral_purge_stage_e {
+    CORAL_PURGE_BLOCK_CACHES,  /* idle bulk caches (api layer) */
+    CORAL_PURGE_SEGMENT_CACHE, /* freed segments kept mapped (segment layer) */
+    CORAL_PURGE_FREE_SLICES,   /* free slices of segments in use (segment layer) */
+    CORAL_PURGE_ORPHAN_PAGES,  /* pages other threads emptied (page layer) */
+    CORAL_PURGE_STAGES
+} coral_purge_stage_t;
+
+void coral_purge_stage_set(coral_purge_stage_t stage, coral_purge_fn fn);
+/* Purge what is due, from a slow path, at most every quarter delay (when
+ * no purge thread runs). */
+void coral_purge_tick(void);
+/* Purge everything purgeable now (coral_collect, malloc_trim). */
+void coral_purge_now(void);
+/* Tests: a whole purge pass at the current clock, run by the purge thread
+ * (true: waited for it) or, when none runs, by the caller (false). */
+bool coral_purge_wait_pass(void);
+/* Something new waits to be purged: wake the purge thread if it sleeps. */
+void coral_purger_notify(void);
+/* Bytes that may hold data were freed (> 0), or reused or purged (< 0). */
+void coral_purge_backlog_add(int64_t bytes);
+/* Start the purge thread if it is wanted: call only where no allocator lock
+ * is held (pthread_create allocates). */
+void coral_purger_start_if_wanted(void);
+void coral_purger_prefork(void);
+void coral_purger_postfork(bool child);
+
+#endif /* CORAL_OS_H */

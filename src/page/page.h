@@ -1,0 +1,144 @@
+/* Layer 4, page: spans of slices holding blocks of one size class.
+ *
+ * It owns: the size classes; a page's three free lists (free, local_free,
+ * thread_free) and the carving of fresh blocks; the remote-free protocol
+ * (page.c: how any thread frees into a page it does not own, and how the
+ * page tells its owner); orphan pages (reclaim.c: pages all of whose blocks
+ * other threads freed, reclaimed by the purger); and the release of a
+ * page's span back to its segment.
+ *
+ * A page belongs to an owner (coral_page_owner_t): the heap layer's heap,
+ * seen here only as the list where remote freers post full pages that have
+ * free blocks again. */
+#ifndef CORAL_PAGE_H
+#define CORAL_PAGE_H
+
+#include "segment/segment.h"
+
+/* ---- size classes ----------------------------------------------------------
+ * Classes 1..8 are 16, 32, ..., 128 bytes (every result must be 16-aligned,
+ * so there is no 8-byte class). Above 128 each power of two is split in 8:
+ * 144, 160, ..., 256, 288, ..., 512, ... up to 512 KiB (class 104). The
+ * internal waste is at most 12.5% above 128 bytes. */
+#define CORAL_CLASS_SMALL_LAST 8
+#define CORAL_CLASS_COUNT 105 /* classes 1..104; 0 is unused */
+#define CORAL_CLASS_MAX_SIZE ((size_t)512 * 1024)
+#define CORAL_CLASS_LARGE 105 /* a span holding one block, within a segment */
+/* Largest block a normal segment holds in a span: half its slices, less
+ * one. A bigger block could never share its segment with another one like
+ * it: it is a huge block instead, a segment of its own. */
+#define CORAL_LARGE_MAX_SIZE ((CORAL_SLICES_PER_SEGMENT / 2 - 1) * CORAL_SLICE_SIZE)
+
+CORAL_INLINE unsigned coral_size_class(size_t size) {
+    if (size <= 128) return size <= 16 ? 1u : (unsigned)((size + 15) >> 4);
+    size_t s = size - 1;
+    unsigned bit = 63u - (unsigned)__builtin_clzl(s); /* >= 7 */
+    return 9u + (bit - 7u) * 8u + (unsigned)((s >> (bit - 3u)) & 7u);
+}
+
+CORAL_INLINE size_t coral_class_size(unsigned cls) {
+    if (cls <= CORAL_CLASS_SMALL_LAST) return (size_t)cls * 16;
+    unsigned group = (cls - 9u) / 8u, step = (cls - 9u) % 8u;
+    return (size_t)(9u + step) << (group + 4u);
+}
+
+/* ---- page flags ----------------------------------------------------------------
+ * page->flags (owner's line; with CORAL_PAGE_INTERIOR from segment.h). Any
+ * bit set makes the free fast path step aside. */
+#define CORAL_PAGE_IN_FULL 1u     /* in the heap's full queue */
+#define CORAL_PAGE_HAS_ALIGNED 2u /* may hold pointers inside blocks */
+/* page->shared_flags only: the page was made for a user heap (coral_heap_new),
+ * whose destroy frees it whatever is live: never in a bulk cache. Set at
+ * page init, kept when the page is adopted. */
+#define CORAL_PAGE_USER_HEAP 8u
+
+/* ---- the remote-free word ---------------------------------------------------------
+ * page->thread_free packs, from the low bits up (page.c has the protocol):
+ *   bits 0-1   the delay state;
+ *   bit 2      RECLAIMED: every block of the page was remote-freed and the
+ *              purger took them all (reclaim.c); the owner resets the page;
+ *   bit 3      BUSY: the purger is returning the page's memory right now;
+ *   bits 4-47  the list of remote-freed blocks (16-aligned pointers);
+ *   bits 48-63 how many blocks the list holds (a page has at most 4096). */
+#define CORAL_DELAY_NONE 0u    /* remote frees push on thread_free */
+#define CORAL_DELAY_USE 1u     /* the next remote free tells the owner (delayed_pages) */
+#define CORAL_DELAY_FREEING 2u /* a remote thread is telling the owner now */
+#define CORAL_DELAY_NEVER 3u   /* page is abandoned: never tell the owner */
+#define CORAL_DELAY_MASK ((uintptr_t)3)
+#define CORAL_TF_RECLAIMED ((uintptr_t)4)
+#define CORAL_TF_BUSY ((uintptr_t)8)
+#define CORAL_TF_COUNT_SHIFT 48
+#define CORAL_TF_LIST_MASK ((((uintptr_t)1) << CORAL_TF_COUNT_SHIFT) - 16)
+
+CORAL_INLINE coral_block_t *coral_tf_list(uintptr_t tf) {
+    return (coral_block_t *)(tf & CORAL_TF_LIST_MASK);
+}
+CORAL_INLINE uint32_t coral_tf_count(uintptr_t tf) {
+    return (uint32_t)(tf >> CORAL_TF_COUNT_SHIFT);
+}
+
+/* The page layer's view of a page's owner: where remote freers post the
+ * owner's full pages that have free blocks again (linked through
+ * page->delayed_next). Many threads push (CAS), the owner takes the whole
+ * list (exchange): a push-only stack, so no ABA. */
+typedef struct coral_page_owner_s {
+    _Atomic(coral_page_t *) delayed_pages;
+} coral_page_owner_t;
+
+/* A page with no free block, ever: what an empty direct[] entry names. */
+extern coral_page_t coral_page_empty;
+
+/* ---- pages (page.c) --------------------------------------------------------------- */
+
+/* A new span (slices and start set by the segment layer) as a page of
+ * class cls (or CORAL_CLASS_LARGE), blocks of block_size, owned by owner. */
+void coral_page_init(coral_page_t *page, coral_page_owner_t *owner, bool user_heap, unsigned cls,
+                     size_t block_size);
+/* Carve the next step of blocks onto the (empty) free list. */
+void coral_page_extend(coral_page_t *page);
+/* A carve step links this many blocks of sizes 256 B-1 KiB, fewer above,
+ * more below. So a page with this many carved needs no top-up: above
+ * 256 bytes a step is at most this many, and up to 256 bytes the first
+ * carve (an OS page) is a whole step. */
+#define CORAL_CARVE_MIN_BLOCKS 16u
+void coral_page_top_up_first_carve(coral_page_t *page);
+/* Owner: every block is free (used == 0): carve again from the first. */
+void coral_page_reset_empty(coral_page_t *page);
+/* Owner: gather every free block onto the free list. */
+void coral_page_collect(coral_page_t *page);
+/* Owner: take the remote-freed blocks onto local_free; false if none. */
+bool coral_page_thread_free_collect(coral_page_t *page);
+/* Any thread but the owner: push the chain head..tail of n blocks. */
+void coral_page_push_remote(coral_page_t *page, coral_block_t *head, coral_block_t *tail,
+                            uint32_t n);
+/* A free of block p (a pointer into a page of a normal segment) by a thread
+ * that does not own it. */
+void coral_page_free_remote(coral_page_t *page, void *p);
+/* Owner: set the delay state; NEVER is kept unless override_never. */
+void coral_page_set_delay(coral_page_t *page, uintptr_t state, bool override_never);
+/* Is a remote freer telling the owner about this page, or has it told it?
+ * Such a page must not be released before the owner takes the notice. */
+bool coral_page_notice_pending(coral_page_t *page);
+/* Until the purger has returned a claimed page's memory. */
+void coral_page_wait_not_busy(coral_page_t *page);
+/* The start of the block that p points into. */
+uint8_t *coral_page_block_start(const coral_page_t *page, const void *p);
+/* Owner: give the page's span back to its segment (orphan listing, a purge
+ * in progress and the populate policy's measure settled first). */
+void coral_page_release_span(coral_page_t *page);
+/* The bytes a page's span holds in whole blocks of block_size. */
+size_t coral_page_blocks_bytes(const coral_page_t *page, size_t block_size);
+
+/* ---- orphan pages (reclaim.c) ------------------------------------------------------ */
+
+/* Called once at start-up: the purge stage of orphan pages. */
+void coral_orphans_init(void);
+void coral_orphans_lock(void);
+void coral_orphans_unlock(void);
+void coral_orphan_add(coral_page_t *page);
+void coral_orphan_take_back(coral_page_t *page);
+void coral_orphan_forget(coral_page_t *page);
+void coral_orphans_prefork(void);
+void coral_orphans_postfork(bool child);
+
+#endif /* CORAL_PAGE_H */

@@ -1,0 +1,424 @@
+/* Segments: 4 MiB-aligned regions from the segment cache (cache.c), cut
+ * into 64 KiB slices.
+ *
+ * A thread owns the segments it takes spans from (seg->thread_id, its
+ * coral_thread_segments_t). A segment whose last span is freed goes back to
+ * the segment cache, where it is purged (its pages given back to the OS)
+ * after the purge delay unless some segment, normal or huge, reuses it
+ * first. A thread that exits abandons its segments that still hold live
+ * blocks; a thread that needs a span adopts them (the heap layer gives
+ * their pages a heap). The global lists (abandoned, registry) each have a
+ * mutex, taken only on these segment-level events, never per block. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <string.h>
+
+#include "segment/segment.h"
+
+uint8_t coral_segment_map[CORAL_MAP_CHUNKS];
+
+/* Segments of exited threads with blocks still live, oldest last; linked
+ * through seg->link, under the lock. */
+static pthread_mutex_t abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
+static coral_list_t abandoned;
+static _Atomic(size_t) abandoned_count; /* changed under the lock; read without it as a hint */
+
+/* ---- the segment map ------------------------------------------------------ */
+
+void coral_segment_map_set(void *start, size_t size, bool present) {
+    size_t first = (uintptr_t)start >> CORAL_SEGMENT_SHIFT;
+    size_t chunks = (size + CORAL_SEGMENT_SIZE - 1) >> CORAL_SEGMENT_SHIFT;
+    for (size_t i = 0; i < chunks && first + i < CORAL_MAP_CHUNKS; i++) {
+        uint8_t kind = !present ? CORAL_MAP_NONE : i == 0 ? CORAL_MAP_SEGMENT : CORAL_MAP_HUGE_TAIL;
+        __atomic_store_n(&coral_segment_map[first + i], kind, __ATOMIC_RELEASE);
+    }
+}
+
+/* The segment holding p, also for pointers deep inside a huge block; NULL
+ * when coralloc does not manage p. */
+coral_segment_t *coral_segment_of_any(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    uint8_t kind = coral_map_kind(a);
+    while (kind == CORAL_MAP_HUGE_TAIL) {
+        a -= CORAL_SEGMENT_SIZE;
+        kind = coral_map_kind(a);
+    }
+    if (kind != CORAL_MAP_SEGMENT) return NULL;
+    /* A huge segment's last chunk may be only partly its own: the rest of
+     * that 4 MiB can be anybody's mapping. */
+    coral_segment_t *seg = coral_ptr_segment((void *)a);
+    return (uintptr_t)p - (uintptr_t)seg < seg->size ? seg : NULL;
+}
+
+/* ---- the registry: every mapped normal segment, for the purger ------------------ */
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static coral_list_t registry; /* through seg->registry_link, under the lock */
+
+static void registry_add(coral_segment_t *seg) {
+    pthread_mutex_lock(&registry_lock);
+    coral_list_push_front(&registry, &seg->registry_link);
+    pthread_mutex_unlock(&registry_lock);
+}
+
+/* Waits out a purge of seg in progress (the purger holds the lock). */
+static void registry_remove(coral_segment_t *seg) {
+    pthread_mutex_lock(&registry_lock);
+    coral_list_remove(&registry, &seg->registry_link);
+    pthread_mutex_unlock(&registry_lock);
+}
+
+/* ---- purging free slices ------------------------------------------------------------ */
+
+/* Free slices that may hold data count in the purge backlog (os/purge.c). */
+static void backlog_add_slices(uint64_t slices, int sign) {
+    coral_purge_backlog_add(sign * (int64_t)__builtin_popcountll(slices) *
+                            (int64_t)CORAL_SLICE_SIZE);
+}
+
+static bool span_trylock(coral_segment_t *seg) {
+    return atomic_exchange_explicit(&seg->span_lock, 1, memory_order_acquire) == 0;
+}
+
+static void span_unlock(coral_segment_t *seg) {
+    atomic_store_explicit(&seg->span_lock, 0, memory_order_release);
+}
+
+/* Owner: slices were freed; they may be purged after the purge delay. */
+static void segment_mark_purgeable(coral_segment_t *seg) {
+    if (atomic_load_explicit(&seg->purge_due_ms, memory_order_relaxed) != 0) return;
+    uint64_t due = coral_clock_ms() + (uint64_t)coral_option(CORAL_OPT_PURGE_DELAY_MS);
+    atomic_store_explicit(&seg->purge_due_ms, due, memory_order_relaxed);
+    coral_purger_notify();
+}
+
+/* Give the free, dirty slices of seg back to the OS (madvise, in runs). */
+static void segment_purge_free(coral_segment_t *seg) {
+    uint64_t used = atomic_load_explicit(&seg->used_slices, memory_order_relaxed);
+    uint64_t dirty = atomic_load_explicit(&seg->dirty_slices, memory_order_relaxed);
+    uint64_t purge = dirty & ~used & ~(uint64_t)1;
+    uint64_t left = purge;
+    while (left) {
+        unsigned first = (unsigned)__builtin_ctzll(left);
+        uint64_t run = left >> first;
+        unsigned n = run == ~(uint64_t)0 ? 64 - first : (unsigned)__builtin_ctzll(~run);
+        coral_os_purge(coral_segment_base(seg) + (size_t)first * CORAL_SLICE_SIZE,
+                       (size_t)n * CORAL_SLICE_SIZE);
+        left &= ~(n >= 64 ? ~(uint64_t)0 : ((((uint64_t)1 << n) - 1) << first));
+    }
+    atomic_store_explicit(&seg->dirty_slices, dirty & ~purge, memory_order_relaxed);
+    backlog_add_slices(purge, -1);
+}
+
+/* Purge every registered segment whose purge is due (all that have free
+ * dirty slices, when force). Returns the earliest time a purge is still
+ * pending, or 0 if none. Any thread may call it. */
+static uint64_t segments_purge_due(uint64_t now, bool force) {
+    uint64_t next = 0;
+    pthread_mutex_lock(&registry_lock);
+    for (coral_link_t *l = registry.first; l != NULL; l = l->next) {
+        coral_segment_t *seg = coral_container_of(l, coral_segment_t, registry_link);
+        uint64_t due = atomic_load_explicit(&seg->purge_due_ms, memory_order_relaxed);
+        if (due == 0) continue;
+        if ((force || due <= now) && span_trylock(seg)) {
+            /* Cleared before reading used_slices: a page freed from here on
+             * marks the segment again. */
+            atomic_store_explicit(&seg->purge_due_ms, 0, memory_order_relaxed);
+            segment_purge_free(seg);
+            span_unlock(seg);
+            continue;
+        }
+        if (due <= now) due = now + 1; /* busy: try again soon */
+        if (next == 0 || due < next) next = due;
+    }
+    pthread_mutex_unlock(&registry_lock);
+    return next;
+}
+
+void coral_segments_init(void) {
+    coral_purge_stage_set(CORAL_PURGE_SEGMENT_CACHE, coral_segment_cache_purge);
+    coral_purge_stage_set(CORAL_PURGE_FREE_SLICES, segments_purge_due);
+}
+
+/* ---- acquiring and releasing segments ------------------------------------- */
+
+static uint64_t slice_mask(size_t first, size_t n);
+
+/* The header fields of a segment taken from the cache, before the caller
+ * sets its kind and size (the descriptors are the caller's business). */
+void coral_segment_header_reset(coral_segment_t *seg) {
+    atomic_store_explicit(&seg->thread_id, 0, memory_order_relaxed);
+    seg->kind = 0;
+    seg->used_pages = 0;
+    seg->size = 0;
+    atomic_store_explicit(&seg->used_slices, 0, memory_order_relaxed);
+    atomic_store_explicit(&seg->dirty_slices, 0, memory_order_relaxed);
+    atomic_store_explicit(&seg->span_lock, 0, memory_order_relaxed);
+    atomic_store_explicit(&seg->purge_due_ms, 0, memory_order_relaxed);
+    seg->owner = NULL;
+    seg->link.next = seg->link.prev = NULL;
+    seg->registry_link.next = seg->registry_link.prev = NULL;
+    seg->huge_dirty = 0;
+}
+
+/* A segment from the cache: its header is set up, its slices known dirty
+ * where the cache says they may hold data. */
+static coral_segment_t *segment_map_new(void) {
+    coral_cache_got_t got;
+    coral_segment_t *seg = coral_segment_cache_take(CORAL_SEGMENT_SIZE, &got);
+    if (seg == NULL) return NULL;
+    _Static_assert(sizeof(coral_segment_t) <= CORAL_SLICE_SIZE, "segment header fits slice 0");
+    /* A fresh one reads as zero; a freed segment's descriptors are all free
+     * (pages[0], never a page here, may describe a huge block: cleared). */
+    if (got.dirty != 0 && !got.header)
+        memset(seg->pages, 0, sizeof seg->pages);
+    else if (got.dirty != 0)
+        memset(&seg->pages[0], 0, sizeof seg->pages[0]);
+    coral_segment_header_reset(seg);
+    /* kind and size never change while the segment is mapped: other
+     * threads read them without synchronisation. */
+    seg->kind = CORAL_SEGMENT_NORMAL;
+    seg->size = CORAL_SEGMENT_SIZE;
+    size_t dirty = (got.dirty + CORAL_SLICE_SIZE - 1) / CORAL_SLICE_SIZE;
+    atomic_store_explicit(&seg->used_slices, 1, memory_order_relaxed);
+    atomic_store_explicit(&seg->dirty_slices, 1 | slice_mask(0, dirty), /* the header too */
+                          memory_order_relaxed);
+    backlog_add_slices(slice_mask(0, dirty) & ~(uint64_t)1,
+                       +1); /* the cache no longer counts them */
+    registry_add(seg);
+    coral_segment_map_set(seg, CORAL_SEGMENT_SIZE, true);
+    if (got.fresh) coral_os_new_segment(seg, CORAL_SEGMENT_SIZE, CORAL_SLICE_SIZE);
+    coral_count_gauge(&coral_counters.segments, &coral_counters.segments_peak, 1);
+    return seg;
+}
+
+/* An empty segment leaves its owner (and the purger's registry) for the
+ * cache, which knows how far its slices may hold data. */
+static void segment_to_cache(coral_segment_t *seg) {
+    atomic_store_explicit(&seg->thread_id, 0, memory_order_release);
+    seg->owner = NULL;
+    registry_remove(seg);
+    uint64_t dirty = atomic_load_explicit(&seg->dirty_slices, memory_order_relaxed);
+    size_t dirty_end = (size_t)(64 - __builtin_clzll(dirty | 1)) * CORAL_SLICE_SIZE;
+    backlog_add_slices(dirty & ~(uint64_t)1, -1); /* the cache counts them now */
+    coral_count(&coral_counters.segments, -1);
+    coral_segment_cache_put(seg, CORAL_SEGMENT_SIZE, dirty_end, true);
+}
+
+static void segment_own(coral_segment_t *seg, coral_thread_segments_t *ts) {
+    seg->owner = ts;
+    atomic_store_explicit(&seg->thread_id, ts->thread_id, memory_order_release);
+    coral_list_push_front(&ts->segments, &seg->link);
+}
+
+/* The segment has no span in use any more: off to the cache. */
+static void segment_release(coral_segment_t *seg) {
+    if (seg->owner->small_segment == seg) seg->owner->small_segment = NULL;
+    coral_list_remove(&seg->owner->segments, &seg->link);
+    segment_to_cache(seg);
+}
+
+/* ---- spans of slices --------------------------------------------------------- */
+
+/* Lowest index of n consecutive free slices, or -1. Bits past 63 count as
+ * used, since the shifts bring in zeros. */
+static int find_free_run(uint64_t used, size_t n) {
+    uint64_t free = ~used, run = free;
+    for (size_t i = 1; i < n && run; i++)
+        run &= free >> i;
+    return run ? __builtin_ctzll(run) : -1;
+}
+
+static uint64_t slice_mask(size_t first, size_t n) {
+    return (n >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << n) - 1)) << first;
+}
+
+/* Slice i (>= 1) of a span: leads back to the head; its INTERIOR flag sends
+ * the free fast path (which reads the slice's own descriptor) elsewhere. */
+void coral_slice_mark_interior(coral_page_t *slice, size_t i) {
+    slice->slice_offset = (uint32_t)(i * sizeof(coral_page_t));
+    __atomic_store_n(&slice->flags, CORAL_PAGE_INTERIOR, __ATOMIC_RELAXED);
+}
+
+/* Take slices [first, first+n) as a span. Caller holds seg's span_lock. */
+static coral_page_t *segment_take_span(coral_segment_t *seg, size_t first, size_t n) {
+    uint64_t mask = slice_mask(first, n);
+    coral_page_t *page = &seg->pages[first];
+    for (size_t i = 1; i < n; i++)
+        coral_slice_mark_interior(&seg->pages[first + i], i);
+    page->slice_offset = 0;
+    page->slice_count = (uint32_t)n;
+    page->start = coral_segment_base(seg) + first * CORAL_SLICE_SIZE;
+    uint64_t used = atomic_load_explicit(&seg->used_slices, memory_order_relaxed);
+    uint64_t dirty = atomic_load_explicit(&seg->dirty_slices, memory_order_relaxed);
+    page->is_fresh = (dirty & mask) == 0;
+    backlog_add_slices(dirty & mask, -1);
+    atomic_store_explicit(&seg->used_slices, used | mask, memory_order_relaxed);
+    atomic_store_explicit(&seg->dirty_slices, dirty | mask, memory_order_relaxed);
+    seg->used_pages++;
+    coral_count_gauge(&coral_counters.page_bytes, &coral_counters.page_bytes_peak,
+                      (int64_t)(n * CORAL_SLICE_SIZE));
+    return page;
+}
+
+/* A run of n free slices in seg, taken; NULL if none (or the purger is at
+ * work on seg right now: then the caller looks elsewhere, never waits). */
+static coral_page_t *segment_try_span(coral_segment_t *seg, size_t n) {
+    uint64_t used = atomic_load_explicit(&seg->used_slices, memory_order_relaxed);
+    int first = find_free_run(used, n);
+    if (first <= 0 || !span_trylock(seg)) return NULL;
+    coral_page_t *page = segment_take_span(seg, (size_t)first, n);
+    span_unlock(seg);
+    return page;
+}
+
+static coral_page_t *segments_find_span(coral_thread_segments_t *ts, size_t n) {
+    for (coral_link_t *l = ts->segments.first; l != NULL; l = l->next) {
+        coral_page_t *page = segment_try_span(coral_container_of(l, coral_segment_t, link), n);
+        if (page) return page;
+    }
+    return NULL;
+}
+
+/* One-slice spans (blocks up to 8 KiB) go first to the segment of the last
+ * one, else to the newest segment with room, like every other span. So
+ * small blocks gather in few segments and do not pin one that large blocks
+ * use: a small block put in the newest segment can keep it (and its freed,
+ * resident slices that no huge block could reuse) from going back to the
+ * cache. */
+coral_page_t *coral_span_alloc_owned(coral_thread_segments_t *ts, size_t n) {
+    coral_page_t *page = NULL;
+    if (n == 1 && ts->small_segment != NULL) page = segment_try_span(ts->small_segment, n);
+    if (page == NULL) page = segments_find_span(ts, n);
+    if (page != NULL && n == 1) ts->small_segment = coral_ptr_segment(page);
+    return page;
+}
+
+coral_page_t *coral_span_alloc_new(coral_thread_segments_t *ts, size_t n) {
+    coral_segment_t *seg = segment_map_new();
+    if (seg == NULL) return NULL;
+    seg->used_pages = 0; /* used_slices is 1: the header only */
+    segment_own(seg, ts);
+    /* The purger may already see the new segment (it is registered), but
+     * finds nothing to purge in it: the lock is free or soon free. */
+    while (!span_trylock(seg))
+        coral_spin_pause();
+    coral_page_t *page = segment_take_span(seg, 1, n);
+    span_unlock(seg);
+    if (n == 1) ts->small_segment = seg;
+    return page;
+}
+
+void coral_span_free(coral_page_t *page) {
+    coral_segment_t *seg = coral_ptr_segment(page);
+    size_t first = (size_t)(page - seg->pages);
+    uint64_t used = atomic_load_explicit(&seg->used_slices, memory_order_relaxed);
+    atomic_store_explicit(&seg->used_slices, used & ~slice_mask(first, page->slice_count),
+                          memory_order_relaxed);
+    coral_count(&coral_counters.page_bytes, -(int64_t)(page->slice_count * CORAL_SLICE_SIZE));
+    backlog_add_slices(slice_mask(first, page->slice_count), +1);
+    page->slice_count = 0;
+    page->block_size = 0;
+    /* Marked before the release: after it the segment may be someone else's. */
+    segment_mark_purgeable(seg);
+    if (--seg->used_pages == 0) segment_release(seg);
+}
+
+/* ---- abandonment and adoption --------------------------------------------------
+ * Protocol: the exiting owner has already taken its pages out of its heaps
+ * (the heap layer: every page's delay state is NEVER and its owner NULL). It
+ * clears seg->thread_id with a release store, then publishes the segment on
+ * the abandoned list under its lock. From then on other threads' frees push
+ * onto the pages' thread_free lists only. An adopter pops the segment under
+ * the same lock (which orders it after the owner's last writes), sets owner
+ * and thread_id, and its heap layer takes each page in use, collecting the
+ * remote frees. */
+
+void coral_segments_abandon(coral_thread_segments_t *ts) {
+    ts->small_segment = NULL;
+    coral_link_t *l = ts->segments.first;
+    while (l != NULL) {
+        coral_link_t *next = l->next;
+        coral_segment_t *seg = coral_container_of(l, coral_segment_t, link);
+        coral_list_remove(&ts->segments, l);
+        if (seg->used_pages == 0) {
+            segment_to_cache(seg);
+        } else {
+            seg->owner = NULL;
+            atomic_store_explicit(&seg->thread_id, 0, memory_order_release);
+            pthread_mutex_lock(&abandoned_lock);
+            coral_list_push_front(&abandoned, &seg->link);
+            atomic_fetch_add_explicit(&abandoned_count, 1, memory_order_relaxed);
+            pthread_mutex_unlock(&abandoned_lock);
+            coral_count(&coral_counters.segments_abandoned, 1);
+        }
+        l = next;
+    }
+}
+
+coral_segment_t *coral_segment_adopt_next(coral_thread_segments_t *ts) {
+    if (atomic_load_explicit(&abandoned_count, memory_order_relaxed) == 0) return NULL;
+    pthread_mutex_lock(&abandoned_lock);
+    coral_segment_t *seg = coral_list_entry(abandoned.last, coral_segment_t, link);
+    if (seg) {
+        coral_list_remove(&abandoned, &seg->link);
+        atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&abandoned_lock);
+    if (seg == NULL) return NULL;
+    segment_own(seg, ts);
+    coral_count(&coral_counters.segments_adopted, 1);
+    return seg;
+}
+
+coral_page_t *coral_segment_next_span(coral_segment_t *seg, coral_page_t *page) {
+    size_t i = page == NULL ? 1 : (size_t)(page - seg->pages) + page->slice_count;
+    for (; i < CORAL_SLICES_PER_SEGMENT; i++)
+        if (seg->pages[i].slice_count != 0) return &seg->pages[i];
+    return NULL;
+}
+
+/* ---- fork ---------------------------------------------------------------------- */
+
+/* Holding the registry lock also means the purger holds no span lock. */
+void coral_segment_locks_prefork(void) {
+    pthread_mutex_lock(&abandoned_lock);
+    pthread_mutex_lock(&registry_lock);
+}
+
+void coral_segment_locks_postfork(void) {
+    pthread_mutex_unlock(&registry_lock);
+    pthread_mutex_unlock(&abandoned_lock);
+}
+
+/* Grow or shrink a page's span in place to `slices` (owner only). Growing
+ * needs the slices right after the span to be free. */
+bool coral_span_resize(coral_page_t *page, size_t slices) {
+    coral_segment_t *seg = coral_ptr_segment(page);
+    size_t first = (size_t)(page - seg->pages), now = page->slice_count;
+    if (slices == now) return true;
+    uint64_t used = atomic_load_explicit(&seg->used_slices, memory_order_relaxed);
+    if (slices < now) {
+        atomic_store_explicit(&seg->used_slices, used & ~slice_mask(first + slices, now - slices),
+                              memory_order_relaxed);
+        coral_count(&coral_counters.page_bytes, -(int64_t)((now - slices) * CORAL_SLICE_SIZE));
+        backlog_add_slices(slice_mask(first + slices, now - slices), +1);
+        page->slice_count = (uint32_t)slices;
+        segment_mark_purgeable(seg);
+        return true;
+    }
+    if (first + slices > CORAL_SLICES_PER_SEGMENT) return false;
+    uint64_t grow = slice_mask(first + now, slices - now);
+    if ((used & grow) || !span_trylock(seg)) return false;
+    for (size_t i = now; i < slices; i++)
+        coral_slice_mark_interior(&seg->pages[first + i], i);
+    uint64_t dirty = atomic_load_explicit(&seg->dirty_slices, memory_order_relaxed);
+    atomic_store_explicit(&seg->used_slices, used | grow, memory_order_relaxed);
+    atomic_store_explicit(&seg->dirty_slices, dirty | grow, memory_order_relaxed);
+    span_unlock(seg);
+    backlog_add_slices(dirty & grow, -1);
+    coral_count_gauge(&coral_counters.page_bytes, &coral_counters.page_bytes_peak,
+                      (int64_t)((slices - now) * CORAL_SLICE_SIZE));
+    page->slice_count = (uint32_t)slices;
+    return true;
+}

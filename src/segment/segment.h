@@ -1,0 +1,250 @@
+/* Layer 3, segment: the address space the allocator carves.
+ *
+ * It owns: segments (4 MiB, 4 MiB-aligned regions cut into 64 slices of
+ * 64 KiB; slice 0 holds the segment header and the 64 slice descriptors),
+ * spans (runs of free slices handed to the page layer), the segment map
+ * (address to segment, for free), the segment cache (cache.c: freed
+ * segments' address space kept mapped for reuse, purged after the delay),
+ * the purge of a segment's free slices, and the list of segments abandoned
+ * by exited threads (adopted by the heap layer).
+ *
+ * A block's segment is its address rounded down to 4 MiB, its slice
+ * descriptor the slice index into seg->pages: arithmetic, no lookup. Blocks
+ * bigger than a segment's spans (huge blocks) get a segment of their own,
+ * bigger than 4 MiB, whose pages[0] describes the one block.
+ *
+ * Ownership: a normal segment belongs to one thread (seg->thread_id, and
+ * the thread's coral_thread_segments_t). That thread alone takes and frees
+ * its spans and touches the owner-only fields of its descriptors; other
+ * threads free blocks into it through the page layer's remote-free
+ * protocol. */
+#ifndef CORAL_SEGMENT_H
+#define CORAL_SEGMENT_H
+
+#include "os/os.h"
+
+/* ---- geometry ------------------------------------------------------------ */
+#define CORAL_SEGMENT_SHIFT 22
+#define CORAL_SEGMENT_SIZE ((size_t)1 << CORAL_SEGMENT_SHIFT)
+#define CORAL_SEGMENT_MASK (CORAL_SEGMENT_SIZE - 1)
+#define CORAL_SLICE_SHIFT 16
+#define CORAL_SLICE_SIZE ((size_t)1 << CORAL_SLICE_SHIFT)
+#define CORAL_SLICES_PER_SEGMENT 64
+/* Requests above this fail with ENOMEM (C says objects must fit ptrdiff_t). */
+#define CORAL_MAX_REQUEST ((size_t)PTRDIFF_MAX - 2 * CORAL_SEGMENT_SIZE)
+
+/* ---- the slice descriptor ------------------------------------------------------
+ * One per slice, in the segment header. The descriptor of a span's first
+ * slice (its head) describes the span in use: a *page* (the page layer's
+ * word: blocks of one size class, or one large block). The other slices of
+ * a span are INTERIOR and lead back to the head (slice_offset).
+ *
+ * Who writes what: the span fields (slice_offset, slice_count, start,
+ * is_fresh, the INTERIOR flag) belong to this layer; the block lists, the
+ * counts and the remote-free word to the page layer (page/page.h has the
+ * protocol); `link` and `owner` to the heap that holds the page.
+ *
+ * 128 bytes, a power of two, so finding one is a shift. The first cache
+ * line holds what the owner's fast paths write on every call (free,
+ * local_free, used) and what only the owner reads; a remote free never
+ * reads it. The second holds what remote frees write (thread_free) and
+ * everything they read (slice_offset, slice_count, reserved, shared_flags,
+ * owner): a free from another thread then costs the owner nothing on its
+ * malloc and free lines. */
+typedef struct coral_block_s {
+    struct coral_block_s *next;
+} coral_block_t;
+
+struct coral_page_owner_s; /* the page layer's view of a heap */
+
+typedef struct coral_page_s {
+    /* First cache line: the owner's. Written only by the segment's owner
+     * thread. A remote free reads none of it, except to resolve a pointer
+     * inside an aligned block (start, block_size) and, in CORAL_STATS
+     * builds, to count the free (class_idx). */
+    coral_block_t *free;       /* blocks malloc pops */
+    coral_block_t *local_free; /* blocks the owner freed, moved to free later */
+    uint32_t used;             /* blocks handed out and not yet returned */
+    uint32_t capacity;         /* blocks carved out of the span so far */
+    uint8_t flags;             /* CORAL_PAGE_* (page/page.h) */
+    uint8_t free_is_zero;      /* every block on `free` is zero but its link */
+    uint8_t is_fresh;          /* the span came zeroed from the OS */
+    uint8_t class_idx;         /* size class, or CORAL_CLASS_LARGE */
+    uint32_t padding1;
+    size_t block_size;
+    uint8_t *start;    /* first block */
+    coral_link_t link; /* in the owner heap's queue; link.prev NULL: first */
+    /* Second cache line: shared with other threads. The plain fields are
+     * written by the owner only while no other thread can free into the
+     * span (it is being set up or torn down), and read by remote frees. */
+    _Atomic(uintptr_t) thread_free;              /* remote-freed blocks, count, state */
+    _Atomic(struct coral_page_owner_s *) owner;  /* NULL while abandoned */
+    _Atomic(struct coral_page_s *) delayed_next; /* in owner->delayed_pages */
+    coral_link_t orphan_link; /* the orphan list (page/reclaim.c), under its lock */
+    uint64_t orphan_since_ms; /* when it was listed as an orphan, under that lock */
+    uint32_t slice_offset;    /* every descriptor: bytes back to the span's head */
+    uint32_t slice_count;     /* head descriptor: slices in the span; 0 = free */
+    uint32_t reserved;        /* blocks that fit in the span */
+    /* Set by the remote freer that pushes the page on owner->delayed_pages,
+     * cleared by the owner when it takes it off; a listed page is never
+     * released (page/page.c). */
+    _Atomic(uint8_t) delayed_listed;
+    _Atomic(uint8_t) orphan_listed;
+    /* CORAL_PAGE_HAS_ALIGNED and CORAL_PAGE_USER_HEAP, for other threads. */
+    uint8_t shared_flags;
+    uint8_t padding2;
+} coral_page_t;
+
+_Static_assert(sizeof(coral_page_t) == 128, "slice descriptors are 128 bytes");
+
+/* flags: a later slice of a span, not its head (the free fast path, which
+ * reads the slice's own descriptor, steps aside for it). The page layer's
+ * flags are the other bits. */
+#define CORAL_PAGE_INTERIOR 4u
+
+/* ---- segments ----------------------------------------------------------------- */
+#define CORAL_SEGMENT_NORMAL 1u
+#define CORAL_SEGMENT_HUGE 2u
+
+typedef struct coral_thread_segments_s coral_thread_segments_t;
+
+typedef struct coral_segment_s {
+    /* The owner thread's id, 0 while abandoned, cached, or huge. Written by
+     * the owner (or the adopter), read by any thread that frees into the
+     * segment. */
+    _Atomic(uintptr_t) thread_id;
+    uint32_t kind;       /* CORAL_SEGMENT_*; never changes while mapped */
+    uint32_t used_pages; /* owner-only: spans in use */
+    size_t size;         /* bytes mapped; never changes while a block is live */
+    /* Slice bitmaps (bit i = slice i; bit 0 is the header).
+     * used_slices: in a span. Written by the owner only; the purger reads it.
+     * dirty_slices: touched since mapped or purged. Written only under
+     * span_lock: by the owner when it takes slices, by the purger when it
+     * purges free ones. Taking slices also needs span_lock, so a slice the
+     * purger saw free stays free until it is done. */
+    _Atomic(uint64_t) used_slices;
+    _Atomic(uint64_t) dirty_slices;
+    _Atomic(int) span_lock;         /* try-lock, never held across a wait */
+    _Atomic(uint64_t) purge_due_ms; /* 0: nothing to purge; else when to purge */
+    coral_thread_segments_t *owner; /* NULL when not owned */
+    /* In the owner's list, the abandoned list, or (huge) a user heap's list
+     * of huge blocks: whoever holds the segment says which, and guards it. */
+    coral_link_t link;
+    coral_link_t registry_link; /* every mapped normal segment, for the purger */
+    size_t huge_dirty; /* huge segments, owner only: bytes from the base that may hold data */
+    _Alignas(128) coral_page_t pages[CORAL_SLICES_PER_SEGMENT];
+} coral_segment_t;
+
+/* A thread's segments: the segments it takes spans from. Owner-only. */
+struct coral_thread_segments_s {
+    uintptr_t thread_id;
+    coral_list_t segments; /* owned segments that have spans in use */
+    /* The segment of the last one-slice span, tried first for the next: one
+     * of `segments` or NULL (cleared when it leaves the thread). */
+    coral_segment_t *small_segment;
+};
+
+CORAL_INLINE coral_segment_t *coral_ptr_segment(const void *p) {
+    return (coral_segment_t *)((uintptr_t)p & ~(uintptr_t)CORAL_SEGMENT_MASK);
+}
+
+CORAL_INLINE uint8_t *coral_segment_base(coral_segment_t *seg) {
+    return (uint8_t *)seg;
+}
+
+/* The descriptor of p's slice. (p >> 9) & 0x1f80 is the slice index times
+ * 128, the descriptor size, in one shift and one mask. */
+CORAL_INLINE coral_page_t *coral_segment_slice_of(coral_segment_t *seg, const void *p) {
+    _Static_assert(sizeof(coral_page_t) == (size_t)1 << (CORAL_SLICE_SHIFT - 9), "shift below");
+    uintptr_t slice_bytes = ((uintptr_t)p >> 9) & ((CORAL_SLICES_PER_SEGMENT - 1) << 7);
+    return (coral_page_t *)((uint8_t *)seg->pages + slice_bytes);
+}
+
+/* The head descriptor of a slice's span. */
+CORAL_INLINE coral_page_t *coral_slice_head(coral_page_t *slice) {
+    return (coral_page_t *)((uint8_t *)slice - slice->slice_offset);
+}
+
+CORAL_INLINE coral_page_t *coral_segment_page_of(coral_segment_t *seg, const void *p) {
+    return coral_slice_head(coral_segment_slice_of(seg, p));
+}
+
+/* ---- the segment map -------------------------------------------------------------
+ * One byte per 4 MiB chunk of the 47-bit user address space: NONE, the start
+ * of a segment, or a later chunk of a huge segment. Written only while no
+ * block of the chunk is live; read by free. */
+#define CORAL_MAP_NONE 0
+#define CORAL_MAP_SEGMENT 1
+#define CORAL_MAP_HUGE_TAIL 2
+#define CORAL_MAP_CHUNKS ((size_t)1 << (47 - CORAL_SEGMENT_SHIFT))
+extern uint8_t coral_segment_map[CORAL_MAP_CHUNKS];
+
+/* Entries are written with atomic stores and read plainly here: an entry
+ * only changes while no block of its chunk is live, so no free can read the
+ * byte being written. (Under TSan the read is atomic too, which keeps the
+ * tool's model exact.) */
+CORAL_INLINE uint8_t coral_map_kind(uintptr_t addr) {
+    size_t chunk = addr >> CORAL_SEGMENT_SHIFT;
+    if (coral_unlikely(chunk >= CORAL_MAP_CHUNKS)) return CORAL_MAP_NONE;
+#if defined(__SANITIZE_THREAD__)
+    return __atomic_load_n(&coral_segment_map[chunk], __ATOMIC_RELAXED);
+#else
+    return coral_segment_map[chunk];
+#endif
+}
+
+void coral_segment_map_set(void *start, size_t size, bool present);
+/* The segment holding p, also deep inside a huge block; NULL when coralloc
+ * does not manage p. */
+coral_segment_t *coral_segment_of_any(const void *p);
+
+/* ---- the segment cache (cache.c) ---------------------------------------------------- */
+typedef struct coral_cache_got_s {
+    size_t dirty; /* bytes from the base that may hold old data; the rest is zero */
+    bool fresh;   /* a new mapping */
+    bool header;  /* the first slice holds a freed segment's header, every descriptor free */
+} coral_cache_got_t;
+/* `size` bytes (whole chunks), 4 MiB-aligned, from the cache or the OS. */
+void *coral_segment_cache_take(size_t size, coral_cache_got_t *got);
+/* The range [addr, addr + size), if the cache holds all of it in one region. */
+bool coral_segment_cache_take_range(void *addr, size_t size);
+/* Free chunks (bytes up to base + dirty may hold data): kept or unmapped. */
+void coral_segment_cache_put(void *base, size_t size, size_t dirty, bool header);
+/* The purge stage of the cache (registered by coral_segments_init). */
+uint64_t coral_segment_cache_purge(uint64_t now, bool force);
+void coral_segment_cache_prefork(void);
+void coral_segment_cache_postfork(void);
+
+/* ---- segments and spans (segment.c) -------------------------------------------------- */
+
+/* Called once at start-up: the purge stages of this layer. */
+void coral_segments_init(void);
+/* The header fields of a segment taken from the cache (not the descriptors). */
+void coral_segment_header_reset(coral_segment_t *seg);
+/* A span of n slices (1..63) in one of the thread's segments; NULL if none
+ * has room (the caller may adopt abandoned segments, then ask for a new). */
+coral_page_t *coral_span_alloc_owned(coral_thread_segments_t *ts, size_t n);
+/* A span of n slices in a new segment of the thread; NULL (errno ENOMEM)
+ * when the OS has no memory. */
+coral_page_t *coral_span_alloc_new(coral_thread_segments_t *ts, size_t n);
+/* Return a span's slices to its segment (owner only); a segment left with
+ * no span goes to the segment cache. */
+void coral_span_free(coral_page_t *page);
+/* Grow or shrink a span in place to `slices` (owner only). */
+bool coral_span_resize(coral_page_t *page, size_t slices);
+/* Slice i (>= 1) of a span: leads back to the head. */
+void coral_slice_mark_interior(coral_page_t *slice, size_t i);
+
+/* A thread exits: its segments with spans in use are abandoned (the caller
+ * has taken their pages out of its heaps), the others go to the cache. */
+void coral_segments_abandon(coral_thread_segments_t *ts);
+/* The oldest abandoned segment, made the thread's; NULL if none. The caller
+ * gives its spans in use a heap. */
+coral_segment_t *coral_segment_adopt_next(coral_thread_segments_t *ts);
+/* The span after `page` in its segment (NULL at the end): walks the spans
+ * in use of an adopted segment, starting from NULL. */
+coral_page_t *coral_segment_next_span(coral_segment_t *seg, coral_page_t *page);
+void coral_segment_locks_prefork(void);
+void coral_segment_locks_postfork(void);
+
+#endif /* CORAL_SEGMENT_H */

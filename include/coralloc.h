@@ -119,9 +119,14 @@ CORAL_API int coral_option_set(const char *name, long long value);
  * caches) moves forward by ms milliseconds, for the whole process.
  * coral_test_purge_pass: one whole purge pass at the current clock, done by
  * the purge thread (returns 1 once it has finished a pass that started after
- * the call) or, when no purge thread runs, by the caller (returns 0). */
+ * the call) or, when no purge thread runs, by the caller (returns 0).
+ * coral_test_check: walks the calling thread's heaps, pages and segments and
+ * checks their invariants (free + local free + in use = carved blocks, no
+ * block free twice, every list inside its page, spans and segment map
+ * consistent); 0, or -1 after printing the first one broken on stderr. */
 CORAL_API void coral_test_advance_clock(unsigned long long ms);
 CORAL_API int coral_test_purge_pass(void);
+CORAL_API int coral_test_check(void);
 
 #ifdef __cplusplus
 }

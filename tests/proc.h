@@ -22,9 +22,7 @@ static inline size_t rss_kib(void) {
     return resident * (size_t)sysconf(_SC_PAGESIZE) / 1024;
 }
 
-static inline size_t rss_mib(void) {
-    return rss_kib() / 1024;
-}
+static inline size_t rss_mib(void) { return rss_kib() / 1024; }
 
 /* Minor page faults of this process so far (getrusage). */
 static inline long minor_faults(void) {
@@ -40,8 +38,7 @@ static inline void run_child(const char *mode, const char *const env[]) {
     pid_t pid = fork();
     CHECK(pid >= 0);
     if (pid == 0) {
-        for (size_t i = 0; env[i]; i++)
-            putenv((char *)env[i]);
+        for (size_t i = 0; env[i]; i++) putenv((char *)env[i]);
         execl("/proc/self/exe", "/proc/self/exe", mode, (char *)NULL);
         _exit(127);
     }

@@ -91,14 +91,12 @@ static size_t check_fresh(void *p, size_t req, size_t align, uint64_t seed) {
 static void test_malloc_sizes(void) {
     static size_t sizes[4097 + 12 * 8];
     size_t n = 0;
-    for (size_t s = 0; s <= 4096; s++)
-        sizes[n++] = s;
+    for (size_t s = 0; s <= 4096; s++) sizes[n++] = s;
     for (int k = 12; k <= 23; k++) { /* 4 KiB .. 8 MiB and around */
         size_t b = (size_t)1 << k;
         size_t around[] = {b - 1,     b,         b + 1,         b + 16,
                            b + b / 4, b + b / 2, b + 3 * b / 4, 2 * b - 16};
-        for (size_t j = 0; j < sizeof around / sizeof *around; j++)
-            sizes[n++] = around[j];
+        for (size_t j = 0; j < sizeof around / sizeof *around; j++) sizes[n++] = around[j];
     }
 
     CHECK_EQ(coral_malloc_usable_size(NULL), 0);
@@ -115,8 +113,7 @@ static void test_malloc_sizes(void) {
             r[j].end = (uintptr_t)p[j] + MAX(us, (size_t)1);
         }
         check_no_overlap(r, 3);
-        for (int j = 0; j < 3; j++)
-            CHECK_PATTERN(p[j], coral_malloc_usable_size(p[j]), i * 3 + j);
+        for (int j = 0; j < 3; j++) CHECK_PATTERN(p[j], coral_malloc_usable_size(p[j]), i * 3 + j);
         coral_free(p[1]);
         coral_free_sized(p[0], s);
         coral_free(p[2]);
@@ -155,8 +152,7 @@ static void calloc_round(size_t size, int iters, int batch, int collect) {
             fill_bytes(b[j], 0xAA, coral_malloc_usable_size(b[j]));
             b[j] = opaque(b[j]);
         }
-        for (int j = 0; j < batch; j++)
-            coral_free(b[j]);
+        for (int j = 0; j < batch; j++) coral_free(b[j]);
         if (collect) coral_collect(1);
         for (int j = 0; j < batch; j++) {
             int v = (it + j) % 3;
@@ -182,12 +178,9 @@ static void test_calloc(void) {
     static const size_t medium[] = {64 * KiB, 100 * KiB, 200 * KiB, 500 * KiB};
     static const size_t large[] = {1 * MiB, 2 * MiB, 3 * MiB};
     static const size_t huge[] = {8 * MiB, 20 * MiB, 64 * MiB};
-    for (size_t i = 0; i < sizeof small / sizeof *small; i++)
-        calloc_round(small[i], 200, 64, 0);
-    for (size_t i = 0; i < sizeof medium / sizeof *medium; i++)
-        calloc_round(medium[i], 50, 8, 0);
-    for (size_t i = 0; i < sizeof large / sizeof *large; i++)
-        calloc_round(large[i], 20, 4, 0);
+    for (size_t i = 0; i < sizeof small / sizeof *small; i++) calloc_round(small[i], 200, 64, 0);
+    for (size_t i = 0; i < sizeof medium / sizeof *medium; i++) calloc_round(medium[i], 50, 8, 0);
+    for (size_t i = 0; i < sizeof large / sizeof *large; i++) calloc_round(large[i], 20, 4, 0);
     for (size_t i = 0; i < sizeof huge / sizeof *huge; i++)
         calloc_round(huge[i], 5, huge[i] > 32 * MiB ? 1 : 2, 0);
 
@@ -330,10 +323,8 @@ static void test_realloc(void) {
                                     3 * MiB, 12 * MiB, 40 * MiB};
     enum { L = sizeof ladder / sizeof *ladder };
     size_t order[4 * L + 8], n = 0;
-    for (int i = 0; i < L; i++)
-        order[n++] = ladder[i];
-    for (int i = L - 2; i >= 0; i--)
-        order[n++] = ladder[i];
+    for (int i = 0; i < L; i++) order[n++] = ladder[i];
+    for (int i = L - 2; i >= 0; i--) order[n++] = ladder[i];
     order[n++] = 40 * MiB; /* tiny -> huge -> tiny */
     order[n++] = 3;
     order[n++] = 3 * MiB;
@@ -742,8 +733,7 @@ static void test_many_mixed(void) {
     live_block *b = calloc(N, sizeof *b);
     CHECK_NOT_NULL(b);
     uint64_t seed = 1;
-    for (size_t i = 0; i < N; i++)
-        mixed_alloc(&b[i], &rng, seed++);
+    for (size_t i = 0; i < N; i++) mixed_alloc(&b[i], &rng, seed++);
     check_all_live(b, N);
 
     for (int round = 0; round < 3; round++) {
@@ -757,8 +747,7 @@ static void test_many_mixed(void) {
         }
         coral_collect(round == 1);
         check_all_live(b + N / 2, N - N / 2);
-        for (size_t i = 0; i < N / 2; i++)
-            mixed_alloc(&b[i], &rng, seed++);
+        for (size_t i = 0; i < N / 2; i++) mixed_alloc(&b[i], &rng, seed++);
         check_all_live(b, N);
     }
     shuffle(b, N, &rng);
@@ -790,16 +779,14 @@ static void test_collect(void) {
             tmp[j] = coral_malloc(mixed_size(&rng));
             CHECK_NOT_NULL(tmp[j]);
         }
-        for (int j = 0; j < 256; j++)
-            coral_free(tmp[j]);
+        for (int j = 0; j < 256; j++) coral_free(tmp[j]);
         coral_collect(round % 2);
         for (int i = 0; i < N; i++) {
             CHECK(coral_owns(keep[i]));
             CHECK_PATTERN(keep[i], coral_malloc_usable_size(keep[i]), (uint64_t)i);
         }
     }
-    for (int i = 0; i < N; i++)
-        coral_free(keep[i]);
+    for (int i = 0; i < N; i++) coral_free(keep[i]);
     coral_collect(1);
     /* still usable after a full collect */
     void *p = coral_malloc(100);

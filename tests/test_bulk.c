@@ -45,15 +45,12 @@ static void check_blocks(void **p, size_t n, size_t size) {
         CHECK_GE(coral_malloc_usable_size(p[i]), size);
         fill_pattern(p[i], size, i);
     }
-    for (size_t i = 0; i < n; i++)
-        CHECK_EQ(pattern_mismatch(p[i], size, i), (size_t)-1);
+    for (size_t i = 0; i < n; i++) CHECK_EQ(pattern_mismatch(p[i], size, i), (size_t)-1);
     void **sorted = malloc(n * sizeof *sorted);
     CHECK_NOT_NULL(sorted);
-    for (size_t i = 0; i < n; i++)
-        sorted[i] = p[i];
+    for (size_t i = 0; i < n; i++) sorted[i] = p[i];
     qsort(sorted, n, sizeof *sorted, cmp_ptr);
-    for (size_t i = 1; i < n; i++)
-        CHECK_GE((uintptr_t)sorted[i], (uintptr_t)sorted[i - 1] + size);
+    for (size_t i = 1; i < n; i++) CHECK_GE((uintptr_t)sorted[i], (uintptr_t)sorted[i - 1] + size);
     free(sorted);
 }
 
@@ -75,17 +72,14 @@ static void check_blocks_sized(void **p, const size_t *sizes, size_t n) {
         CHECK_GE(coral_malloc_usable_size(p[i]), sizes[i]);
         fill_pattern(p[i], sizes[i], i);
     }
-    for (size_t i = 0; i < n; i++)
-        CHECK_EQ(pattern_mismatch(p[i], sizes[i], i), (size_t)-1);
+    for (size_t i = 0; i < n; i++) CHECK_EQ(pattern_mismatch(p[i], sizes[i], i), (size_t)-1);
     /* Sorted by address, each block ends before the next starts (a block
      * of 0 bytes takes one: distinct pointers). */
     sized_t *order = malloc((n ? n : 1) * sizeof *order);
     CHECK_NOT_NULL(order);
-    for (size_t i = 0; i < n; i++)
-        order[i] = (sized_t){(uintptr_t)p[i], sizes[i] ? sizes[i] : 1};
+    for (size_t i = 0; i < n; i++) order[i] = (sized_t){(uintptr_t)p[i], sizes[i] ? sizes[i] : 1};
     qsort(order, n, sizeof *order, cmp_sized);
-    for (size_t i = 1; i < n; i++)
-        CHECK_GE(order[i].at, order[i - 1].at + order[i - 1].size);
+    for (size_t i = 1; i < n; i++) CHECK_GE(order[i].at, order[i - 1].at + order[i - 1].size);
     free(order);
 }
 
@@ -100,13 +94,11 @@ static void *bulk_sizes(void *arg) {
     static void *p[N];
     tu_rng rng = {42};
     for (int round = 0; round < 3; round++) {
-        for (size_t i = 0; i < N; i++)
-            sizes[i] = rng_range(&rng, 1, round == 2 ? 64 : 1024);
+        for (size_t i = 0; i < N; i++) sizes[i] = rng_range(&rng, 1, round == 2 ? 64 : 1024);
         CHECK_EQ(coral_malloc_bulk_sizes(sizes, N, p), (size_t)N);
         check_blocks_sized(p, sizes, N);
         if (round == 0) { /* free every other block one by one, the rest in bulk */
-            for (size_t i = 0; i < N; i += 2)
-                coral_free(p[i]), p[i] = NULL;
+            for (size_t i = 0; i < N; i += 2) coral_free(p[i]), p[i] = NULL;
         }
         coral_free_bulk(p, N);
     }
@@ -137,8 +129,7 @@ static void *bulk_sizes(void *arg) {
         CHECK_EQ(got, given[a]);
         CHECK_EQ(errno, ENOMEM);
         check_blocks_sized(r, absurd[a], got);
-        for (size_t i = got; i < 4; i++)
-            CHECK_NULL(r[i]);
+        for (size_t i = got; i < 4; i++) CHECK_NULL(r[i]);
         coral_free_bulk(r, got);
     }
     return NULL;
@@ -158,8 +149,7 @@ static void test_sizes(void) {
             if (round == 1) { /* free a random half by bulk, the rest one by one */
                 shuffle(p, n, s + 1);
                 coral_free_bulk(p, n / 2);
-                for (size_t i = n / 2; i < n; i++)
-                    coral_free(p[i]);
+                for (size_t i = n / 2; i < n; i++) coral_free(p[i]);
             } else {
                 coral_free_bulk(p, n);
             }
@@ -180,8 +170,7 @@ static void *allocate(void *arg) {
     uintptr_t t = (uintptr_t)arg;
     tu_rng rng = {t + 100};
     static size_t sizes[THREADS][PER];
-    for (size_t i = 0; i < PER; i++)
-        sizes[t][i] = rng_range(&rng, 1, 2000);
+    for (size_t i = 0; i < PER; i++) sizes[t][i] = rng_range(&rng, 1, 2000);
     /* Odd threads take all their blocks in one coral_malloc_bulk_sizes. */
     if (t % 2) CHECK_EQ(coral_malloc_bulk_sizes(sizes[t], PER, blocks[t]), (size_t)PER);
     for (size_t i = 0; i < PER; i++) {
@@ -214,15 +203,13 @@ static void test_mixed_owners(void) {
     for (int round = 0; round < 5; round++) {
         for (uintptr_t t = 0; t < THREADS; t++)
             CHECK_EQ(pthread_create(&th[t], NULL, allocate, (void *)t), 0);
-        for (int t = 0; t < THREADS; t++)
-            CHECK_EQ(pthread_join(th[t], NULL), 0);
+        for (int t = 0; t < THREADS; t++) CHECK_EQ(pthread_join(th[t], NULL), 0);
         /* Each block is freed exactly once: thread t frees half t%2 of
          * thread t+1's blocks and of thread t+2's; for thread x those are
          * halves (x-1)%2 and x%2: both halves, once each. */
         for (uintptr_t t = 0; t < THREADS; t++)
             CHECK_EQ(pthread_create(&th[t], NULL, free_others, (void *)t), 0);
-        for (int t = 0; t < THREADS; t++)
-            CHECK_EQ(pthread_join(th[t], NULL), 0);
+        for (int t = 0; t < THREADS; t++) CHECK_EQ(pthread_join(th[t], NULL), 0);
     }
     coral_collect(1);
 }
@@ -249,8 +236,7 @@ static void *carve_by_address(void *arg) {
     CHECK_EQ(coral_malloc_bulk(FRESH_SIZE, N, p), N);
     check_blocks(p, N, FRESH_SIZE);
     CHECK_EQ(coral_malloc_usable_size(p[0]), (size_t)FRESH_SIZE);
-    for (size_t i = 1; i < N; i++)
-        CHECK_EQ((uintptr_t)p[i], (uintptr_t)p[i - 1] + FRESH_SIZE);
+    for (size_t i = 1; i < N; i++) CHECK_EQ((uintptr_t)p[i], (uintptr_t)p[i - 1] + FRESH_SIZE);
     coral_free_bulk(p, N);
     return NULL;
 }
@@ -262,14 +248,11 @@ static void *take_local_free(void *arg) {
     enum { N = 300, FREED = 40 };
     static void *p[N], *again[FREED];
     CHECK_EQ(coral_malloc_bulk(FRESH_SIZE, N, p), N);
-    for (size_t i = 100; i < 100 + FREED; i++)
-        coral_free(p[i]);
+    for (size_t i = 100; i < 100 + FREED; i++) coral_free(p[i]);
     CHECK_EQ(coral_malloc_bulk(FRESH_SIZE, FREED, again), FREED);
     qsort(again, FREED, sizeof *again, cmp_ptr);
-    for (size_t i = 0; i < FREED; i++)
-        CHECK_EQ((uintptr_t)again[i], (uintptr_t)p[100 + i]);
-    for (size_t i = 0; i < FREED; i++)
-        p[100 + i] = again[i];
+    for (size_t i = 0; i < FREED; i++) CHECK_EQ((uintptr_t)again[i], (uintptr_t)p[100 + i]);
+    for (size_t i = 0; i < FREED; i++) p[100 + i] = again[i];
     check_blocks(p, N, FRESH_SIZE);
     coral_free_bulk(p, N);
     return NULL;
@@ -288,14 +271,12 @@ static void *reset_emptied_page(void *arg) {
     check_blocks(p, N, FRESH_SIZE); /* fills them: dirty */
     coral_free_bulk(p, N);
     CHECK_EQ(coral_malloc_bulk(FRESH_SIZE, N, q), N);
-    for (size_t i = 0; i < N; i++)
-        CHECK_EQ((uintptr_t)q[i], (uintptr_t)p[i]);
+    for (size_t i = 0; i < N; i++) CHECK_EQ((uintptr_t)q[i], (uintptr_t)p[i]);
     check_blocks(q, N, FRESH_SIZE);
     coral_free_bulk(q, N);
     unsigned char *z = coral_calloc(1, FRESH_SIZE);
     CHECK_NOT_NULL(z);
-    for (size_t i = 0; i < FRESH_SIZE; i++)
-        CHECK_EQ(z[i], 0);
+    for (size_t i = 0; i < FRESH_SIZE; i++) CHECK_EQ(z[i], 0);
     coral_free(z);
     /* Not in address order. */
     CHECK_EQ(coral_malloc_bulk(FRESH_SIZE, N, p), N);
@@ -323,10 +304,8 @@ static void *scattered_half(void *arg) {
         shuffle(p, N, size);
         /* p[0..HALF) go; the rest keep their contents (pattern of their
          * index before the shuffle, checked through a copy of their order) */
-        for (size_t i = 0; i < HALF; i++)
-            kept[i] = p[HALF + i];
-        for (size_t i = 0; i < HALF; i++)
-            fill_pattern(kept[i], size, 1000 + i);
+        for (size_t i = 0; i < HALF; i++) kept[i] = p[HALF + i];
+        for (size_t i = 0; i < HALF; i++) fill_pattern(kept[i], size, 1000 + i);
         coral_free_bulk(p, HALF);
         CHECK_EQ(coral_malloc_bulk(size, HALF, again), HALF);
         check_blocks(again, HALF, size); /* distinct, and filled */
@@ -344,8 +323,7 @@ static void *scattered_half(void *arg) {
         for (size_t i = 0; i < HALF; i++) {
             unsigned char *z = coral_calloc(1, size);
             CHECK_NOT_NULL(z);
-            for (size_t k = 0; k < size; k++)
-                CHECK_EQ(z[k], 0);
+            for (size_t k = 0; k < size; k++) CHECK_EQ(z[k], 0);
             again[i] = z;
             want[i] = size;
         }
@@ -395,9 +373,7 @@ static void *mixed_array(void *arg) {
 
 #define CACHE_SIZE 1700 /* bytes: 36 blocks a slice, so a shuffled array is scattered */
 
-static long long cached_bytes(void) {
-    return stats_get("bulk_cached");
-}
+static long long cached_bytes(void) { return stats_get("bulk_cached"); }
 
 /* Set a run-time option; returns its value before. */
 static long long option_swap(const char *name, long long value) {
@@ -505,8 +481,7 @@ static void *cache_exclusions(void *arg) {
     coral_heap_t *heap = coral_heap_new();
     CHECK_NOT_NULL(heap);
     static void *h[N];
-    for (size_t i = 0; i < N; i++)
-        CHECK_NOT_NULL(h[i] = coral_heap_malloc(heap, CACHE_SIZE));
+    for (size_t i = 0; i < N; i++) CHECK_NOT_NULL(h[i] = coral_heap_malloc(heap, CACHE_SIZE));
     shuffle(h, N, 5);
     coral_free_bulk(h, N);
     CHECK_EQ(cached_bytes(), before);
@@ -622,10 +597,8 @@ static void *cache_with_purger(void *arg) {
 static void test_cache_with_purger(void) {
     long long delay = option_swap("PURGE_DELAY_MS", 1);
     pthread_t th[2];
-    for (int t = 0; t < 2; t++)
-        CHECK_EQ(pthread_create(&th[t], NULL, cache_with_purger, NULL), 0);
-    for (int t = 0; t < 2; t++)
-        CHECK_EQ(pthread_join(th[t], NULL), 0);
+    for (int t = 0; t < 2; t++) CHECK_EQ(pthread_create(&th[t], NULL, cache_with_purger, NULL), 0);
+    for (int t = 0; t < 2; t++) CHECK_EQ(pthread_join(th[t], NULL), 0);
     CHECK_EQ(coral_option_set("PURGE_DELAY_MS", delay), 0);
 }
 

@@ -73,8 +73,7 @@ int main(void) {
     for (int t = 0; t < THREADS; t += ALIVE) {
         for (int i = 0; i < ALIVE; i++)
             CHECK_EQ(pthread_create(&alive[i], NULL, churner, (void *)(uintptr_t)(t + i)), 0);
-        for (int i = 0; i < ALIVE; i++)
-            CHECK_EQ(pthread_join(alive[i], NULL), 0);
+        for (int i = 0; i < ALIVE; i++) CHECK_EQ(pthread_join(alive[i], NULL), 0);
     }
     size_t rss_busy = rss_kib();
     for (int k = 0; k < POOL; k++) {

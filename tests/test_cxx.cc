@@ -223,18 +223,15 @@ void test_threads() {
                 if (i % 7 == 0) v.erase(v.begin() + (i % v.size()));
             }
             std::vector<std::vector<int>> nested;
+            for (int i = 0; i < 2000; i++) nested.emplace_back(size_t(i % 500), i);
             for (int i = 0; i < 2000; i++)
-                nested.emplace_back(size_t(i % 500), i);
-            for (int i = 0; i < 2000; i++)
-                for (int x : nested[size_t(i)])
-                    CHECK_EQ(x, i);
+                for (int x : nested[size_t(i)]) CHECK_EQ(x, i);
             CHECK(coral_owns(v.data()));
             sums[size_t(t)] = sum;
             out[size_t(t)] = std::move(v); // freed later on the main thread
         });
     }
-    for (auto &th : threads)
-        th.join();
+    for (auto &th : threads) th.join();
     for (int t = 0; t < T; t++) {
         uint64_t want = 0;
         for (int i = 0; i < 20000; i++)

@@ -125,14 +125,12 @@ static void start_idle_owner(void (*prepare)(void)) {
 }
 
 static void fill_page_of_1k(void) {
-    for (size_t i = 0; i < PAGE_OF_1K; i++)
-        page_of_1k[i] = coral_malloc(1024);
+    for (size_t i = 0; i < PAGE_OF_1K; i++) page_of_1k[i] = coral_malloc(1024);
 }
 
 static int child_double_free_reclaimed(void) {
     start_idle_owner(fill_page_of_1k);
-    for (size_t i = 0; i < PAGE_OF_1K; i++)
-        coral_free(page_of_1k[i]);
+    for (size_t i = 0; i < PAGE_OF_1K; i++) coral_free(page_of_1k[i]);
     coral_collect(1); /* reclaims the page now */
     coral_free(page_of_1k[7]);
     return 0; /* not reached */
@@ -147,10 +145,8 @@ enum { THREE_PAGES_OF_1K = 3 * PAGE_OF_1K };
 static void *released_blocks[THREE_PAGES_OF_1K];
 
 static void fill_and_free_three_pages(void) {
-    for (size_t i = 0; i < THREE_PAGES_OF_1K; i++)
-        released_blocks[i] = coral_malloc(1024);
-    for (size_t i = 0; i < THREE_PAGES_OF_1K; i++)
-        coral_free(released_blocks[i]);
+    for (size_t i = 0; i < THREE_PAGES_OF_1K; i++) released_blocks[i] = coral_malloc(1024);
+    for (size_t i = 0; i < THREE_PAGES_OF_1K; i++) coral_free(released_blocks[i]);
 }
 
 static int child_bulk_free_released_remote(void) {
@@ -203,20 +199,17 @@ static __attribute__((unused)) int child_rlimit(void) {
     static void *blocks[MAX];
     size_t n = 0;
     errno = 0;
-    while (n < MAX && (blocks[n] = coral_malloc(1u << 20)) != NULL)
-        memset(blocks[n++], 7, 64);
+    while (n < MAX && (blocks[n] = coral_malloc(1u << 20)) != NULL) memset(blocks[n++], 7, 64);
     CHECK_LT(n, MAX);
     CHECK_EQ(errno, ENOMEM);
-    for (size_t i = 0; i < n; i++)
-        coral_free(blocks[i]);
+    for (size_t i = 0; i < n; i++) coral_free(blocks[i]);
     coral_collect(1);
     /* Consistent afterwards: memory can be had again. */
     for (size_t i = 0; i < n / 2; i++) {
         blocks[i] = coral_malloc(1u << 20);
         CHECK_NOT_NULL(blocks[i]);
     }
-    for (size_t i = 0; i < n / 2; i++)
-        coral_free(blocks[i]);
+    for (size_t i = 0; i < n / 2; i++) coral_free(blocks[i]);
     coral_free(warm);
     return 0;
 }
@@ -267,8 +260,7 @@ static void run_scenario(const char *self, const scenario_t *s) {
     char out[4096];
     size_t len = 0;
     ssize_t n;
-    while ((n = read(err[0], out + len, sizeof out - 1 - len)) > 0)
-        len += (size_t)n;
+    while ((n = read(err[0], out + len, sizeof out - 1 - len)) > 0) len += (size_t)n;
     out[len] = '\0';
     close(err[0]);
     int status;
@@ -294,7 +286,6 @@ int main(int argc, char **argv) {
             if (strcmp(argv[1], scenarios[i].name) == 0) return scenarios[i].run();
         return 2;
     }
-    for (size_t i = 0; i < count; i++)
-        run_scenario("/proc/self/exe", &scenarios[i]);
+    for (size_t i = 0; i < count; i++) run_scenario("/proc/self/exe", &scenarios[i]);
     return 0;
 }

@@ -86,8 +86,7 @@ static void *busy(void *arg) {
         if (i % 4096 == 0) coral_collect((int)(i / 4096) & 1);
         i++;
     }
-    for (unsigned j = 0; j < 32; j++)
-        T_FREE(mine[j]);
+    for (unsigned j = 0; j < 32; j++) T_FREE(mine[j]);
     return NULL;
 }
 
@@ -142,8 +141,7 @@ static int child(void *from_parent, size_t parent_size, uint64_t parent_seed) {
 int main(void) {
     double t0 = now_seconds();
     pthread_t th[3];
-    for (uintptr_t i = 0; i < 3; i++)
-        CHECK_EQ(pthread_create(&th[i], NULL, busy, (void *)i), 0);
+    for (uintptr_t i = 0; i < 3; i++) CHECK_EQ(pthread_create(&th[i], NULL, busy, (void *)i), 0);
 
     tu_rng rng = {12345};
     for (int f = 0; f < FORKS; f++) {
@@ -175,10 +173,8 @@ int main(void) {
         T_FREE(q);
     }
     atomic_store(&stop, 1);
-    for (int i = 0; i < 3; i++)
-        CHECK_EQ(pthread_join(th[i], NULL), 0);
-    for (int h = 0; h < 64; h++)
-        T_FREE(handoff[h]);
+    for (int i = 0; i < 3; i++) CHECK_EQ(pthread_join(th[i], NULL), 0);
+    for (int h = 0; h < 64; h++) T_FREE(handoff[h]);
     printf("test_fork: %d forks under 3 allocating threads: all passed in "
            "%.2f s\n",
            FORKS, now_seconds() - t0);

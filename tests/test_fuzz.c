@@ -81,12 +81,8 @@
 #define KiB ((size_t)1024)
 #define MiB (1024 * KiB)
 /* Functions, not macros: an argument may draw a random number. */
-static inline size_t MIN(size_t a, size_t b) {
-    return a < b ? a : b;
-}
-static inline size_t MAX(size_t a, size_t b) {
-    return a > b ? a : b;
-}
+static inline size_t MIN(size_t a, size_t b) { return a < b ? a : b; }
+static inline size_t MAX(size_t a, size_t b) { return a > b ? a : b; }
 
 enum {
     MAX_THREADS = 16,
@@ -212,8 +208,7 @@ static void fuzz_fail(const fstate *st, int line, const char *fmt, ...)
 /* The first thread to fail reports; the others wait for its _exit. */
 static atomic_int failing;
 static void wait_for_exit(void) {
-    for (;;)
-        pause();
+    for (;;) pause();
 }
 
 static void fuzz_fail(const fstate *st, int line, const char *fmt, ...) {
@@ -265,17 +260,13 @@ static void crash_handler(int sig) {
 }
 
 #if defined(FUZZ_DEATH_CALLBACK)
-static void sanitizer_death(void) {
-    print_progress(2);
-}
+static void sanitizer_death(void) { print_progress(2); }
 #endif
 #if defined(CORAL_TEST_ASAN)
 /* UBSan's halt does not run the death callback; this hook of its runtime
  * is called before each report is printed. */
 void __ubsan_on_report(void);
-void __ubsan_on_report(void) {
-    print_progress(2);
-}
+void __ubsan_on_report(void) { print_progress(2); }
 #endif
 
 static void record(fstate *st, size_t size, const void *p) {
@@ -365,9 +356,7 @@ static blk take_block(fstate *st, size_t i) {
     return b;
 }
 
-static size_t pick(fstate *st) {
-    return rng_range(&st->rng, 0, st->nlive - 1);
-}
+static size_t pick(fstate *st) { return rng_range(&st->rng, 0, st->nlive - 1); }
 
 /* Sometimes the biggest of a few random blocks (hand-offs of large ones). */
 static size_t pick_big(fstate *st) {
@@ -379,9 +368,7 @@ static size_t pick_big(fstate *st) {
     return best;
 }
 
-static void note_freed(fstate *st, size_t size) {
-    st->recent[st->nrecent++ % RECENT] = size;
-}
+static void note_freed(fstate *st, size_t size) { st->recent[st->nrecent++ % RECENT] = size; }
 
 static void free_one(fstate *st, blk *b, int sized) {
     note_freed(st, b->size);
@@ -435,8 +422,7 @@ static range local_ranges[MAX_THREADS][MAX_LIVE];
 static void check_local_overlap(fstate *st) {
     range *r = local_ranges[st->id];
     size_t n = 0;
-    for (size_t i = 0; i < st->nlive; i++)
-        add_range(r, &n, &st->live[i], st->id);
+    for (size_t i = 0; i < st->nlive; i++) add_range(r, &n, &st->live[i], st->id);
     check_ranges(st, r, n);
 }
 
@@ -636,13 +622,10 @@ static void op_bulk_malloc(fstate *st) {
     range rr[BULK_MAX];
     size_t nr = 0;
     size_t first = st->nlive;
-    for (size_t j = 0; j < n; j++)
-        add_block(st, out[j], sizes[j], 16, K_BULK, 1);
-    for (size_t j = first; j < st->nlive; j++)
-        add_range(rr, &nr, &st->live[j], st->id);
+    for (size_t j = 0; j < n; j++) add_block(st, out[j], sizes[j], 16, K_BULK, 1);
+    for (size_t j = first; j < st->nlive; j++) add_range(rr, &nr, &st->live[j], st->id);
     check_ranges(st, rr, nr);
-    for (size_t j = first; j < st->nlive; j++)
-        check_pattern(st, &st->live[j], "after bulk");
+    for (size_t j = first; j < st->nlive; j++) check_pattern(st, &st->live[j], "after bulk");
 }
 
 static void op_bulk_free(fstate *st) {
@@ -705,12 +688,10 @@ static void op_adopt(fstate *st) {
     size_t n = q_pop(&queues[st->id], got, 64);
     if (n == 0) return;
     st->received += n;
-    for (size_t j = 0; j < n; j++)
-        check_pattern(st, &got[j], "received from another thread");
+    for (size_t j = 0; j < n; j++) check_pattern(st, &got[j], "received from another thread");
     if ((rng_next(&st->rng) % 3) == 0) {
         void *ptrs[64];
-        for (size_t j = 0; j < n; j++)
-            ptrs[j] = got[j].p;
+        for (size_t j = 0; j < n; j++) ptrs[j] = got[j].p;
         record(st, n, ptrs[0]);
         coral_free_bulk(ptrs, n);
         return;
@@ -731,12 +712,10 @@ static int draw_op(fstate *st) {
     int shrink = (int)((st->op_index / phase_ops) & 1);
     const unsigned *w = weights[shrink];
     unsigned total = 0;
-    for (int k = 0; k < OP_CHECK; k++)
-        total += w[k];
+    for (int k = 0; k < OP_CHECK; k++) total += w[k];
     unsigned x = (unsigned)(rng_next(&st->rng) % total);
     int op = 0;
-    while (x >= w[op])
-        x -= w[op++];
+    while (x >= w[op]) x -= w[op++];
     int allocating = op == OP_MALLOC || op == OP_CALLOC || op == OP_ALIGNED ||
                      op == OP_BULK_MALLOC || op == OP_ADOPT;
     if (allocating && !can_allocate(st, op == OP_BULK_MALLOC ? BULK_MAX : 1))
@@ -898,8 +877,7 @@ int main(void) {
     __sanitizer_set_death_callback(sanitizer_death);
 #else
     static const int sigs[] = {SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE};
-    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
-        signal(sigs[i], crash_handler);
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) signal(sigs[i], crash_handler);
 #endif
     (void)crash_handler;
 
@@ -916,10 +894,8 @@ int main(void) {
         states[t]->rng.s = rng_next(&mix);
         states[t]->next_seed = (uint64_t)t << 48;
     }
-    for (int t = 0; t < nthreads; t++)
-        CHECK_EQ(pthread_create(&th[t], NULL, worker, states[t]), 0);
-    for (int t = 0; t < nthreads; t++)
-        CHECK_EQ(pthread_join(th[t], NULL), 0);
+    for (int t = 0; t < nthreads; t++) CHECK_EQ(pthread_create(&th[t], NULL, worker, states[t]), 0);
+    for (int t = 0; t < nthreads; t++) CHECK_EQ(pthread_join(th[t], NULL), 0);
 
     /* The threads are gone: their blocks are freed from here (heaps
      * abandoned, then adopted by this thread's forced collect). */
@@ -946,8 +922,7 @@ int main(void) {
     uint64_t counts[OP_COUNT] = {0}, received = 0, sent = 0, sent_big = 0, huge = 0, emptied = 0;
     size_t max_live = 0;
     for (int t = 0; t < nthreads; t++) {
-        for (int k = 0; k < OP_COUNT; k++)
-            counts[k] += states[t]->counts[k];
+        for (int k = 0; k < OP_COUNT; k++) counts[k] += states[t]->counts[k];
         received += states[t]->received;
         sent += states[t]->sent;
         sent_big += states[t]->sent_big;
@@ -963,7 +938,6 @@ int main(void) {
            "models emptied %llu, freed by main %zu\n",
            (unsigned long long)sent, (unsigned long long)sent_big, (unsigned long long)huge,
            max_live, (unsigned long long)emptied, left);
-    for (int t = 0; t < nthreads; t++)
-        free(states[t]);
+    for (int t = 0; t < nthreads; t++) free(states[t]);
     return 0;
 }

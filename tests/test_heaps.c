@@ -45,10 +45,8 @@ static void test_destroy_frees_all(void) {
     CHECK_GE(stats_get("page_bytes"), pages0 + (long long)(5 * MiB));
     CHECK_EQ(stats_get("huge_live"), huge0 + 2);
     /* some blocks freed one by one first, by both names */
-    for (size_t i = 0; i < SMALL; i += 3)
-        coral_heap_free(heap, small[i]);
-    for (size_t i = 1; i < SMALL; i += 3)
-        coral_free(small[i]);
+    for (size_t i = 0; i < SMALL; i += 3) coral_heap_free(heap, small[i]);
+    for (size_t i = 1; i < SMALL; i += 3) coral_free(small[i]);
     coral_free(big[0]);
     coral_free(big[6]);
     coral_heap_destroy(heap);
@@ -65,8 +63,7 @@ static void test_reset_reuses(void) {
     long long mapped = stats_get("mapped");
     for (int round = 0; round < 5; round++) {
         fill(heap, small, big);
-        for (size_t i = 0; i < SMALL; i++)
-            CHECK_EQ(pattern_mismatch(small[i], 1, i), (size_t)-1);
+        for (size_t i = 0; i < SMALL; i++) CHECK_EQ(pattern_mismatch(small[i], 1, i), (size_t)-1);
         coral_heap_reset(heap);
     }
     /* The same memory served every round: nothing new was mapped (but for
@@ -85,8 +82,7 @@ static void test_realloc_calloc(void) {
         CHECK_EQ(pattern_mismatch(p, 10, 5), (size_t)-1);
     }
     unsigned char *z = coral_heap_calloc(heap, 100, 37);
-    for (size_t i = 0; i < 3700; i++)
-        CHECK_EQ(z[i], 0);
+    for (size_t i = 0; i < 3700; i++) CHECK_EQ(z[i], 0);
     CHECK_NULL(coral_heap_calloc(heap, SIZE_MAX / 2, 3));
     CHECK_NULL(coral_heap_realloc(heap, p, 0));
     coral_heap_destroy(heap);
@@ -124,8 +120,7 @@ static void test_cross_thread_frees(void) {
         more[i] = coral_heap_malloc(heap, 16 + i);
         CHECK_NOT_NULL(more[i]);
     }
-    for (int k = 0; k < 2; k++)
-        CHECK_EQ(pthread_join(t[k], NULL), 0);
+    for (int k = 0; k < 2; k++) CHECK_EQ(pthread_join(t[k], NULL), 0);
     coral_heap_destroy(heap);
 }
 
@@ -182,8 +177,7 @@ static void *adopt_into_user_heap(void *arg) {
     CHECK_NOT_NULL(p);
     coral_heap_t *heap = coral_heap_new();
     CHECK_NOT_NULL(heap);
-    for (size_t i = 0; i < N; i++)
-        CHECK_NOT_NULL(p[i] = coral_heap_malloc(heap, LEFT_SIZE));
+    for (size_t i = 0; i < N; i++) CHECK_NOT_NULL(p[i] = coral_heap_malloc(heap, LEFT_SIZE));
     coral_heap_destroy(heap);
     check_left_blocks();
     /* The thread's own heap takes the pages the destroy freed: none of the
@@ -193,8 +187,7 @@ static void *adopt_into_user_heap(void *arg) {
         fill_pattern(p[i], LEFT_SIZE, N + i);
     }
     check_left_blocks();
-    for (size_t i = 0; i < N; i++)
-        coral_free(p[i]);
+    for (size_t i = 0; i < N; i++) coral_free(p[i]);
     free(p);
     return NULL;
 }
@@ -205,8 +198,7 @@ static void test_adopted_blocks_outlive_user_heap(void) {
     CHECK_EQ(pthread_join(t, NULL), 0);
     CHECK_EQ(pthread_create(&t, NULL, adopt_into_user_heap, NULL), 0);
     CHECK_EQ(pthread_join(t, NULL), 0);
-    for (size_t i = 0; i < LEFT; i++)
-        coral_free(left[i]);
+    for (size_t i = 0; i < LEFT; i++) coral_free(left[i]);
 }
 
 /* Another thread allocating from a heap gets a clear error. */

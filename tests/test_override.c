@@ -6,7 +6,9 @@
  * blocks cross between the standard and the coral_ names, the key contract
  * through the standard names (alignment, errno on overflow, usable size,
  * realloc(p, 0)), pvalloc + malloc_usable_size + free, and that blocks glibc
- * allocates internally (strdup, getline, asprintf, fopen...) are coralloc's.
+ * allocates internally (strdup, getline, asprintf, fopen...) are coralloc's;
+ * glibc's internal names (__libc_malloc & co.), cfree, the C23 sized frees,
+ * mallopt, mallinfo and mallinfo2.
  * Built with -fno-builtin so that the compiler calls the functions.
  */
 #define _GNU_SOURCE
@@ -234,8 +236,7 @@ static void test_glibc_internal(void) {
     FILE *f = fdopen(fd, "w+");
     CHECK_NOT_NULL(f);
     for (int i = 0; i < 50; i++) {
-        for (int j = 0; j < 40 * i; j++)
-            fputc('a' + (i + j) % 26, f);
+        for (int j = 0; j < 40 * i; j++) fputc('a' + (i + j) % 26, f);
         fputc('\n', f);
     }
     rewind(f);
@@ -268,8 +269,7 @@ static void test_glibc_internal(void) {
     size_t msize = 0;
     FILE *m = open_memstream(&mbuf, &msize);
     CHECK_NOT_NULL(m);
-    for (int i = 0; i < 10000; i++)
-        fprintf(m, "%d,", i);
+    for (int i = 0; i < 10000; i++) fprintf(m, "%d,", i);
     CHECK_EQ(fclose(m), 0);
     CHECK_NOT_NULL(mbuf);
     CHECK(coral_owns(mbuf));
@@ -277,8 +277,76 @@ static void test_glibc_internal(void) {
     free(mbuf);
 }
 
+/* glibc's internal names and the other extras: not in the headers. */
+void *__libc_malloc(size_t);
+void *__libc_calloc(size_t, size_t);
+void *__libc_realloc(void *, size_t);
+void *__libc_memalign(size_t, size_t);
+void *__libc_valloc(size_t);
+void *__libc_pvalloc(size_t);
+void __libc_free(void *);
+int __posix_memalign(void **, size_t, size_t);
+void cfree(void *);
+void free_sized(void *, size_t);
+void free_aligned_sized(void *, size_t, size_t);
+
+static void *owned(void *p) {
+    CHECK_NOT_NULL(p);
+    CHECK_MSG(coral_owns(p), "block %p is not coralloc's\n", p);
+    return p;
+}
+
+static void test_glibc_names(void) {
+    char *p = owned(__libc_malloc(100));
+    memset(p, 1, 100);
+    p = owned(__libc_realloc(p, 5000));
+    CHECK_EQ(p[99], 1);
+    __libc_free(p);
+    unsigned char *z = owned(__libc_calloc(10, 100));
+    for (int i = 0; i < 1000; i++) CHECK_EQ(z[i], 0);
+    cfree(z);
+    void *a = owned(__libc_memalign(4096, 100));
+    CHECK_EQ((uintptr_t)a % 4096, 0);
+    free(a);
+    a = owned(__libc_valloc(100));
+    CHECK_EQ((uintptr_t)a % 4096, 0);
+    free(a);
+    a = owned(__libc_pvalloc(100));
+    CHECK_EQ((uintptr_t)a % 4096, 0);
+    CHECK_GE(malloc_usable_size(a), 4096);
+    free(a);
+    a = NULL;
+    CHECK_EQ(__posix_memalign(&a, 256, 1000), 0);
+    CHECK_EQ((uintptr_t)owned(a) % 256, 0);
+    free(a);
+}
+
+/* mallinfo is deprecated in glibc's header, and still called by programs. */
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+static void test_extras(void) {
+    void *p = owned(malloc(100));
+    free_sized(p, 100);
+    p = owned(aligned_alloc(64, 640));
+    free_aligned_sized(p, 64, 640);
+    CHECK_EQ(mallopt(M_ARENA_MAX, 1), 0); /* glibc's tunables: "not done" */
+    struct mallinfo2 before = mallinfo2();
+    struct mallinfo old_before = mallinfo();
+    void *huge = owned(malloc(8 * MiB));
+    struct mallinfo2 during = mallinfo2();
+    struct mallinfo old_during = mallinfo();
+    CHECK_EQ(during.hblks, before.hblks + 1);
+    CHECK_GE(during.hblkhd, before.hblkhd + 8 * MiB);
+    CHECK_EQ(old_during.hblks, old_before.hblks + 1);
+    free(huge);
+    CHECK_EQ(mallinfo2().hblks, before.hblks);
+}
+
 int main(void) {
     double t0 = now_seconds();
+    test_glibc_names();
+    printf("glibc's internal names ok\n");
+    test_extras();
+    printf("sized frees, mallopt, mallinfo ok\n");
     test_entry_points();
     printf("entry points ok\n");
     test_contract();

@@ -25,9 +25,7 @@
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
 
-static long long populates(void) {
-    return stats_os_calls("populate");
-}
+static long long populates(void) { return stats_os_calls("populate"); }
 
 /* 64-byte blocks: a 64 KiB page holds 1024. Half a page, then 3.5 more
  * pages; returns the populates made during each part. */
@@ -42,8 +40,7 @@ static void small_blocks(long long made[2]) {
         memset(blocks[i], 5, 64);
     }
     made[1] = populates() - before - made[0];
-    for (size_t i = 0; i < SMALL_N; i++)
-        coral_free(blocks[i]);
+    for (size_t i = 0; i < SMALL_N; i++) coral_free(blocks[i]);
 }
 
 static int child_small(void) {
@@ -66,8 +63,7 @@ static size_t big_class_blocks(size_t touched) {
         memset(blocks[i], 7, touched);
     }
     size_t grown = rss_kib() - rss0;
-    for (size_t i = 0; i < N; i++)
-        coral_free(blocks[i]);
+    for (size_t i = 0; i < N; i++) coral_free(blocks[i]);
     return grown;
 }
 
@@ -109,8 +105,7 @@ static long long huge_after(int whole) {
         memset(b[i], 4, 8 * MiB);
     }
     long long made = populates() - before;
-    for (int i = 0; i < N; i++)
-        coral_free(b[i]);
+    for (int i = 0; i < N; i++) coral_free(b[i]);
     return made;
 }
 
@@ -125,8 +120,7 @@ static int child_huge_sparse(void) {
 }
 
 static void fill(unsigned char *p, size_t n, unsigned seed) {
-    for (size_t i = 0; i < n; i += 512)
-        p[i] = (unsigned char)(seed + i / 512);
+    for (size_t i = 0; i < n; i += 512) p[i] = (unsigned char)(seed + i / 512);
 }
 
 static void check_filled(const unsigned char *p, size_t n, unsigned seed) {
@@ -207,8 +201,7 @@ int main(int argc, char **argv) {
     static const char *const adaptive[] = {"CORALLOC_POPULATE=adaptive",
                                            "CORALLOC_PURGE_DELAY_MS=3600000", NULL};
     static const char *const off[] = {"CORALLOC_POPULATE=off", NULL};
-    for (size_t i = 0; i < n; i++)
-        run_child(cases[i].name, adaptive);
+    for (size_t i = 0; i < n; i++) run_child(cases[i].name, adaptive);
     run_child("off", off);
     return 0;
 }

@@ -61,12 +61,9 @@ static void burst(void) {
 
 static void release(void) {
     /* Scrambled order, so pages empty at different times. */
-    for (size_t i = 0; i < SMALL; i++)
-        coral_free(small[(i * 7919) % SMALL]);
-    for (size_t i = 0; i < LARGE; i++)
-        coral_free(large[i]);
-    for (size_t i = 0; i < HUGE; i++)
-        coral_free(huge[i]);
+    for (size_t i = 0; i < SMALL; i++) coral_free(small[(i * 7919) % SMALL]);
+    for (size_t i = 0; i < LARGE; i++) coral_free(large[i]);
+    for (size_t i = 0; i < HUGE; i++) coral_free(huge[i]);
 }
 
 static int child_background(void) {
@@ -84,8 +81,7 @@ static int child_background(void) {
     CHECK_LE(after, before + 24);
     /* Purged memory reads as zero again. */
     char *p = coral_calloc(1, 4 * MiB - 100 * 1024);
-    for (size_t i = 0; i < 4 * MiB - 100 * 1024; i += 4096)
-        CHECK_EQ(p[i], 0);
+    for (size_t i = 0; i < 4 * MiB - 100 * 1024; i += 4096) CHECK_EQ(p[i], 0);
     coral_free(p);
     return 0;
 }
@@ -155,15 +151,13 @@ static int child_pool_kinds(void) {
     long long maps0 = stats_os_calls("mmap");
     enum { N = 48 };
     static void *large[N]; /* 1 MiB each: 16 segments of 3 */
-    for (size_t i = 0; i < N; i++)
-        large[i] = touched(MiB);
+    for (size_t i = 0; i < N; i++) large[i] = touched(MiB);
     size_t rss1 = rss_mib();
     printf("pool: 48 MiB of large blocks after a 64 MiB huge one: RSS %zu -> %zu MiB, %lld mmaps\n",
            rss0, rss1, stats_os_calls("mmap") - maps0);
     CHECK_EQ(stats_os_calls("mmap"), maps0); /* no segment was mapped anew */
     CHECK_LE(rss1, rss0 + 4);                /* nor faulted in */
-    for (size_t i = 0; i < N; i++)
-        coral_free(large[i]);
+    for (size_t i = 0; i < N; i++) coral_free(large[i]);
     return 0;
 }
 
@@ -178,15 +172,13 @@ static int child_pool_gather(void) {
         gone[i] = touched(8 * MiB);
         keep[i] = touched(8 * MiB); /* so that no two freed ones are adjacent */
     }
-    for (size_t i = 0; i < 4; i++)
-        coral_free(gone[i]);
+    for (size_t i = 0; i < 4; i++) coral_free(gone[i]);
     size_t rss0 = rss_mib();
     long long remaps0 = stats_os_calls("mremap");
     size_t size = 30 * MiB;
     unsigned char *big = coral_calloc(1, size);
     CHECK_NOT_NULL(big);
-    for (size_t i = 0; i < size; i++)
-        CHECK_EQ(big[i], 0);
+    for (size_t i = 0; i < size; i++) CHECK_EQ(big[i], 0);
     fill_pattern(big, size, 11);
     size_t rss1 = rss_mib();
     printf("pool: a 30 MiB block over four freed 8 MiB ones: RSS %zu -> %zu MiB, %lld mremaps\n",
@@ -199,8 +191,7 @@ static int child_pool_gather(void) {
     CHECK_NOT_NULL(big);
     CHECK_EQ(pattern_mismatch(big, size, 11), (size_t)-1);
     coral_free(big);
-    for (size_t i = 0; i < 4; i++)
-        coral_free(keep[i]);
+    for (size_t i = 0; i < 4; i++) coral_free(keep[i]);
     return 0;
 }
 
@@ -270,8 +261,7 @@ static int child_first_carve(void) {
     printf("first carve of a 3 KiB class page: OS pages resident %d %d %d %d\n", resident[0] & 1,
            resident[1] & 1, resident[2] & 1, resident[3] & 1);
     CHECK_EQ(resident[0] & 1, 1);
-    for (size_t i = 1; i < 4; i++)
-        CHECK_EQ(resident[i] & 1, 0);
+    for (size_t i = 1; i < 4; i++) CHECK_EQ(resident[i] & 1, 0);
     coral_free(p);
     return 0;
 }
@@ -307,21 +297,17 @@ static int child_small_apart(void) {
  * holds more than 16 MiB of segments, each new segment does. */
 static int child_hugepages(void) {
     void *small[1000];
-    for (size_t i = 0; i < 1000; i++)
-        CHECK_NOT_NULL(small[i] = coral_malloc(1000));
+    for (size_t i = 0; i < 1000; i++) CHECK_NOT_NULL(small[i] = coral_malloc(1000));
     CHECK_EQ(stats_os_calls("hugepage"), 0);
     enum { BIG = 40 }; /* 40 MiB in 1 MiB blocks: 10+ segments */
     void *big[BIG];
-    for (size_t i = 0; i < BIG; i++)
-        CHECK_NOT_NULL(big[i] = coral_malloc(MiB));
+    for (size_t i = 0; i < BIG; i++) CHECK_NOT_NULL(big[i] = coral_malloc(MiB));
     long long segments = stats_get("segments"), advised = stats_os_calls("hugepage");
     printf("huge pages: %lld of %lld segments advised\n", advised, segments);
     CHECK_GE(segments, 10);
     CHECK_EQ(advised, segments - 4);
-    for (size_t i = 0; i < BIG; i++)
-        coral_free(big[i]);
-    for (size_t i = 0; i < 1000; i++)
-        coral_free(small[i]);
+    for (size_t i = 0; i < BIG; i++) coral_free(big[i]);
+    for (size_t i = 0; i < 1000; i++) coral_free(small[i]);
     return 0;
 }
 

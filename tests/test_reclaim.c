@@ -69,8 +69,7 @@ static void step_to(int step) {
 
 static void wait_step(int step) {
     pthread_mutex_lock(&handoff.lock);
-    while (handoff.step < step)
-        pthread_cond_wait(&handoff.cond, &handoff.lock);
+    while (handoff.step < step) pthread_cond_wait(&handoff.cond, &handoff.lock);
     pthread_mutex_unlock(&handoff.lock);
 }
 
@@ -92,8 +91,7 @@ static void *owner_main(void *arg) {
     for (size_t i = 0; i < N64; i++) {
         uint64_t *p = coral_calloc(1, 64);
         CHECK_NOT_NULL(p);
-        for (size_t w = 0; w < 8; w++)
-            CHECK_EQ(p[w], 0);
+        for (size_t w = 0; w < 8; w++) CHECK_EQ(p[w], 0);
         blocks[i] = p;
         fill_pattern(p, 64, i);
     }
@@ -112,8 +110,7 @@ static void *owner_main(void *arg) {
 }
 
 static void free_all_remotely(void) {
-    for (size_t i = 0; i < NBLOCKS; i++)
-        coral_free(blocks[(i * 7919) % NBLOCKS]);
+    for (size_t i = 0; i < NBLOCKS; i++) coral_free(blocks[(i * 7919) % NBLOCKS]);
 }
 
 static int child_idle(void) {
@@ -195,8 +192,7 @@ static mailbox_t boxes[RING];
 
 static void mailbox_put(mailbox_t *box, void **batch, uint64_t seed) {
     pthread_mutex_lock(&box->lock);
-    while (box->batch != NULL)
-        pthread_cond_wait(&box->cond, &box->lock);
+    while (box->batch != NULL) pthread_cond_wait(&box->cond, &box->lock);
     box->batch = batch;
     box->seed = seed;
     pthread_cond_broadcast(&box->cond);
@@ -205,8 +201,7 @@ static void mailbox_put(mailbox_t *box, void **batch, uint64_t seed) {
 
 static void **mailbox_take(mailbox_t *box, uint64_t *seed) {
     pthread_mutex_lock(&box->lock);
-    while (box->batch == NULL)
-        pthread_cond_wait(&box->cond, &box->lock);
+    while (box->batch == NULL) pthread_cond_wait(&box->cond, &box->lock);
     void **batch = box->batch;
     *seed = box->seed;
     box->batch = NULL;
@@ -262,11 +257,9 @@ static int child_race(void) {
     pthread_t threads[RING];
     for (size_t i = 0; i < RING; i++)
         CHECK_EQ(pthread_create(&threads[i], NULL, ring_main, (void *)(uintptr_t)i), 0);
+    for (size_t i = 0; i < RING; i++) CHECK_EQ(pthread_join(threads[i], NULL), 0);
     for (size_t i = 0; i < RING; i++)
-        CHECK_EQ(pthread_join(threads[i], NULL), 0);
-    for (size_t i = 0; i < RING; i++)
-        for (size_t b = 0; b < 3; b++)
-            coral_free(ring_batches[i][b]);
+        for (size_t b = 0; b < 3; b++) coral_free(ring_batches[i][b]);
     long long reclaimed = stats_get("orphan_pages_reclaimed") - reclaimed0;
     printf("ring of %d threads, %d rounds of %d blocks: %lld pages reclaimed while in use\n", RING,
            ROUNDS, BATCH, reclaimed);

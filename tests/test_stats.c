@@ -79,13 +79,11 @@ static void test_per_class(void) {
     void *p[N];
     long long a0 = stats_class(48, "allocated"), f0 = stats_class(48, "freed");
     long long live0 = stats_class(48, "live");
-    for (int i = 0; i < N; i++)
-        p[i] = coral_malloc(40 + i % 9); /* 40..48: class 48 */
+    for (int i = 0; i < N; i++) p[i] = coral_malloc(40 + i % 9); /* 40..48: class 48 */
     CHECK_EQ(stats_class(48, "allocated"), a0 + N);
     CHECK_EQ(stats_class(48, "live"), live0 + N);
     CHECK_GE(stats_class(48, "peak"), live0 + N);
-    for (int i = 0; i < N; i++)
-        coral_free(p[i]);
+    for (int i = 0; i < N; i++) coral_free(p[i]);
     CHECK_EQ(stats_class(48, "freed"), f0 + N);
     CHECK_EQ(stats_class(48, "live"), live0);
     /* bulk calls count too */
@@ -160,10 +158,8 @@ static void run_env_case(const char *name, const char *value, long long expect,
     char obuf[64] = {0}, ebuf[8192] = {0};
     size_t on = 0, en = 0;
     ssize_t r;
-    while ((r = read(out[0], obuf + on, sizeof obuf - 1 - on)) > 0)
-        on += (size_t)r;
-    while ((r = read(err[0], ebuf + en, sizeof ebuf - 1 - en)) > 0)
-        en += (size_t)r;
+    while ((r = read(out[0], obuf + on, sizeof obuf - 1 - on)) > 0) on += (size_t)r;
+    while ((r = read(err[0], ebuf + en, sizeof ebuf - 1 - en)) > 0) en += (size_t)r;
     close(out[0]);
     close(err[0]);
     int status;

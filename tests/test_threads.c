@@ -107,9 +107,7 @@ static void ctx_init(tctx *c) {
     c->rng.s = 0x1234567ull * c->tid;
 }
 
-static unsigned item_owner(const item *it) {
-    return (unsigned)(it->id >> 40);
-}
+static unsigned item_owner(const item *it) { return (unsigned)(it->id >> 40); }
 
 static size_t random_size(tu_rng *r) {
     if (rng_range(r, 0, 999) < 2) /* 0.2%: large */
@@ -249,10 +247,8 @@ static void *churn_main(void *arg) {
     ctx_init(&c);
     enum { K = 128 };
     item mine[K];
-    for (int i = 0; i < K; i++)
-        mine[i] = new_block(&c);
-    for (int i = 0; i < K / 2; i++)
-        take_one(&c);
+    for (int i = 0; i < K; i++) mine[i] = new_block(&c);
+    for (int i = 0; i < K / 2; i++) take_one(&c);
     for (int i = 0; i < K; i++) {
         if (i % 3 == 0)
             free_block(&c, &mine[i]);
@@ -260,8 +256,7 @@ static void *churn_main(void *arg) {
             hand_over(&c, mine[i]);
     }
     /* and some left in this thread's heap while it dies */
-    for (int i = 0; i < 16; i++)
-        hand_over(&c, new_block(&c));
+    for (int i = 0; i < 16; i++) hand_over(&c, new_block(&c));
     return NULL;
 }
 
@@ -278,8 +273,7 @@ int main(void) {
         CHECK_MSG(*end == 0 && scale_percent > 0,
                   "CORAL_TEST_SCALE must be a positive percentage, not '%s'\n", env);
     }
-    for (int q = 0; q < NQUEUES; q++)
-        CHECK_EQ(pthread_mutex_init(&queues[q].lock, NULL), 0);
+    for (int q = 0; q < NQUEUES; q++) CHECK_EQ(pthread_mutex_init(&queues[q].lock, NULL), 0);
 
     double t0 = now_seconds();
     tctx mainc;
@@ -288,32 +282,26 @@ int main(void) {
     /* phase 1 */
     phase1_iters = scaled(100000, BUILD_DIVISOR);
     pthread_t th[NWORKERS];
-    for (int i = 0; i < NWORKERS; i++)
-        CHECK_EQ(pthread_create(&th[i], NULL, worker_main, NULL), 0);
-    for (int i = 0; i < NWORKERS; i++)
-        CHECK_EQ(pthread_join(th[i], NULL), 0);
+    for (int i = 0; i < NWORKERS; i++) CHECK_EQ(pthread_create(&th[i], NULL, worker_main, NULL), 0);
+    for (int i = 0; i < NWORKERS; i++) CHECK_EQ(pthread_join(th[i], NULL), 0);
     double t1 = now_seconds();
     printf("phase 1: %d threads x %ld iterations: %.2f s\n", NWORKERS, phase1_iters, t1 - t0);
     fflush(stdout);
 
     /* phase 2 */
     pthread_t cons[2];
-    for (int i = 0; i < 2; i++)
-        CHECK_EQ(pthread_create(&cons[i], NULL, consumer_main, NULL), 0);
+    for (int i = 0; i < 2; i++) CHECK_EQ(pthread_create(&cons[i], NULL, consumer_main, NULL), 0);
     long waves = scaled(100, CHURN_DIVISOR);
     int threads_made = 0;
     for (long w = 0; w < waves; w++) {
         pthread_t ch[4];
-        for (int i = 0; i < 4; i++)
-            CHECK_EQ(pthread_create(&ch[i], NULL, churn_main, NULL), 0);
-        for (int i = 0; i < 4; i++)
-            CHECK_EQ(pthread_join(ch[i], NULL), 0);
+        for (int i = 0; i < 4; i++) CHECK_EQ(pthread_create(&ch[i], NULL, churn_main, NULL), 0);
+        for (int i = 0; i < 4; i++) CHECK_EQ(pthread_join(ch[i], NULL), 0);
         threads_made += 4;
         if (w % 16 == 15) coral_collect(1);
     }
     atomic_store(&stop_consumers, 1);
-    for (int i = 0; i < 2; i++)
-        CHECK_EQ(pthread_join(cons[i], NULL), 0);
+    for (int i = 0; i < 2; i++) CHECK_EQ(pthread_join(cons[i], NULL), 0);
     double t2 = now_seconds();
     printf("phase 2: %d short-lived threads in %ld waves: %.2f s\n", threads_made, waves, t2 - t1);
 

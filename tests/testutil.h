@@ -73,10 +73,8 @@ TU_INLINE void fill_bytes(void *p, unsigned char c, size_t n) {
     unsigned char *b = (unsigned char *)p;
     uint64_t cw = 0x0101010101010101ull * c;
     size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        __builtin_memcpy(b + i, &cw, 8);
-    for (; i < n; i++)
-        b[i] = c;
+    for (; i + 8 <= n; i += 8) __builtin_memcpy(b + i, &cw, 8);
+    for (; i < n; i++) b[i] = c;
 }
 
 /* Offset of the first byte of p[0..n) that is not c, or (size_t)-1. */

@@ -96,8 +96,7 @@ __attribute__((noinline)) static void run_batch64(unsigned long n) {
             *(volatile char *)p = (char)i;
             blocks[i] = p;
         }
-        for (unsigned i = 0; i < BATCH; i++)
-            free(blocks[i]);
+        for (unsigned i = 0; i < BATCH; i++) free(blocks[i]);
     }
 }
 
@@ -108,8 +107,7 @@ __attribute__((noinline)) static void run_mixed(unsigned long n) {
             *(volatile char *)p = (char)i;
             blocks[i] = p;
         }
-        for (unsigned i = 0; i < BATCH; i++)
-            free(blocks[free_order[i]]);
+        for (unsigned i = 0; i < BATCH; i++) free(blocks[free_order[i]]);
     }
 }
 

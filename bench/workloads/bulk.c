@@ -109,8 +109,7 @@ static void null_give(void *p) {
 /* n blocks of `size` bytes into out[0..n) */
 static void bench_alloc(size_t size, size_t n, void **out) {
     if (g_null_bins) {
-        for (size_t i = 0; i < n; i++)
-            out[i] = null_take(size);
+        for (size_t i = 0; i < n; i++) out[i] = null_take(size);
         return;
     }
     if (g_bulk_alloc) {
@@ -127,8 +126,7 @@ static void bench_alloc(size_t size, size_t n, void **out) {
 /* n blocks of sizes[0..n) bytes into out[0..n) */
 static void bench_alloc_sizes(const size_t *sizes, size_t n, void **out) {
     if (g_null_bins) {
-        for (size_t i = 0; i < n; i++)
-            out[i] = null_take(sizes[i]);
+        for (size_t i = 0; i < n; i++) out[i] = null_take(sizes[i]);
         return;
     }
     if (g_bulk_alloc_sizes) {
@@ -145,16 +143,14 @@ static void bench_alloc_sizes(const size_t *sizes, size_t n, void **out) {
 /* free ptrs[0..n) (any sizes) */
 static void bench_free(void **ptrs, size_t n) {
     if (g_null_bins) {
-        for (size_t i = 0; i < n; i++)
-            null_give(ptrs[i]);
+        for (size_t i = 0; i < n; i++) null_give(ptrs[i]);
         return;
     }
     if (g_bulk_free) {
         g_bulk_free(ptrs, n);
         return;
     }
-    for (size_t i = 0; i < n; i++)
-        free(ptrs[i]);
+    for (size_t i = 0; i < n; i++) free(ptrs[i]);
 }
 
 static long g_memset = 1;

@@ -51,10 +51,8 @@ int main(int argc, char **argv) {
     }
     g_gate.total = (int)threads;
     double t0 = now_sec();
-    for (long t = 0; t < threads; t++)
-        xthread_create(&th[t], worker, &args[t]);
-    for (long t = 0; t < threads; t++)
-        xthread_join(th[t]);
+    for (long t = 0; t < threads; t++) xthread_create(&th[t], worker, &args[t]);
+    for (long t = 0; t < threads; t++) xthread_join(th[t]);
     double elapsed = now_sec() - t0;
     for (long t = 0; t < threads; t++)
         if (args[t].sum == 0 && g_iters > 0)

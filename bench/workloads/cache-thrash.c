@@ -44,8 +44,7 @@ int main(int argc, char **argv) {
         args[t].sum = 0;
         xthread_create(&th[t], worker, &args[t]);
     }
-    for (long t = 0; t < threads; t++)
-        xthread_join(th[t]);
+    for (long t = 0; t < threads; t++) xthread_join(th[t]);
     double elapsed = now_sec() - t0;
     for (long t = 0; t < threads; t++)
         if (args[t].sum == 0 && g_iters > 0)

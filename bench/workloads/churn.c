@@ -90,8 +90,7 @@ int main(int argc, char **argv) {
     if (threads < 1 || g_min < 16 || g_max < g_min || g_pool < 1)
         usage_error("churn: need threads >= 1, 16 <= min <= max, pool >= 1");
     g_slots = (_Atomic(hdr_t *) *)xmalloc(sizeof(*g_slots) * (size_t)g_pool);
-    for (long i = 0; i < g_pool; i++)
-        atomic_init(&g_slots[i], NULL);
+    for (long i = 0; i < g_pool; i++) atomic_init(&g_slots[i], NULL);
     pthread_t *th = (pthread_t *)xmalloc(sizeof(pthread_t) * (size_t)threads);
 
     double t0 = now_sec();
@@ -100,8 +99,7 @@ int main(int argc, char **argv) {
         long wave = total - created < threads ? total - created : threads;
         for (long t = 0; t < wave; t++)
             xthread_create(&th[t], worker, (void *)(uintptr_t)(created + t + 1));
-        for (long t = 0; t < wave; t++)
-            xthread_join(th[t]);
+        for (long t = 0; t < wave; t++) xthread_join(th[t]);
         created += wave;
     }
     double elapsed = now_sec() - t0;

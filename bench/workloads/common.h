@@ -315,8 +315,7 @@ typedef struct {
 
 static inline UNUSED void gate_wait(gate_t *g) {
     atomic_fetch_add(&g->arrived, 1);
-    while (atomic_load(&g->arrived) < g->total)
-        sched_yield();
+    while (atomic_load(&g->arrived) < g->total) sched_yield();
 }
 
 /* ---- reporting ---------------------------------------------------------- */
@@ -340,11 +339,9 @@ static inline UNUSED void write_blocks_loop(const char *name, long id, long iter
     uint64_t total = 0; /* local: the caller's *sum may sit near another thread's */
     for (long i = 0; i < iters; i++) {
         volatile unsigned char *p = (volatile unsigned char *)xmalloc((size_t)size);
-        for (long s = 0; s < size; s++)
-            p[s] = (unsigned char)(id + s);
+        for (long s = 0; s < size; s++) p[s] = (unsigned char)(id + s);
         for (long w = 0; w < writes;)
-            for (long s = 0; s < size && w < writes; s++, w++)
-                p[s]++;
+            for (long s = 0; s < size && w < writes; s++, w++) p[s]++;
         /* each byte s was written (writes / size) or one more times */
         for (long s = 0; s < size; s++) {
             long times = writes / size + (s < writes % size ? 1 : 0);

@@ -52,8 +52,7 @@ typedef struct {
 static void sb_grow(sbuf_t *b, size_t extra) {
     if (b->len + extra + 1 <= b->cap) return;
     size_t cap = b->cap ? b->cap : 16;
-    while (cap < b->len + extra + 1)
-        cap *= 2;
+    while (cap < b->len + extra + 1) cap *= 2;
     b->p = (char *)xrealloc(b->p, cap);
     b->cap = cap;
 }
@@ -82,8 +81,7 @@ static void jv_free(jv_t *v) {
         free(v->u.str.s);
         break;
     case J_ARR:
-        for (size_t i = 0; i < v->u.arr.n; i++)
-            jv_free(v->u.arr.items[i]);
+        for (size_t i = 0; i < v->u.arr.n; i++) jv_free(v->u.arr.items[i]);
         free(v->u.arr.items);
         break;
     case J_OBJ:
@@ -248,8 +246,7 @@ static NORETURN void parse_error(parser_t *p, const char *what) {
 }
 
 static void skip_ws(parser_t *p) {
-    while (p->pos < p->len && (p->s[p->pos] == ' ' || p->s[p->pos] == '\n'))
-        p->pos++;
+    while (p->pos < p->len && (p->s[p->pos] == ' ' || p->s[p->pos] == '\n')) p->pos++;
 }
 
 static char *parse_str(parser_t *p, size_t *len_out) {
@@ -484,8 +481,7 @@ int main(int argc, char **argv) {
     for (long d = 0; d < docs; d++) {
         long budget = nodes;
         jv_t *doc = jv_new(J_ARR);
-        while (budget > 0)
-            arr_push(doc, gen(&rng, 1, &budget));
+        while (budget > 0) arr_push(doc, gen(&rng, 1, &budget));
         sbuf_t text = {NULL, 0, 0};
         print_jv(&text, doc);
         parser_t p = {text.p, 0, text.len};

@@ -53,8 +53,7 @@ static void replace(window_t *w, long idx) {
 static void *chain_thread(void *arg) {
     window_t *w = (window_t *)arg;
     if (w->has_prev) xthread_join(w->prev);
-    for (long i = 0; i < g_ops; i++)
-        replace(w, (long)rng_below(&w->rng, (uint64_t)g_chunks));
+    for (long i = 0; i < g_ops; i++) replace(w, (long)rng_below(&w->rng, (uint64_t)g_chunks));
     w->ops += (uint64_t)g_ops;
     w->gen++;
     w->prev = pthread_self();
@@ -96,8 +95,7 @@ int main(int argc, char **argv) {
         w->sizes = (uint32_t *)xmalloc(sizeof(uint32_t) * (size_t)g_chunks);
         w->tags = (uint64_t *)xmalloc(sizeof(uint64_t) * (size_t)g_chunks);
         memset(w->blocks, 0, sizeof(void *) * (size_t)g_chunks);
-        for (long i = 0; i < g_chunks; i++)
-            replace(w, i);
+        for (long i = 0; i < g_chunks; i++) replace(w, i);
     }
 
     double t0 = now_sec();
@@ -106,8 +104,7 @@ int main(int argc, char **argv) {
         xthread_create(&th, chain_thread, &ws[t]);
     }
     pthread_mutex_lock(&g_mu);
-    while (g_done < threads)
-        pthread_cond_wait(&g_cv, &g_mu);
+    while (g_done < threads) pthread_cond_wait(&g_cv, &g_mu);
     pthread_mutex_unlock(&g_mu);
     double elapsed = now_sec() - t0;
 

@@ -26,9 +26,7 @@ typedef struct node_s {
 
 static long g_nodes = 100000, g_ops = 300000, g_min = 16, g_max = 256, g_seed = 1;
 
-static int height(const node_t *n) {
-    return n ? n->height : 0;
-}
+static int height(const node_t *n) { return n ? n->height : 0; }
 static void fix(node_t *n) {
     int hl = height(n->left), hr = height(n->right);
     n->height = (int8_t)((hl > hr ? hl : hr) + 1);
@@ -77,8 +75,7 @@ static node_t *new_node(rng_t *rng, uint64_t key) {
     if ((rng_next(rng) & 3) == 0) {
         size_t len = (size_t)rng_range(rng, 1, 64);
         n->value = (char *)xmalloc(len + 1);
-        for (size_t i = 0; i < len; i++)
-            n->value[i] = (char)('a' + (key + i) % 26);
+        for (size_t i = 0; i < len; i++) n->value[i] = (char)('a' + (key + i) % 26);
         n->value[len] = '\0';
         n->value_len = (uint16_t)len;
     }
@@ -142,8 +139,7 @@ static node_t *erase(node_t *t, uint64_t key, node_t **out) {
 }
 
 static const node_t *find(const node_t *t, uint64_t key) {
-    while (t && t->key != key)
-        t = key < t->key ? t->left : t->right;
+    while (t && t->key != key) t = key < t->key ? t->left : t->right;
     return t;
 }
 
@@ -231,8 +227,7 @@ int main(int argc, char **argv) {
         args[t].found = 0;
         xthread_create(&th[t], worker, &args[t]);
     }
-    for (long t = 0; t < threads; t++)
-        xthread_join(th[t]);
+    for (long t = 0; t < threads; t++) xthread_join(th[t]);
     double elapsed = now_sec() - t0;
     free(th);
     free(args);

@@ -54,9 +54,7 @@ static void **batch_ptrs(batch_t *b, long n) {
     a = (a + 7) & ~(uintptr_t)7;
     return (void **)a;
 }
-static uint64_t *batch_tags(batch_t *b, long n) {
-    return (uint64_t *)(batch_ptrs(b, n) + n);
-}
+static uint64_t *batch_tags(batch_t *b, long n) { return (uint64_t *)(batch_ptrs(b, n) + n); }
 
 /* Pin the calling thread as --pin says (role 0: producer, 1: consumer). */
 static void pin_thread(long pair, int role) {
@@ -97,8 +95,7 @@ static void *producer(void *arg) {
         }
         produced += (uint64_t)n;
         unsigned long h = atomic_load_explicit(&pr->head, memory_order_relaxed);
-        while (h - atomic_load_explicit(&pr->tail, memory_order_acquire) >= RING)
-            sched_yield();
+        while (h - atomic_load_explicit(&pr->tail, memory_order_acquire) >= RING) sched_yield();
         pr->slot[h % RING] = b;
         atomic_store_explicit(&pr->head, h + 1, memory_order_release);
     }
@@ -114,8 +111,7 @@ static void *consumer(void *arg) {
     unsigned long t = 0;
     uint64_t consumed = 0, consumed_sum = 0;
     while (consumed < (uint64_t)g_blocks) {
-        while (atomic_load_explicit(&pr->head, memory_order_acquire) == t)
-            sched_yield();
+        while (atomic_load_explicit(&pr->head, memory_order_acquire) == t) sched_yield();
         batch_t *b = pr->slot[t % RING];
         atomic_store_explicit(&pr->tail, ++t, memory_order_release);
         long n = b->n;
@@ -170,8 +166,7 @@ int main(int argc, char **argv) {
         xthread_create(&th[2 * i], producer, &ps[i]);
         xthread_create(&th[2 * i + 1], consumer, &ps[i]);
     }
-    for (long i = 0; i < 2 * pairs; i++)
-        xthread_join(th[i]);
+    for (long i = 0; i < 2 * pairs; i++) xthread_join(th[i]);
     double elapsed = now_sec() - t0;
 
     uint64_t total = 0;

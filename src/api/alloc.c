@@ -9,9 +9,7 @@
 #include "api/api.h"
 #include "api/bulk_cache.h"
 
-static void show_stats_at_exit(void) {
-    coral_stats_print(stderr);
-}
+static void show_stats_at_exit(void) { coral_stats_print(stderr); }
 
 /* Once per process, on its first thread's set-up: what the api layer
  * needs that may allocate. */
@@ -110,9 +108,7 @@ size_t coral_malloc_usable_size(const void *p) {
     return seg ? usable_size_of(seg, p) : 0;
 }
 
-int coral_owns(const void *p) {
-    return p != NULL && coral_segment_of_any(p) != NULL;
-}
+int coral_owns(const void *p) { return p != NULL && coral_segment_of_any(p) != NULL; }
 
 size_t coral_good_size(size_t size) {
     if (size <= CORAL_CLASS_MAX_SIZE) return coral_class_size(coral_size_class(size));
@@ -126,12 +122,8 @@ size_t coral_good_size(size_t size) {
 
 /* ---- the standard calls ---------------------------------------------------------------- */
 
-void *coral_malloc(size_t size) {
-    return coral_malloc_inline(size);
-}
-void coral_free(void *p) {
-    coral_free_inline(p);
-}
+void *coral_malloc(size_t size) { return coral_malloc_inline(size); }
+void coral_free(void *p) { coral_free_inline(p); }
 void *coral_calloc(size_t n, size_t size) {
     return coral_heap_calloc_inline(coral_tls_heap, n, size);
 }
@@ -172,9 +164,7 @@ void *coral_malloc_aligned_in(coral_heap_t *heap, size_t size, size_t alignment,
     return coral_heap_malloc_large(heap, size, alignment, zero);
 }
 
-static bool is_power_of_two(size_t x) {
-    return x != 0 && (x & (x - 1)) == 0;
-}
+static bool is_power_of_two(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
 int coral_posix_memalign(void **out, size_t alignment, size_t size) {
     if (!is_power_of_two(alignment) || alignment % sizeof(void *) != 0) return EINVAL;
@@ -196,9 +186,7 @@ void *coral_memalign(size_t alignment, size_t size) {
     return coral_malloc_aligned_in(coral_tls_heap, size, alignment, false);
 }
 
-void *coral_aligned_alloc(size_t alignment, size_t size) {
-    return coral_memalign(alignment, size);
-}
+void *coral_aligned_alloc(size_t alignment, size_t size) { return coral_memalign(alignment, size); }
 
 void *coral_valloc(size_t size) {
     return coral_malloc_aligned_in(coral_tls_heap, size, CORAL_OS_PAGE_SIZE, false);
@@ -230,7 +218,7 @@ static void *realloc_move(coral_heap_t *heap, void *p, size_t old_usable, size_t
 /* realloc of p into heap. A block may stay where it is (or grow in place)
  * only if it is heap's, or any heap's when any_heap (plain realloc keeps a
  * user heap's block in its heap); when it moves, it moves into heap. */
-static void *realloc_in(coral_heap_t *heap, void *p, size_t size, bool any_heap) {
+CORAL_INLINE void *realloc_in(coral_heap_t *heap, void *p, size_t size, bool any_heap) {
     if (p == NULL) return coral_heap_alloc_inline(heap, size, false);
     if (size == 0) { /* glibc's behaviour: free and return NULL */
         coral_free_inline(p);
@@ -260,9 +248,7 @@ static void *realloc_in(coral_heap_t *heap, void *p, size_t size, bool any_heap)
     return realloc_move(heap, p, usable, size);
 }
 
-void *coral_realloc(void *p, size_t size) {
-    return realloc_in(coral_tls_heap, p, size, true);
-}
+void *coral_realloc(void *p, size_t size) { return realloc_in(coral_tls_heap, p, size, true); }
 
 void *coral_reallocarray(void *p, size_t n, size_t size) {
     size_t total;
@@ -349,11 +335,17 @@ void coral_heap_free(coral_heap_t *heap, void *p) {
 
 /* ---- testing ---------------------------------------------------------------------------- */
 
-void coral_test_advance_clock(unsigned long long ms) {
-    coral_clock_advance((uint64_t)ms);
-}
+void coral_test_advance_clock(unsigned long long ms) { coral_clock_advance((uint64_t)ms); }
 
 int coral_test_purge_pass(void) {
     coral_process_init();
     return coral_purge_wait_pass() ? 1 : 0;
+}
+
+int coral_test_check(void) {
+    const char *why;
+    const void *where;
+    if (coral_heap_check_thread(&why, &where) == 0) return 0;
+    coral_message("invariant broken: %s (at %p)", why, where);
+    return -1;
 }

@@ -45,12 +45,8 @@
 #define HINT_AHEAD 8
 _Static_assert(CORAL_ALIGNMENT >= 2 * sizeof(void *), "a free block has a word 1");
 
-static inline void hint_set(void *block, void *ahead) {
-    ((void **)block)[1] = ahead;
-}
-static inline void *hint_of(const coral_block_t *block) {
-    return ((void *const *)block)[1];
-}
+static inline void hint_set(void *block, void *ahead) { ((void **)block)[1] = ahead; }
+static inline void *hint_of(const coral_block_t *block) { return ((void *const *)block)[1]; }
 
 /* Are a, b, c, d in ascending address order? (No branch: one test.) */
 static inline bool ascending(const void *a, const void *b, const void *c, const void *d) {
@@ -80,8 +76,7 @@ static size_t take_uncarved(coral_page_t *page, void **out, size_t want) {
     if (got > want) got = want;
     size_t bs = page->block_size;
     uint8_t *block = page->start + (size_t)page->capacity * bs;
-    for (size_t i = 0; i < got; i++, block += bs)
-        out[i] = block;
+    for (size_t i = 0; i < got; i++, block += bs) out[i] = block;
     page->capacity += (uint32_t)got;
     return got;
 }
@@ -110,8 +105,7 @@ static size_t malloc_each(size_t size, size_t n, void **out) {
         return 1 + coral_malloc_bulk(size, n - 1, out + 1);
     }
     size_t got = 0;
-    while (got < n && (out[got] = coral_malloc_generic(size, heap, false)) != NULL)
-        got++;
+    while (got < n && (out[got] = coral_malloc_generic(size, heap, false)) != NULL) got++;
     return got;
 }
 
@@ -245,8 +239,7 @@ typedef struct runs_s {
 } runs_t;
 
 static void runs_init(runs_t *runs, coral_bulk_cache_t *cache, int64_t room, bool count_frees) {
-    for (unsigned r = 0; r < OPEN_RUNS; r++)
-        runs->key[r] = NO_RUN;
+    for (unsigned r = 0; r < OPEN_RUNS; r++) runs->key[r] = NO_RUN;
     runs->cache = cache;
     runs->cache_room = room;
     runs->cache_full = false;
@@ -257,9 +250,7 @@ static void runs_init(runs_t *runs, coral_bulk_cache_t *cache, int64_t room, boo
 /* The slot of a slice number: its index in its segment (so that a segment's
  * slices never share a slot; two segments' slices may). */
 _Static_assert(OPEN_RUNS == CORAL_SLICES_PER_SEGMENT, "a slot per slice of a segment");
-static size_t run_slot(uintptr_t key) {
-    return key % OPEN_RUNS;
-}
+static size_t run_slot(uintptr_t key) { return key % OPEN_RUNS; }
 
 /* The owner freed the last blocks in use of a page, `count` of them in one
  * run. As after free(), a page that is not the first of its class queue
@@ -548,10 +539,9 @@ static CORAL_NOINLINE void *const *free_stretch(runs_t *runs, void *const *q, vo
      * huge block): run_open freed it; the rest of its slice go one by one
      * (free_one sends each the same way). */
     if ((runs->key[r] & ~CACHED_KEY) != key && !run_open(runs, r, q[0], key)) return q + 1;
-    /* A new run starts with q[0] alone, the rest linked in front of it:
-     * the chain's order of before the cache was added, measured 13% faster
-     * to take back than q[0] first on 64 B blocks, random half (same
-     * instruction counts; not understood). */
+    /* A new run starts with q[0] alone, the rest linked in front of it
+     * (the order docs/BENCHMARKS.md "The bulk cache" measured the faster to
+     * take back). */
     if (runs->count[r] == 0) run_link_first(runs, r, q++[0]);
     return run_add_stretch(runs, r, q, end);
 }
@@ -569,8 +559,7 @@ static void free_array(runs_t *runs, void *const *ptrs, size_t n) {
      * other), and neighbours of a few blocks are linked one by one. */
     while (end - q >= GROUP) {
         uintptr_t first = (uintptr_t)q[0], differ = 0;
-        for (unsigned k = 1; k < GROUP; k++)
-            differ |= (uintptr_t)q[k] ^ first;
+        for (unsigned k = 1; k < GROUP; k++) differ |= (uintptr_t)q[k] ^ first;
         if (differ >> CORAL_SLICE_SHIFT == 0) {
             q = free_stretch(runs, q, end);
             continue;
@@ -578,12 +567,10 @@ static void free_array(runs_t *runs, void *const *ptrs, size_t n) {
         /* (the chase hints: the entries HINT_AHEAD back, none at the start) */
         void *const *back = q - ptrs >= HINT_AHEAD ? q - HINT_AHEAD : NULL;
 #pragma GCC unroll 8
-        for (unsigned k = 0; k < GROUP; k++)
-            free_one(runs, q[k], back ? back[k] : NULL);
+        for (unsigned k = 0; k < GROUP; k++) free_one(runs, q[k], back ? back[k] : NULL);
         q += GROUP;
     }
-    for (; q < end; q++)
-        free_one(runs, *q, q - ptrs >= HINT_AHEAD ? q[-HINT_AHEAD] : NULL);
+    for (; q < end; q++) free_one(runs, *q, q - ptrs >= HINT_AHEAD ? q[-HINT_AHEAD] : NULL);
     runs_flush(runs);
 }
 

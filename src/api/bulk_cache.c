@@ -16,12 +16,8 @@ static uint64_t caches_flush_due(uint64_t now, bool force);
 static void cache_thread_exit(void);
 
 /* fork: the purger may hold the registry lock; the child must find it free. */
-static void registry_lock_take(void) {
-    pthread_mutex_lock(&registry_lock);
-}
-static void registry_lock_drop(void) {
-    pthread_mutex_unlock(&registry_lock);
-}
+static void registry_lock_take(void) { pthread_mutex_lock(&registry_lock); }
+static void registry_lock_drop(void) { pthread_mutex_unlock(&registry_lock); }
 
 /* Set by the purger when it will look at the caches again (a cache held
  * blocks at its last look); cleared before each look. A bulk call that
@@ -173,8 +169,7 @@ void coral_bulk_cache_flush(coral_bulk_cache_t *s) {
     for (unsigned cls = 1; cls < CORAL_CLASS_COUNT; cls++) {
         coral_cache_chunk_t *c;
         while ((c = s->top[cls]) != NULL) {
-            for (size_t i = 0; i < c->count; i++)
-                coral_bulk_cache_check(s->key, c->blocks[i]);
+            for (size_t i = 0; i < c->count; i++) coral_bulk_cache_check(s->key, c->blocks[i]);
             coral_bulk_free_uncached(c->blocks, c->count);
             c->count = 0;
             coral_bulk_cache_chunk_done(s, cls);
@@ -197,8 +192,7 @@ static void cache_thread_exit(void) {
     coral_bulk_cache_t *s = coral_bulk_cache_tls;
     if (s == NULL) return;
     /* The purger holds it only while it flushes. */
-    while (atomic_exchange_explicit(&s->busy, 1, memory_order_acquire) != 0)
-        sched_yield();
+    while (atomic_exchange_explicit(&s->busy, 1, memory_order_acquire) != 0) sched_yield();
     coral_bulk_cache_flush(s);
     pthread_mutex_lock(&registry_lock);
     coral_list_remove(&registry, &s->registry_link);

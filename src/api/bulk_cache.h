@@ -9,10 +9,10 @@
  * the addresses in arrays instead: a free copies the address in, an
  * allocation copies it out, and no page is touched either way.
  *
- * What goes in (bulk.c decides, measured on the bulk harness): only blocks
+ * What goes in (bulk.c decides): only blocks
  * of classes coral_malloc_bulk asked for since the cache last overflowed
- * (coral_malloc_bulk_sizes neither asks nor takes: a size per block is
- * served faster by the pages, whose lists it pops without a class lookup),
+ * (coral_malloc_bulk_sizes neither asks nor takes: it pops a size per block
+ * from its direct[] page, with no class lookup),
  * and only scattered ones: a stretch of one slice in address order is
  * linked whole on its page's list, and a page it empties is reset and
  * carved again by address, cheaper than any cache. A call that finds the

@@ -1,7 +1,9 @@
 /* Introspection: the statistics counters (base.h) and the heaps' per class
- * counts gathered into one snapshot, printed as a table or written as JSON;
- * options by name. */
+ * counts, written as JSON or printed as a table from one list of figures;
+ * options by name. Each counter is exact; together they are not one atomic
+ * picture while other threads run. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -9,46 +11,49 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <errno.h>
-
 #include "api/api.h"
 
-typedef struct class_stats_s {
-    int64_t allocated, freed, live, peak;
-} class_stats_t;
+/* ---- the figures ----------------------------------------------------------------- */
 
-/* Everything, read at one moment (each counter is exact; together they are
- * not one atomic picture while other threads run). */
-typedef struct stats_s {
-    int64_t os_calls[CORAL_OS_CALL_KINDS], os_bytes[CORAL_OS_CALL_KINDS];
-    int64_t mapped, mapped_peak, rss, rss_peak, segments, segments_peak;
-    int64_t page_bytes, page_bytes_peak, huge_live, huge_bytes, large_allocs, huge_allocs;
-    int64_t threads, threads_peak, abandoned, adopted;
-    int64_t orphans_reclaimed, orphan_bytes_reclaimed;
-    int64_t bulk_cached, bulk_cached_peak;
-    bool per_class;
-    class_stats_t classes[CORAL_STAT_CLASSES]; /* by class; CORAL_CLASS_LARGE: large and huge */
-} stats_t;
+/* A figure: its JSON key, its counter (NULL: resident memory, read from
+ * the kernel), and its row in the table (NULL: a peak, printed beside the
+ * figure before it). */
+typedef struct figure_s {
+    const char *key;
+    _Atomic(int64_t) *counter;
+    const char *row;
+} figure_t;
 
-static int64_t load(_Atomic(int64_t) *v) {
-    return atomic_load_explicit(v, memory_order_relaxed);
-}
+#define C(field) (&coral_counters.field)
+static const figure_t figures[] = {
+    {"mapped", C(mapped), "mapped"},
+    {"mapped_peak", C(mapped_peak), NULL},
+    {"rss", NULL, "resident"},
+    {"rss_peak", NULL, NULL},
+    {"segments", C(segments), "segments"},
+    {"segments_peak", C(segments_peak), NULL},
+    {"page_bytes", C(page_bytes), "in pages"},
+    {"page_bytes_peak", C(page_bytes_peak), NULL},
+    {"bulk_cached", C(bulk_cached), "bulk cache"},
+    {"bulk_cached_peak", C(bulk_cached_peak), NULL},
+    {"threads", C(threads), "threads"},
+    {"threads_peak", C(threads_peak), NULL},
+    {"large_allocs", C(large_allocs), "large allocated"},
+    {"huge_allocs", C(huge_allocs), "huge allocated"},
+    {"huge_live", C(huge_live), "huge live"},
+    {"huge_bytes", C(huge_bytes), "huge bytes"},
+    {"segments_abandoned", C(segments_abandoned), "abandoned"},
+    {"segments_adopted", C(segments_adopted), "adopted"},
+    {"orphan_pages_reclaimed", C(orphans_reclaimed), "orphans reclaimed"},
+    {"orphan_bytes_reclaimed", C(orphan_bytes_reclaimed), "orphan bytes"},
+};
+#undef C
+#define FIGURES (sizeof figures / sizeof figures[0])
 
-/* ---- the snapshot ---------------------------------------------------------------- */
+static const char *const call_names[CORAL_OS_CALL_KINDS] = {
+    "mmap", "munmap", "purge", "mremap", "populate", "hugepage", "mincore"};
 
-static void add_heap_counts(coral_heap_t *heap, void *arg) {
-#if CORAL_STATS_ENABLED
-    stats_t *s = arg;
-    for (int c = 0; c < CORAL_QUEUE_COUNT; c++) {
-        s->classes[c].allocated +=
-            (int64_t)__atomic_load_n(&heap->counts.allocs[c], __ATOMIC_RELAXED);
-        s->classes[c].freed += (int64_t)__atomic_load_n(&heap->counts.frees[c], __ATOMIC_RELAXED);
-    }
-#else
-    (void)heap;
-    (void)arg;
-#endif
-}
+static int64_t load(_Atomic(int64_t) *v) { return atomic_load_explicit(v, memory_order_relaxed); }
 
 /* Resident memory now, from /proc/self/statm (read without allocating). */
 static int64_t rss_bytes(void) {
@@ -64,44 +69,52 @@ static int64_t rss_bytes(void) {
     return resident * (int64_t)sysconf(_SC_PAGESIZE);
 }
 
-static void stats_snapshot(stats_t *s) {
-    memset(s, 0, sizeof *s);
-    for (int k = 0; k < CORAL_OS_CALL_KINDS; k++) {
-        s->os_calls[k] = load(&coral_counters.os_calls[k]);
-        s->os_bytes[k] = load(&coral_counters.os_bytes[k]);
-    }
-    s->mapped = load(&coral_counters.mapped);
-    s->mapped_peak = load(&coral_counters.mapped_peak);
-    s->segments = load(&coral_counters.segments);
-    s->segments_peak = load(&coral_counters.segments_peak);
-    s->page_bytes = load(&coral_counters.page_bytes);
-    s->page_bytes_peak = load(&coral_counters.page_bytes_peak);
-    s->huge_live = load(&coral_counters.huge_live);
-    s->huge_bytes = load(&coral_counters.huge_bytes);
-    s->large_allocs = load(&coral_counters.large_allocs);
-    s->huge_allocs = load(&coral_counters.huge_allocs);
-    s->threads = load(&coral_counters.threads);
-    s->threads_peak = load(&coral_counters.threads_peak);
-    s->abandoned = load(&coral_counters.segments_abandoned);
-    s->adopted = load(&coral_counters.segments_adopted);
-    s->orphans_reclaimed = load(&coral_counters.orphans_reclaimed);
-    s->orphan_bytes_reclaimed = load(&coral_counters.orphan_bytes_reclaimed);
-    s->bulk_cached = load(&coral_counters.bulk_cached);
-    s->bulk_cached_peak = load(&coral_counters.bulk_cached_peak);
-    s->rss = rss_bytes();
+static int64_t rss_peak_bytes(void) {
     struct rusage ru;
-    s->rss_peak = getrusage(RUSAGE_SELF, &ru) == 0 ? (int64_t)ru.ru_maxrss * 1024 : -1;
-    s->per_class = CORAL_STATS_ENABLED;
-    if (!CORAL_STATS_ENABLED) return;
-    for (int c = 0; c < CORAL_QUEUE_COUNT; c++) {
-        s->classes[c].allocated = load(&coral_counters.class_allocs[c]);
-        s->classes[c].freed = load(&coral_counters.class_frees[c]);
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? (int64_t)ru.ru_maxrss * 1024 : -1;
+}
+
+static void read_figures(int64_t *out) {
+    for (size_t i = 0; i < FIGURES; i++) {
+        if (figures[i].counter != NULL)
+            out[i] = load(figures[i].counter);
+        else
+            out[i] = strcmp(figures[i].key, "rss") == 0 ? rss_bytes() : rss_peak_bytes();
     }
-    coral_heaps_visit(add_heap_counts, s);
+}
+
+/* ---- per size class counts (CORAL_STATS builds) -------------------------------------- */
+
+typedef struct class_row_s {
+    int64_t allocated, freed, live, peak;
+} class_row_t;
+
+static void add_heap_counts(coral_heap_t *heap, void *arg) {
+#if CORAL_STATS_ENABLED
+    class_row_t *rows = arg;
     for (int c = 0; c < CORAL_QUEUE_COUNT; c++) {
-        class_stats_t *row = &s->classes[c];
+        rows[c].allocated += (int64_t)__atomic_load_n(&heap->counts.allocs[c], __ATOMIC_RELAXED);
+        rows[c].freed += (int64_t)__atomic_load_n(&heap->counts.frees[c], __ATOMIC_RELAXED);
+    }
+#else
+    (void)heap;
+    (void)arg;
+#endif
+}
+
+/* rows[c] for every class c (CORAL_CLASS_LARGE: large and huge blocks):
+ * retired heaps' totals plus the live heaps'. The peak is sampled: the
+ * highest live count any read has seen. */
+static void read_classes(class_row_t *rows) {
+    memset(rows, 0, sizeof(class_row_t) * CORAL_QUEUE_COUNT);
+    for (int c = 0; c < CORAL_QUEUE_COUNT; c++) {
+        rows[c].allocated = load(&coral_counters.class_allocs[c]);
+        rows[c].freed = load(&coral_counters.class_frees[c]);
+    }
+    coral_heaps_visit(add_heap_counts, rows);
+    for (int c = 0; c < CORAL_QUEUE_COUNT; c++) {
+        class_row_t *row = &rows[c];
         row->live = row->allocated - row->freed;
-        /* The peak is sampled: the highest live count any read has seen. */
         int64_t peak = load(&coral_counters.class_peak[c]);
         while (row->live > peak &&
                !atomic_compare_exchange_weak(&coral_counters.class_peak[c], &peak, row->live)) {
@@ -110,8 +123,8 @@ static void stats_snapshot(stats_t *s) {
     }
 }
 
-static int64_t class_size(int cls) {
-    if (cls >= 1 && cls < CORAL_CLASS_COUNT) return (int64_t)coral_class_size((unsigned)cls);
+static long long class_size(int cls) {
+    if (cls >= 1 && cls < CORAL_CLASS_COUNT) return (long long)coral_class_size((unsigned)cls);
     return -1; /* large and huge blocks */
 }
 
@@ -132,96 +145,71 @@ static __attribute__((format(printf, 2, 3))) void put(writer_t *w, const char *f
     if (n > 0) w->len += (size_t)n;
 }
 
-static const char *const call_names[CORAL_OS_CALL_KINDS] = {
-    "mmap", "munmap", "purge", "mremap", "populate", "hugepage", "mincore"};
-
 size_t coral_stats_json(char *buf, size_t len) {
-    stats_t s;
-    stats_snapshot(&s);
+    int64_t v[FIGURES];
+    read_figures(v);
     writer_t w = {buf, len, 0};
     if (buf != NULL && len > 0) buf[0] = '\0';
-    put(&w, "{\"per_class\":%s,\"os\":{", s.per_class ? "true" : "false");
+    put(&w, "{\"per_class\":%s,\"os\":{", CORAL_STATS_ENABLED ? "true" : "false");
     for (int k = 0; k < CORAL_OS_CALL_KINDS; k++)
         put(&w, "%s\"%s\":{\"calls\":%lld,\"bytes\":%lld}", k ? "," : "", call_names[k],
-            (long long)s.os_calls[k], (long long)s.os_bytes[k]);
-    put(&w,
-        "},\"mapped\":%lld,\"mapped_peak\":%lld,\"rss\":%lld,\"rss_peak\":%lld,"
-        "\"segments\":%lld,\"segments_peak\":%lld,\"page_bytes\":%lld,"
-        "\"page_bytes_peak\":%lld,\"large_allocs\":%lld,\"huge_allocs\":%lld,"
-        "\"huge_live\":%lld,\"huge_bytes\":%lld,\"threads\":%lld,\"threads_peak\":%lld,"
-        "\"segments_abandoned\":%lld,\"segments_adopted\":%lld,"
-        "\"orphan_pages_reclaimed\":%lld,\"orphan_bytes_reclaimed\":%lld,"
-        "\"bulk_cached\":%lld,\"bulk_cached_peak\":%lld,\"classes\":[",
-        (long long)s.mapped, (long long)s.mapped_peak, (long long)s.rss, (long long)s.rss_peak,
-        (long long)s.segments, (long long)s.segments_peak, (long long)s.page_bytes,
-        (long long)s.page_bytes_peak, (long long)s.large_allocs, (long long)s.huge_allocs,
-        (long long)s.huge_live, (long long)s.huge_bytes, (long long)s.threads,
-        (long long)s.threads_peak, (long long)s.abandoned, (long long)s.adopted,
-        (long long)s.orphans_reclaimed, (long long)s.orphan_bytes_reclaimed,
-        (long long)s.bulk_cached, (long long)s.bulk_cached_peak);
+            (long long)load(&coral_counters.os_calls[k]),
+            (long long)load(&coral_counters.os_bytes[k]));
+    put(&w, "}");
+    for (size_t i = 0; i < FIGURES; i++) put(&w, ",\"%s\":%lld", figures[i].key, (long long)v[i]);
+    put(&w, ",\"classes\":[");
+    class_row_t rows[CORAL_QUEUE_COUNT];
     bool first = true;
-    for (int c = 1; c < CORAL_QUEUE_COUNT && s.per_class; c++) {
-        class_stats_t *r = &s.classes[c];
+    if (CORAL_STATS_ENABLED) read_classes(rows);
+    for (int c = 1; c < CORAL_QUEUE_COUNT && CORAL_STATS_ENABLED; c++) {
+        class_row_t *r = &rows[c];
         if (r->allocated == 0 && r->freed == 0) continue;
         put(&w,
             "%s{\"class\":%d,\"size\":%lld,\"allocated\":%lld,\"freed\":%lld,\"live\":%lld,"
             "\"peak\":%lld}",
-            first ? "" : ",", c, (long long)class_size(c), (long long)r->allocated,
-            (long long)r->freed, (long long)r->live, (long long)r->peak);
+            first ? "" : ",", c, class_size(c), (long long)r->allocated, (long long)r->freed,
+            (long long)r->live, (long long)r->peak);
         first = false;
     }
     put(&w, "]}");
     return w.len;
 }
 
-static void stats_print_to(FILE *out) {
-    stats_t s;
-    stats_snapshot(&s);
-    fprintf(out, "coralloc statistics\n");
-    fprintf(out, "  %-12s %14s %18s\n", "os call", "calls", "bytes");
+void coral_stats_print(FILE *out) {
+    if (out == NULL) out = stderr;
+    int64_t v[FIGURES];
+    read_figures(v);
+    fprintf(out, "coralloc statistics\n  %-18s %14s %18s\n", "os call", "calls", "bytes");
     for (int k = 0; k < CORAL_OS_CALL_KINDS; k++)
-        fprintf(out, "  %-12s %14lld %18lld\n", call_names[k], (long long)s.os_calls[k],
-                (long long)s.os_bytes[k]);
-    fprintf(out, "  %-12s %14s %18s\n", "memory", "now", "peak");
-    fprintf(out, "  %-12s %14lld %18lld\n", "mapped", (long long)s.mapped,
-            (long long)s.mapped_peak);
-    fprintf(out, "  %-12s %14lld %18lld\n", "resident", (long long)s.rss, (long long)s.rss_peak);
-    fprintf(out, "  %-12s %14lld %18lld\n", "in pages", (long long)s.page_bytes,
-            (long long)s.page_bytes_peak);
-    fprintf(out, "  %-12s %14lld %18lld\n", "bulk cache", (long long)s.bulk_cached,
-            (long long)s.bulk_cached_peak);
-    fprintf(out, "  %-12s %14lld %18lld\n", "segments", (long long)s.segments,
-            (long long)s.segments_peak);
-    fprintf(out, "  %-12s %14lld %18lld\n", "threads", (long long)s.threads,
-            (long long)s.threads_peak);
-    fprintf(out, "  huge blocks live %lld (%lld bytes); allocated: large %lld, huge %lld\n",
-            (long long)s.huge_live, (long long)s.huge_bytes, (long long)s.large_allocs,
-            (long long)s.huge_allocs);
-    fprintf(out, "  segments abandoned %lld, adopted %lld\n", (long long)s.abandoned,
-            (long long)s.adopted);
-    fprintf(out, "  orphan pages reclaimed %lld (%lld bytes)\n", (long long)s.orphans_reclaimed,
-            (long long)s.orphan_bytes_reclaimed);
-    if (!s.per_class) {
+        fprintf(out, "  %-18s %14lld %18lld\n", call_names[k],
+                (long long)load(&coral_counters.os_calls[k]),
+                (long long)load(&coral_counters.os_bytes[k]));
+    fprintf(out, "  %-18s %14s %18s\n", "figure", "now", "peak");
+    for (size_t i = 0; i < FIGURES; i++) {
+        bool peak = i + 1 < FIGURES && figures[i + 1].row == NULL;
+        fprintf(out, "  %-18s %14lld", figures[i].row, (long long)v[i]);
+        if (peak) fprintf(out, " %18lld", (long long)v[++i]);
+        fputc('\n', out);
+    }
+    if (!CORAL_STATS_ENABLED) {
         fprintf(out, "  (per size class counts: build with -DCORAL_STATS=ON)\n");
         return;
     }
+    class_row_t rows[CORAL_QUEUE_COUNT];
+    read_classes(rows);
     fprintf(out, "  %-10s %14s %14s %12s %12s\n", "class size", "allocated", "freed", "live",
             "peak");
     for (int c = 1; c < CORAL_QUEUE_COUNT; c++) {
-        class_stats_t *r = &s.classes[c];
+        class_row_t *r = &rows[c];
         if (r->allocated == 0 && r->freed == 0) continue;
         char size[24];
         if (c < CORAL_CLASS_COUNT)
-            snprintf(size, sizeof size, "%lld", (long long)class_size(c));
+            snprintf(size, sizeof size, "%lld", class_size(c));
         else
             snprintf(size, sizeof size, "large/huge");
         fprintf(out, "  %-10s %14lld %14lld %12lld %12lld\n", size, (long long)r->allocated,
                 (long long)r->freed, (long long)r->live, (long long)r->peak);
     }
-}
-
-void coral_stats_print(FILE *out) {
-    stats_print_to(out ? out : stderr);
 }
 
 /* ---- options by name ------------------------------------------------------------------- */

@@ -13,42 +13,24 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-EXPORT void *malloc(size_t size) {
-    return coral_malloc_inline(size);
-}
-EXPORT void free(void *p) {
-    coral_free_inline(p);
-}
+EXPORT void *malloc(size_t size) { return coral_malloc_inline(size); }
+EXPORT void free(void *p) { coral_free_inline(p); }
 EXPORT void *calloc(size_t n, size_t size) {
     return coral_heap_calloc_inline(coral_tls_heap, n, size);
 }
-EXPORT void *realloc(void *p, size_t size) {
-    return coral_realloc(p, size);
-}
-EXPORT void *reallocarray(void *p, size_t n, size_t size) {
-    return coral_reallocarray(p, n, size);
-}
+EXPORT void *realloc(void *p, size_t size) { return coral_realloc(p, size); }
+EXPORT void *reallocarray(void *p, size_t n, size_t size) { return coral_reallocarray(p, n, size); }
 EXPORT int posix_memalign(void **out, size_t alignment, size_t size) {
     return coral_posix_memalign(out, alignment, size);
 }
 EXPORT void *aligned_alloc(size_t alignment, size_t size) {
     return coral_aligned_alloc(alignment, size);
 }
-EXPORT void *memalign(size_t alignment, size_t size) {
-    return coral_memalign(alignment, size);
-}
-EXPORT void *valloc(size_t size) {
-    return coral_valloc(size);
-}
-EXPORT void *pvalloc(size_t size) {
-    return coral_pvalloc(size);
-}
-EXPORT size_t malloc_usable_size(void *p) {
-    return coral_malloc_usable_size(p);
-}
-EXPORT void free_sized(void *p, size_t size) {
-    coral_free_sized(p, size);
-}
+EXPORT void *memalign(size_t alignment, size_t size) { return coral_memalign(alignment, size); }
+EXPORT void *valloc(size_t size) { return coral_valloc(size); }
+EXPORT void *pvalloc(size_t size) { return coral_pvalloc(size); }
+EXPORT size_t malloc_usable_size(void *p) { return coral_malloc_usable_size(p); }
+EXPORT void free_sized(void *p, size_t size) { coral_free_sized(p, size); }
 EXPORT void free_aligned_sized(void *p, size_t alignment, size_t size) {
     coral_free_aligned_sized(p, alignment, size);
 }
@@ -116,9 +98,7 @@ EXPORT struct mallinfo2 mallinfo2(void) {
     return mi;
 }
 
-static int clamp_int(size_t v) {
-    return v > (size_t)INT32_MAX ? INT32_MAX : (int)v;
-}
+static int clamp_int(size_t v) { return v > (size_t)INT32_MAX ? INT32_MAX : (int)v; }
 
 EXPORT struct mallinfo mallinfo(void) {
     struct mallinfo2 m2 = mallinfo2();

@@ -47,24 +47,12 @@ void *new_aligned_nothrow(std::size_t size, std::align_val_t al) noexcept {
 
 } // namespace
 
-void *operator new(std::size_t n) {
-    return new_or_throw(n);
-}
-void *operator new[](std::size_t n) {
-    return new_or_throw(n);
-}
-void *operator new(std::size_t n, const std::nothrow_t &) noexcept {
-    return new_nothrow(n);
-}
-void *operator new[](std::size_t n, const std::nothrow_t &) noexcept {
-    return new_nothrow(n);
-}
-void *operator new(std::size_t n, std::align_val_t al) {
-    return new_aligned_or_throw(n, al);
-}
-void *operator new[](std::size_t n, std::align_val_t al) {
-    return new_aligned_or_throw(n, al);
-}
+void *operator new(std::size_t n) { return new_or_throw(n); }
+void *operator new[](std::size_t n) { return new_or_throw(n); }
+void *operator new(std::size_t n, const std::nothrow_t &) noexcept { return new_nothrow(n); }
+void *operator new[](std::size_t n, const std::nothrow_t &) noexcept { return new_nothrow(n); }
+void *operator new(std::size_t n, std::align_val_t al) { return new_aligned_or_throw(n, al); }
+void *operator new[](std::size_t n, std::align_val_t al) { return new_aligned_or_throw(n, al); }
 void *operator new(std::size_t n, std::align_val_t al, const std::nothrow_t &) noexcept {
     return new_aligned_nothrow(n, al);
 }
@@ -72,41 +60,19 @@ void *operator new[](std::size_t n, std::align_val_t al, const std::nothrow_t &)
     return new_aligned_nothrow(n, al);
 }
 
-void operator delete(void *p) noexcept {
-    coral_free(p);
-}
-void operator delete[](void *p) noexcept {
-    coral_free(p);
-}
-void operator delete(void *p, const std::nothrow_t &) noexcept {
-    coral_free(p);
-}
-void operator delete[](void *p, const std::nothrow_t &) noexcept {
-    coral_free(p);
-}
+void operator delete(void *p) noexcept { coral_free(p); }
+void operator delete[](void *p) noexcept { coral_free(p); }
+void operator delete(void *p, const std::nothrow_t &) noexcept { coral_free(p); }
+void operator delete[](void *p, const std::nothrow_t &) noexcept { coral_free(p); }
 // Sized deletes: the size is only a hint. Checking it (as coral_free_sized
 // does) would put a segment lookup on every C++ delete, the hot path of C++.
-void operator delete(void *p, std::size_t) noexcept {
-    coral_free(p);
-}
-void operator delete[](void *p, std::size_t) noexcept {
-    coral_free(p);
-}
-void operator delete(void *p, std::align_val_t) noexcept {
-    coral_free(p);
-}
-void operator delete[](void *p, std::align_val_t) noexcept {
-    coral_free(p);
-}
-void operator delete(void *p, std::size_t, std::align_val_t) noexcept {
-    coral_free(p);
-}
-void operator delete[](void *p, std::size_t, std::align_val_t) noexcept {
-    coral_free(p);
-}
-void operator delete(void *p, std::align_val_t, const std::nothrow_t &) noexcept {
-    coral_free(p);
-}
+void operator delete(void *p, std::size_t) noexcept { coral_free(p); }
+void operator delete[](void *p, std::size_t) noexcept { coral_free(p); }
+void operator delete(void *p, std::align_val_t) noexcept { coral_free(p); }
+void operator delete[](void *p, std::align_val_t) noexcept { coral_free(p); }
+void operator delete(void *p, std::size_t, std::align_val_t) noexcept { coral_free(p); }
+void operator delete[](void *p, std::size_t, std::align_val_t) noexcept { coral_free(p); }
+void operator delete(void *p, std::align_val_t, const std::nothrow_t &) noexcept { coral_free(p); }
 void operator delete[](void *p, std::align_val_t, const std::nothrow_t &) noexcept {
     coral_free(p);
 }

@@ -37,9 +37,7 @@
 #define CORAL_ALIGNMENT 16 /* every malloc result is aligned to this */
 
 /* A value unique among live threads: the thread pointer. */
-CORAL_INLINE uintptr_t coral_thread_id(void) {
-    return (uintptr_t)__builtin_thread_pointer();
-}
+CORAL_INLINE uintptr_t coral_thread_id(void) { return (uintptr_t)__builtin_thread_pointer(); }
 
 /* A short wait in a spin loop. */
 CORAL_INLINE void coral_spin_pause(void) {

@@ -21,8 +21,7 @@ static void direct_update(coral_heap_t *heap, unsigned q) {
     coral_page_t *page = coral_queue_first(heap, q);
     if (page == NULL) page = &coral_page_empty;
     size_t lo = q == 1 ? 0 : coral_class_size(q - 1) / 16 + 1, hi = coral_class_size(q) / 16;
-    for (size_t w = lo; w <= hi; w++)
-        heap->direct[w] = page;
+    for (size_t w = lo; w <= hi; w++) heap->direct[w] = page;
 }
 
 static void queue_push_front(coral_heap_t *heap, unsigned q, coral_page_t *page) {
@@ -307,8 +306,7 @@ void coral_heap_free_remote(coral_segment_t *seg, coral_page_t *page, void *p) {
 
 void coral_heap_init(coral_heap_t *heap, coral_thread_t *thread) {
     memset(heap->queues, 0, sizeof(heap->queues));
-    for (size_t w = 0; w < CORAL_DIRECT_COUNT; w++)
-        heap->direct[w] = &coral_page_empty;
+    for (size_t w = 0; w < CORAL_DIRECT_COUNT; w++) heap->direct[w] = &coral_page_empty;
     atomic_store_explicit(&heap->owner.delayed_pages, NULL, memory_order_relaxed);
     heap->thread = thread;
     heap->heartbeat = 0;
@@ -364,8 +362,7 @@ void coral_heap_abandon(coral_heap_t *heap) {
         }
         heap->queues[q].first = heap->queues[q].last = NULL;
     }
-    for (size_t w = 0; w < CORAL_DIRECT_COUNT; w++)
-        heap->direct[w] = &coral_page_empty;
+    for (size_t w = 0; w < CORAL_DIRECT_COUNT; w++) heap->direct[w] = &coral_page_empty;
     /* A user heap's huge blocks outlive it: they stop pointing at it. */
     pthread_mutex_lock(&heap->huge_lock);
     for (coral_link_t *l = heap->huge_blocks.first; l != NULL; l = l->next)
@@ -386,8 +383,7 @@ static void heap_release_all(coral_heap_t *heap) {
          page != NULL; page = atomic_load_explicit(&page->delayed_next, memory_order_relaxed))
         atomic_store_explicit(&page->delayed_listed, 0, memory_order_relaxed);
     for (unsigned q = 0; q < CORAL_QUEUE_COUNT; q++)
-        while (heap->queues[q].first != NULL)
-            page_release(coral_queue_first(heap, q));
+        while (heap->queues[q].first != NULL) page_release(coral_queue_first(heap, q));
     pthread_mutex_lock(&heap->huge_lock);
     coral_link_t *l = heap->huge_blocks.first;
     heap->huge_blocks.first = heap->huge_blocks.last = NULL;

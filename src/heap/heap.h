@@ -151,6 +151,12 @@ void coral_heap_free_local(coral_page_t *page, void *p);
 /* A free by a thread that does not own the segment (huge blocks too). */
 void coral_heap_free_remote(coral_segment_t *seg, coral_page_t *page, void *p);
 
+/* ---- invariants (check.c) ------------------------------------------------------------ */
+
+/* Walk the calling thread's heaps, pages and segments: 0 when every
+ * invariant holds, else -1 with the first one broken and where. */
+int coral_heap_check_thread(const char **why, const void **where);
+
 /* ---- large and huge blocks (large.c) ------------------------------------------------ */
 
 /* A block above CORAL_CLASS_MAX_SIZE (or aligned above the slice size). */

@@ -19,9 +19,7 @@
 
 #include "heap/heap.h"
 
-static size_t align_up(size_t x, size_t a) {
-    return (x + a - 1) & ~(a - 1);
-}
+static size_t align_up(size_t x, size_t a) { return (x + a - 1) & ~(a - 1); }
 
 static void *huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool zero);
 

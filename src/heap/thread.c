@@ -107,9 +107,7 @@ static void fork_unlock(bool child) {
     coral_purger_postfork(child);
 }
 
-static void fork_parent(void) {
-    fork_unlock(false);
-}
+static void fork_parent(void) { fork_unlock(false); }
 
 static void fork_child(void) {
     fork_unlock(true);
@@ -132,8 +130,7 @@ void coral_process_init(void) {
     if (atomic_load_explicit(&process_state, memory_order_acquire) == 2) return;
     int expected = 0;
     if (!atomic_compare_exchange_strong(&process_state, &expected, 1)) {
-        while (atomic_load_explicit(&process_state, memory_order_acquire) != 2)
-            sched_yield();
+        while (atomic_load_explicit(&process_state, memory_order_acquire) != 2) sched_yield();
         return;
     }
     coral_options_init(); /* reads the environment; does not allocate */

@@ -43,9 +43,7 @@ static void *os_mmap(void *hint, size_t size, int prot) {
     return p;
 }
 
-void *coral_os_map(size_t size) {
-    return os_mmap(NULL, size, PROT_READ | PROT_WRITE);
-}
+void *coral_os_map(size_t size) { return os_mmap(NULL, size, PROT_READ | PROT_WRITE); }
 
 void coral_os_unmap(void *p, size_t size) {
     if (p == NULL || size == 0) return;

@@ -19,7 +19,7 @@
  *   - a new page of a class of bigger blocks, when the heap's newest full
  *     page of the class is resident for at least 7/8 of its OS pages
  *     (mincore): the program writes its blocks of that class whole. A
- *     program that touches one page of each (glibc-simple-64k) gets none.
+ *     program that touches one page of each block gets none.
  *   - the clean part of a large or huge block, when the process's running
  *     score of big blocks is dense: the blocks placed on clean memory are
  *     measured (mincore, a bounded sample) when they are freed, so the
@@ -61,12 +61,8 @@ bool coral_populate_adaptive(void) {
     return coral_option(CORAL_OPT_POPULATE) == CORAL_POPULATE_ADAPTIVE;
 }
 
-static size_t page_floor(size_t x) {
-    return x & ~(CORAL_OS_PAGE_SIZE - 1);
-}
-static size_t page_ceil(size_t x) {
-    return page_floor(x + CORAL_OS_PAGE_SIZE - 1);
-}
+static size_t page_floor(size_t x) { return x & ~(CORAL_OS_PAGE_SIZE - 1); }
+static size_t page_ceil(size_t x) { return page_floor(x + CORAL_OS_PAGE_SIZE - 1); }
 
 /* Resident pages among `pages` pages from p, counted by mincore; 0 for a
  * range the kernel cannot tell (treated as untouched: never populates). */
@@ -74,8 +70,7 @@ static size_t resident_in_window(const uint8_t *p, size_t pages) {
     unsigned char vec[SAMPLE_PAGES];
     if (!coral_os_resident(p, pages * CORAL_OS_PAGE_SIZE, vec)) return 0;
     size_t n = 0;
-    for (size_t i = 0; i < pages; i++)
-        n += vec[i] & 1u;
+    for (size_t i = 0; i < pages; i++) n += vec[i] & 1u;
     return n;
 }
 

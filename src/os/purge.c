@@ -197,13 +197,9 @@ void coral_purge_tick(void) {
 }
 
 /* Purge everything purgeable now (coral_collect, malloc_trim). */
-void coral_purge_now(void) {
-    (void)purge_pass(true);
-}
+void coral_purge_now(void) { (void)purge_pass(true); }
 
-void coral_purger_prefork(void) {
-    pthread_mutex_lock(&purger_lock);
-}
+void coral_purger_prefork(void) { pthread_mutex_lock(&purger_lock); }
 
 /* The child has no purge thread: it starts a new one when it needs it. The
  * condition variable may still count the parent's purge thread as a waiter

@@ -68,7 +68,7 @@ void coral_page_init(coral_page_t *page, coral_page_owner_t *owner, bool user_he
 /* Blocks per carve once a page is past its first: 4 KiB worth, or 16
  * blocks when that is more (at most 16 KiB); blocks of an OS page or more
  * one at a time (linking more would fault in a page each for blocks nobody
- * asked for yet: a 4 KiB stdio buffer touched four). */
+ * asked for yet). */
 static uint32_t carve_step(size_t bs) {
     if (bs >= CORAL_OS_PAGE_SIZE) return 1;
     size_t span = bs < 1024 ? CORAL_CARVE_MIN_BLOCKS * bs : CORAL_CARVE_MIN_BLOCKS * 1024;
@@ -95,9 +95,9 @@ static void page_carve(coral_page_t *page, uint32_t n) {
 
 /* Carve a step of blocks (carve_step) onto the (empty) free list, so memory
  * is touched only as it is needed. The first carve of a page links only the
- * blocks that start in its first OS page: many pages (a thread's TLS vector,
- * a class used once) never get past their first blocks, and linking the
- * 16th block of 288 bytes faulted in a second page for it. The blocks
+ * blocks that start in its first OS page: many pages (a class used once)
+ * never get past their first blocks, and linking a step of bigger blocks
+ * would fault in pages for blocks never used. The blocks
  * carved first keep circulating between free and local_free, so the count
  * also sets how often a page's free list runs dry and malloc takes the slow
  * path (see coral_page_top_up_first_carve). */
@@ -188,8 +188,7 @@ bool coral_page_thread_free_collect(coral_page_t *page) {
     if (count == page->reserved) coral_orphan_take_back(page);
     if (count > page->used) thread_free_overflow(page, coral_tf_list(tf));
     coral_block_t *head = coral_tf_list(tf), *tail = head;
-    for (uint32_t i = 1; i < count; i++)
-        tail = tail->next;
+    for (uint32_t i = 1; i < count; i++) tail = tail->next;
     if (tail->next != NULL) thread_free_overflow(page, tail->next);
     tail->next = page->local_free;
     page->local_free = head;
@@ -206,8 +205,7 @@ void coral_page_collect(coral_page_t *page) {
         page->free = page->local_free;
     } else {
         coral_block_t *tail = page->local_free;
-        while (tail->next)
-            tail = tail->next;
+        while (tail->next) tail = tail->next;
         tail->next = page->free;
         page->free = page->local_free;
     }

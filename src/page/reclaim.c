@@ -34,12 +34,8 @@ static pthread_mutex_t reclaim_lock = PTHREAD_MUTEX_INITIALIZER;
 
 #define RECLAIM_BATCH 32
 
-void coral_orphans_lock(void) {
-    pthread_mutex_lock(&orphans_lock);
-}
-void coral_orphans_unlock(void) {
-    pthread_mutex_unlock(&orphans_lock);
-}
+void coral_orphans_lock(void) { pthread_mutex_lock(&orphans_lock); }
+void coral_orphans_unlock(void) { pthread_mutex_unlock(&orphans_lock); }
 
 static int64_t orphan_bytes(const coral_page_t *page) {
     return (int64_t)((size_t)page->slice_count * CORAL_SLICE_SIZE);
@@ -137,8 +133,7 @@ static uint64_t orphans_reclaim_due(uint64_t now, bool force) {
         }
         bool more = orphans.first != NULL && next_due == 0;
         pthread_mutex_unlock(&orphans_lock);
-        for (size_t i = 0; i < n; i++)
-            orphan_purge(claimed[i]);
+        for (size_t i = 0; i < n; i++) orphan_purge(claimed[i]);
         if (!more) break;
         now = coral_clock_ms();
     }

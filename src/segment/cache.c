@@ -66,9 +66,7 @@ static size_t cache_limit(void) {
     return (size_t)coral_option(CORAL_OPT_SEGMENT_CACHE) * CORAL_SEGMENT_SIZE;
 }
 
-static size_t min_size(size_t a, size_t b) {
-    return a < b ? a : b;
-}
+static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
 /* Header bits of the chunks from byte `offset` of a region on (offset: whole
  * chunks), or of a region placed `offset` bytes in (shift left). */
@@ -219,8 +217,7 @@ static cache_region_t table_take_front(size_t i, size_t size) {
 /* ---- putting ---------------------------------------------------------------------------- */
 
 static void regions_unmap(cache_region_t *r, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        coral_os_unmap(r[i].base, r[i].size);
+    for (size_t i = 0; i < n; i++) coral_os_unmap(r[i].base, r[i].size);
 }
 
 /* r (no longer in the table, its map entries as documented above) goes
@@ -396,9 +393,5 @@ uint64_t coral_segment_cache_purge(uint64_t now, bool force) {
     return next;
 }
 
-void coral_segment_cache_prefork(void) {
-    pthread_mutex_lock(&cache_lock);
-}
-void coral_segment_cache_postfork(void) {
-    pthread_mutex_unlock(&cache_lock);
-}
+void coral_segment_cache_prefork(void) { pthread_mutex_lock(&cache_lock); }
+void coral_segment_cache_postfork(void) { pthread_mutex_unlock(&cache_lock); }

@@ -224,8 +224,7 @@ static void segment_release(coral_segment_t *seg) {
  * used, since the shifts bring in zeros. */
 static int find_free_run(uint64_t used, size_t n) {
     uint64_t free = ~used, run = free;
-    for (size_t i = 1; i < n && run; i++)
-        run &= free >> i;
+    for (size_t i = 1; i < n && run; i++) run &= free >> i;
     return run ? __builtin_ctzll(run) : -1;
 }
 
@@ -244,8 +243,7 @@ void coral_slice_mark_interior(coral_page_t *slice, size_t i) {
 static coral_page_t *segment_take_span(coral_segment_t *seg, size_t first, size_t n) {
     uint64_t mask = slice_mask(first, n);
     coral_page_t *page = &seg->pages[first];
-    for (size_t i = 1; i < n; i++)
-        coral_slice_mark_interior(&seg->pages[first + i], i);
+    for (size_t i = 1; i < n; i++) coral_slice_mark_interior(&seg->pages[first + i], i);
     page->slice_offset = 0;
     page->slice_count = (uint32_t)n;
     page->start = coral_segment_base(seg) + first * CORAL_SLICE_SIZE;
@@ -301,8 +299,7 @@ coral_page_t *coral_span_alloc_new(coral_thread_segments_t *ts, size_t n) {
     segment_own(seg, ts);
     /* The purger may already see the new segment (it is registered), but
      * finds nothing to purge in it: the lock is free or soon free. */
-    while (!span_trylock(seg))
-        coral_spin_pause();
+    while (!span_trylock(seg)) coral_spin_pause();
     coral_page_t *page = segment_take_span(seg, 1, n);
     span_unlock(seg);
     if (n == 1) ts->small_segment = seg;
@@ -410,8 +407,7 @@ bool coral_span_resize(coral_page_t *page, size_t slices) {
     if (first + slices > CORAL_SLICES_PER_SEGMENT) return false;
     uint64_t grow = slice_mask(first + now, slices - now);
     if ((used & grow) || !span_trylock(seg)) return false;
-    for (size_t i = now; i < slices; i++)
-        coral_slice_mark_interior(&seg->pages[first + i], i);
+    for (size_t i = now; i < slices; i++) coral_slice_mark_interior(&seg->pages[first + i], i);
     uint64_t dirty = atomic_load_explicit(&seg->dirty_slices, memory_order_relaxed);
     atomic_store_explicit(&seg->used_slices, used | grow, memory_order_relaxed);
     atomic_store_explicit(&seg->dirty_slices, dirty | grow, memory_order_relaxed);

@@ -148,9 +148,7 @@ CORAL_INLINE coral_segment_t *coral_ptr_segment(const void *p) {
     return (coral_segment_t *)((uintptr_t)p & ~(uintptr_t)CORAL_SEGMENT_MASK);
 }
 
-CORAL_INLINE uint8_t *coral_segment_base(coral_segment_t *seg) {
-    return (uint8_t *)seg;
-}
+CORAL_INLINE uint8_t *coral_segment_base(coral_segment_t *seg) { return (uint8_t *)seg; }
 
 /* The descriptor of p's slice. (p >> 9) & 0x1f80 is the slice index times
  * 128, the descriptor size, in one shift and one mask. */

@@ -22,13 +22,10 @@ static std::string work(int t) {
     }
     uint64_t h = 1469598103934665603ull;
     for (const auto &kv : m) {
-        for (char ch : kv.first)
-            h = (h ^ uint8_t(ch)) * 1099511628211ull;
-        for (int v : kv.second)
-            h = (h ^ uint64_t(v)) * 1099511628211ull;
+        for (char ch : kv.first) h = (h ^ uint8_t(ch)) * 1099511628211ull;
+        for (int v : kv.second) h = (h ^ uint64_t(v)) * 1099511628211ull;
     }
-    for (const auto &s : owned)
-        h = (h ^ s->size()) * 1099511628211ull;
+    for (const auto &s : owned) h = (h ^ s->size()) * 1099511628211ull;
     std::ostringstream os;
     os << "thread " << t << ": " << m.size() << " keys, hash " << std::hex << h;
     return os.str();
@@ -40,10 +37,8 @@ int main() {
     std::vector<std::thread> threads;
     for (int t = 0; t < T; t++)
         threads.emplace_back([t, &results] { results[size_t(t)] = work(t); });
-    for (auto &th : threads)
-        th.join();
-    for (const auto &r : results)
-        std::cout << r << '\n';
+    for (auto &th : threads) th.join();
+    for (const auto &r : results) std::cout << r << '\n';
     std::cout << "done" << std::endl;
     return 0;
 }

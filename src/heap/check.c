@@ -1,0 +1,119 @@
+/* The invariants of the calling thread's heaps, pages and segments, checked
+ * by walking them (tests, and the fuzzer's debug hook): O(blocks), never on
+ * a normal path. Each check names what it found in *why. */
+#include <string.h>
+
+#include "heap/heap.h"
+
+typedef struct check_s {
+    const char *why; /* the first invariant found broken, or NULL */
+    const void *where;
+} check_t;
+
+static bool fail(check_t *c, const char *why, const void *where) {
+    if (c->why == NULL) {
+        c->why = why;
+        c->where = where;
+    }
+    return false;
+}
+
+/* Blocks of a list: each a block start inside the carved part, none twice
+ * (seen: one bit per block); their number, or -1. */
+static long list_blocks(check_t *c, const coral_page_t *page, const coral_block_t *b,
+                        uint8_t *seen) {
+    long n = 0;
+    for (; b != NULL; b = b->next, n++) {
+        size_t off = (size_t)((const uint8_t *)b - page->start);
+        if ((const uint8_t *)b < page->start || off >= (size_t)page->capacity * page->block_size ||
+            off % page->block_size != 0)
+            return fail(c, "a free list leads outside its page's carved blocks", b), -1;
+        size_t i = off / page->block_size;
+        if (seen[i / 8] & (1u << (i % 8))) return fail(c, "a block is free twice", b), -1;
+        seen[i / 8] |= (uint8_t)(1u << (i % 8));
+    }
+    return n;
+}
+
+/* A class page: free + local_free + in use = carved <= reserved. */
+static bool check_blocks(check_t *c, const coral_page_t *page) {
+    if (page->capacity > page->reserved) return fail(c, "more blocks carved than fit", page);
+    uint8_t seen[4096 / 8 + 1] = {0};
+    if (page->reserved > 4096) return fail(c, "more than 4096 blocks in a page", page);
+    long nfree = list_blocks(c, page, page->free, seen);
+    long nlocal = nfree < 0 ? -1 : list_blocks(c, page, page->local_free, seen);
+    if (nlocal < 0) return false;
+    if ((uint64_t)nfree + (uint64_t)nlocal + page->used != page->capacity)
+        return fail(c, "free + local_free + used != carved", page);
+    uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_acquire);
+    if (coral_tf_count(tf) > page->used)
+        return fail(c, "more remote frees than blocks in use", page);
+    return true;
+}
+
+/* The span of a page: its head descriptor, its interior slices leading
+ * back to it, its slices used in the segment. */
+static bool check_span(check_t *c, coral_segment_t *seg, const coral_page_t *page) {
+    size_t first = (size_t)(page - seg->pages), n = page->slice_count;
+    if (page->slice_offset != 0 || n == 0 || first == 0 || first + n > CORAL_SLICES_PER_SEGMENT)
+        return fail(c, "a page is not the head of a span", page);
+    uint64_t used = atomic_load_explicit(&seg->used_slices, memory_order_relaxed);
+    for (size_t i = 0; i < n; i++) {
+        if (!(used & ((uint64_t)1 << (first + i))))
+            return fail(c, "a page's slice is not marked used", page);
+        const coral_page_t *s = &seg->pages[first + i];
+        if (i > 0 && (s->slice_offset != i * sizeof *s || !(s->flags & CORAL_PAGE_INTERIOR)))
+            return fail(c, "an interior slice does not lead to its head", s);
+    }
+    if (page->start != coral_segment_base(seg) + first * CORAL_SLICE_SIZE)
+        return fail(c, "a page does not start at its slice", page);
+    return true;
+}
+
+static bool check_heap(check_t *c, coral_heap_t *heap) {
+    for (unsigned q = 1; q < CORAL_QUEUE_COUNT; q++) {
+        for (coral_link_t *l = heap->queues[q].first; l != NULL; l = l->next) {
+            coral_page_t *page = coral_container_of(l, coral_page_t, link);
+            coral_segment_t *seg = coral_ptr_segment(page);
+            if (coral_page_heap(page) != heap)
+                return fail(c, "a page's owner is not its heap", page);
+            bool full = (page->flags & CORAL_PAGE_IN_FULL) != 0;
+            if (full != (q == CORAL_QUEUE_FULL) || (!full && page->class_idx != q))
+                return fail(c, "a page is in the wrong queue", page);
+            if (!check_span(c, seg, page)) return false;
+            if (page->class_idx != CORAL_CLASS_LARGE && !check_blocks(c, page)) return false;
+        }
+    }
+    return true;
+}
+
+/* A segment of the thread: mapped, owned, its span count right. */
+static bool check_segment(check_t *c, coral_segment_t *seg, uintptr_t thread_id) {
+    if (coral_map_kind((uintptr_t)seg) != CORAL_MAP_SEGMENT)
+        return fail(c, "a segment has no segment map entry", seg);
+    if (atomic_load_explicit(&seg->thread_id, memory_order_relaxed) != thread_id)
+        return fail(c, "a segment of the thread has another owner", seg);
+    uint32_t heads = 0;
+    for (coral_page_t *p = coral_segment_next_span(seg, NULL); p != NULL;
+         p = coral_segment_next_span(seg, p))
+        heads++;
+    if (heads != seg->used_pages) return fail(c, "a segment's span count is wrong", seg);
+    return true;
+}
+
+int coral_heap_check_thread(const char **why, const void **where) {
+    check_t c = {NULL, NULL};
+    coral_heap_t *own = coral_tls_heap;
+    if (own != &coral_heap_empty) {
+        coral_thread_t *thread = own->thread;
+        for (coral_link_t *l = thread->heaps.first; l != NULL && c.why == NULL; l = l->next)
+            check_heap(&c, coral_container_of(l, coral_heap_t, thread_link));
+        for (coral_link_t *l = thread->segments.segments.first; l != NULL && c.why == NULL;
+             l = l->next)
+            check_segment(&c, coral_container_of(l, coral_segment_t, link),
+                          thread->segments.thread_id);
+    }
+    *why = c.why;
+    *where = c.where;
+    return c.why == NULL ? 0 : -1;
+}

@@ -283,6 +283,8 @@ void coral_heap_free_local(coral_page_t *page, void *p) {
     coral_block_t *block = p;
     if (page->flags & CORAL_PAGE_HAS_ALIGNED)
         block = (coral_block_t *)coral_page_block_start(page, p);
+    else if ((uint8_t *)p != coral_page_block_start(page, p))
+        invalid_free(p, "inside a block, not its start");
     if (page->used == 0 || block == page->local_free)
         coral_fatal("double free detected: block %p of %zu bytes was already free", p,
                     page->block_size);

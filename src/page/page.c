@@ -311,6 +311,8 @@ void coral_page_free_remote(coral_page_t *page, void *p) {
     coral_block_t *block = p;
     if (page->shared_flags & CORAL_PAGE_HAS_ALIGNED)
         block = (coral_block_t *)coral_page_block_start(page, p);
+    else if (page->class_idx == CORAL_CLASS_LARGE && (uint8_t *)p != page->start)
+        invalid_free(p, "inside a large block, not its start");
     coral_page_push_remote(page, block, block, 1);
 }
 

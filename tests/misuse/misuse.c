@@ -1,0 +1,205 @@
+/* One misuse of the allocator per case, for tests/misuse/run_misuse.py:
+ * `misuse CASE` does it through the standard names (so that the same
+ * program runs under glibc or under a preloaded allocator), then goes on
+ * allocating and freeing a little, and exits 0 if it got that far. What the
+ * allocator does about it (abort with a message, a fault, or nothing) is
+ * what the runner records. */
+#define _GNU_SOURCE
+#include <malloc.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include <dlfcn.h>
+
+/* C23's sized frees, where the allocator has them (glibc 2.36 does not:
+ * exit 3, "not available"). */
+static void *c23_call(const char *name) {
+    void *f = dlsym(RTLD_DEFAULT, name);
+    if (f == NULL) exit(3);
+    return f;
+}
+
+/* Keep the compiler from reasoning about the blocks. */
+static void *volatile sink;
+static void *launder(void *p) {
+    sink = p;
+    return sink;
+}
+
+#define KiB ((size_t)1024)
+#define MiB (1024 * KiB)
+
+static void churn(size_t size) {
+    void *a[64];
+    for (int i = 0; i < 64; i++) a[i] = malloc(size);
+    for (int i = 0; i < 64; i++) free(a[i]);
+}
+
+static void double_free(size_t size) {
+    void *p = launder(malloc(size));
+    free(p);
+    free(p);
+}
+
+static void double_free_delayed(size_t size) {
+    void *p = launder(malloc(size)), *q = malloc(size), *r = malloc(size);
+    free(p);
+    free(q);
+    free(r);
+    free(p);
+}
+
+static void *free_in_thread(void *p) {
+    free(p);
+    return NULL;
+}
+
+static void double_free_remote(void) {
+    void *p = launder(malloc(64));
+    void *keep = malloc(64); /* the page stays in use */
+    pthread_t t;
+    pthread_create(&t, NULL, free_in_thread, p);
+    pthread_join(t, NULL);
+    pthread_create(&t, NULL, free_in_thread, p);
+    pthread_join(t, NULL);
+    free(keep);
+}
+
+static void free_stack(void) {
+    char buf[64];
+    free(launder(buf));
+}
+
+static char static_buf[64];
+static void free_static(void) { free(launder(static_buf)); }
+
+static void free_mmap(void) {
+    void *m = mmap(NULL, 4 * MiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    free((char *)m + 4096);
+}
+
+static void free_interior(size_t size) {
+    char *p = launder(malloc(size));
+    free(p + 16);
+}
+
+static void realloc_after_free(void) {
+    void *p = launder(malloc(64));
+    free(p);
+    p = realloc(p, 200);
+    free(p);
+}
+
+static void realloc_foreign(void) {
+    char buf[64];
+    free(realloc(launder(buf), 200));
+}
+
+static void overflow(size_t size, size_t by) {
+    char *p = launder(malloc(size));
+    size_t usable = malloc_usable_size(p);
+    memset(p + usable, 0x5a, by);
+    free(p);
+    churn(size);
+}
+
+static void write_after_free(size_t size) {
+    char *p = launder(malloc(size));
+    free(p);
+    memset(p, 0x5a, size < 64 ? size : 64);
+    churn(size);
+}
+
+static void read_after_free_huge(void) {
+    volatile char *p = launder(malloc(16 * MiB));
+    p[8 * MiB] = 1;
+    free((void *)p);
+    sink = (void *)(uintptr_t)p[8 * MiB];
+}
+
+static void malloc0_write(void) {
+    char *p = launder(malloc(0));
+    memset(p, 0x5a, 32);
+    free(p);
+    churn(16);
+}
+
+static void sized_mismatch(void) {
+    void (*free_sized)(void *, size_t) = (void (*)(void *, size_t))c23_call("free_sized");
+    void *p = launder(malloc(32));
+    free_sized(p, 4000);
+}
+
+static void aligned_sized_mismatch(void) {
+    void (*free_aligned_sized)(void *, size_t, size_t) =
+        (void (*)(void *, size_t, size_t))c23_call("free_aligned_sized");
+    char *p = launder(aligned_alloc(64, 128));
+    free_aligned_sized(p + 16, 64, 64);
+}
+
+typedef struct misuse_case_s {
+    const char *name;
+    void (*run)(void);
+} misuse_case_t;
+
+static void df_small(void) { double_free(48); }
+static void df_large(void) { double_free(1 * MiB); }
+static void df_huge(void) { double_free(16 * MiB); }
+static void df_small_delayed(void) { double_free_delayed(48); }
+static void df_large_delayed(void) { double_free_delayed(1 * MiB); }
+static void interior_small(void) { free_interior(48); }
+static void interior_large(void) { free_interior(1 * MiB); }
+static void interior_huge(void) { free_interior(16 * MiB); }
+static void overflow1_small(void) { overflow(48, 1); }
+static void overflow8_small(void) { overflow(48, 8); }
+static void overflow1_large(void) { overflow(1 * MiB, 1); }
+static void overflow1_huge(void) { overflow(16 * MiB, 1); }
+static void waf_small(void) { write_after_free(48); }
+static void waf_medium(void) { write_after_free(2000); }
+
+static const misuse_case_t cases[] = {
+    {"double-free-small", df_small},
+    {"double-free-small-delayed", df_small_delayed},
+    {"double-free-large", df_large},
+    {"double-free-large-delayed", df_large_delayed},
+    {"double-free-huge", df_huge},
+    {"double-free-remote", double_free_remote},
+    {"free-stack", free_stack},
+    {"free-static", free_static},
+    {"free-mmap", free_mmap},
+    {"free-interior-small", interior_small},
+    {"free-interior-large", interior_large},
+    {"free-interior-huge", interior_huge},
+    {"realloc-after-free", realloc_after_free},
+    {"realloc-foreign", realloc_foreign},
+    {"overflow-1-small", overflow1_small},
+    {"overflow-8-small", overflow8_small},
+    {"overflow-1-large", overflow1_large},
+    {"overflow-1-huge", overflow1_huge},
+    {"write-after-free-small", waf_small},
+    {"write-after-free-medium", waf_medium},
+    {"read-after-free-huge", read_after_free_huge},
+    {"malloc0-write", malloc0_write},
+    {"free-sized-mismatch", sized_mismatch},
+    {"free-aligned-sized-mismatch", aligned_sized_mismatch},
+};
+
+int main(int argc, char **argv) {
+    size_t n = sizeof cases / sizeof cases[0];
+    if (argc == 2 && strcmp(argv[1], "--list") == 0) {
+        for (size_t i = 0; i < n; i++) puts(cases[i].name);
+        return 0;
+    }
+    for (size_t i = 0; argc == 2 && i < n; i++) {
+        if (strcmp(argv[1], cases[i].name) != 0) continue;
+        cases[i].run();
+        churn(64);
+        return 0;
+    }
+    fprintf(stderr, "usage: misuse --list | misuse CASE\n");
+    return 2;
+}

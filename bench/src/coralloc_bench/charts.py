@@ -12,9 +12,10 @@ from coralloc_bench.report import METRIC_BY_KEY, aggregate, geomean_ratios, layo
 
 CHARTS = {"time": "time.png", "rss": "rss.png"}
 
-COLORS = {"coralloc": "#d1495b", "mimalloc": "#00798c", "jemalloc": "#edae49",
+COLORS = {"coralloc": "#d1495b", "mimalloc3": "#00798c", "mimalloc": "#7fc4cc",
+          "snmalloc": "#2e4057", "rpmalloc": "#a05195", "jemalloc": "#edae49",
           "tcmalloc": "#66a182", "system": "#8d96a3"}
-EXTRA_COLORS = ["#2e4057", "#a05195", "#665191", "#f95d6a", "#003f5c"]
+EXTRA_COLORS = ["#665191", "#f95d6a", "#003f5c", "#ff7c43", "#444e86"]
 
 
 def available() -> bool:

@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", metavar="DIR",
                    help="output directory (default: bench/results/<date-time>/)")
     r.add_argument("--baseline", default=allocs_mod.DEFAULT_BASELINE,
-                   help="allocator the ratios are to (default: mimalloc)")
+                   help="allocator the ratios are to (default: mimalloc3, mimalloc 3.4.3)")
     r.add_argument("--build-dir", metavar="DIR",
                    help="where the workloads are built (default: <repo>/build/bench, "
                         "else <repo>/build-bench)")
@@ -198,8 +198,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                          f"(rebuild: `make build`)")
     user_names = [s.partition("=")[0] for s in args.alloc]
     install = not args.no_install
+    missing_allocs: Dict[str, str] = {}
     found = allocs_mod.discover(args.coralloc_lib, args.alloc,
-                                _coralloc_build_root(root, args.build_dir), install, _log)
+                                _coralloc_build_root(root, args.build_dir), install, _log,
+                                missing_allocs)
     alloc_list = allocs_mod.select(args.allocs, found, user_names, _log)
 
     real = [w.program for w in chosen if w.is_real]
@@ -227,7 +229,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except OSError as e:
         raise BenchError(f"cannot create {out_dir}: {e}") from None
     baseline = args.baseline if args.baseline in [a.name for a in alloc_list] else \
-        next((n for n in ("mimalloc", "system") if n in [a.name for a in alloc_list]),
+        next((n for n in allocs_mod.BASELINE_FALLBACKS if n in [a.name for a in alloc_list]),
              alloc_list[0].name)
     if baseline != args.baseline:
         _log(f"baseline {args.baseline} is not run; ratios are to {baseline}")
@@ -240,6 +242,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "profile": profile, "reps": reps, "threads": threads, "baseline": baseline,
         "machine": machine_info(),
         "allocators": {a.name: a.to_json() for a in alloc_list},
+        "missing_allocators": missing_allocs,
         "workloads": {w.name: {"description": w.description, "program": w.program,
                                "threads": w.threads_used(threads),
                                "args": w.argv_tail(profile, threads)} for w in chosen},
@@ -312,8 +315,10 @@ def cmd_list(args: argparse.Namespace) -> int:
         th = {0: "1", 1: "T", 2: "2T"}[w.thread_factor]
         print(f"  {w.name:<{width}}  {'+'.join(w.profiles) or 'by name':<10}  {th:>2}  {w.description}")
     print(f"  groups: {', '.join(sorted(wl_mod.GROUPS))}")
+    missing: Dict[str, str] = {}
     found = allocs_mod.discover(args.coralloc_lib, args.alloc,
-                                _coralloc_build_root(root, args.build_dir), False, _log)
+                                _coralloc_build_root(root, args.build_dir), False,
+                                lambda s: None, missing)
     try:
         probe: Optional[Path] = bin_dir(args.build_dir, root) / PROBE
     except BenchError:
@@ -327,6 +332,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             state = "verified" if res.ok else f"NOT verified: {res.reason}"
         ver = f" {a.version}" if a.version else ""
         print(f"  {name:<10} {a.path or 'glibc (no preload)'}{ver}  [{state}]")
+    for name, why in missing.items():
+        print(f"  {name:<10} missing: {why}")
     return 0
 
 

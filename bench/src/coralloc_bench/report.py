@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from coralloc_bench.allocators import BASELINE_FALLBACKS
 from coralloc_bench.execute import FAILED, OK, SKIPPED, RunRecord
 from coralloc_bench.util import BenchError, geomean, median
 
@@ -252,7 +253,7 @@ def layout(records: Sequence[RunRecord], meta: Dict[str, object]) -> Tuple[List[
 def pick_baseline(requested: Optional[str], allocs: Sequence[str]) -> str:
     if requested and requested in allocs:
         return requested
-    for b in ("mimalloc", "system"):
+    for b in BASELINE_FALLBACKS:
         if b in allocs:
             return b
     return allocs[0]
@@ -332,9 +333,14 @@ def markdown_report(records: Sequence[RunRecord], meta: Dict[str, object], basel
         for name, a in am.items():
             if isinstance(a, dict):
                 notes = "; ".join(str(n) for n in a.get("notes") or [])
+                src = f" ({a.get('package')})" if a.get("package") else ""
                 out.append(f"| {name} | {a.get('path') or 'glibc (no preload)'} | "
-                           f"{a.get('version') or ''} | {'yes' if a.get('verified') else 'NO'} | "
-                           f"{notes} |")
+                           f"{a.get('version') or ''}{src} | "
+                           f"{'yes' if a.get('verified') else 'NO'} | {notes} |")
+    gone = meta.get("missing_allocators")
+    if isinstance(gone, dict) and gone:
+        out += ["", "Not run (missing here):", ""]
+        out += [f"- {name}: {why}" for name, why in gone.items()]
     out += ["", "Cells are medians over the repetitions; a cell with any failed run is "
             "FAILED (a crash, a non-zero exit or a wrong result never counts as a time). "
             f"Ratios are to {baseline}; the geomean row is over the workloads both "

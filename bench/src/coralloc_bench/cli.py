@@ -4,6 +4,7 @@
                      [--alloc NAME=/path/lib.so] [--reps N] [--threads N] [--out DIR]
   coralloc-bench list
   coralloc-bench compare OLD.json NEW.json
+  coralloc-bench calibrate [--profile quick|full] [--workloads A,B] [--write]
 
 Errors in what the user gave (an unknown workload or allocator, a path that
 is not a shared library, a bad number) are one line on stderr and exit 2.
@@ -58,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, description="coralloc's benchmark suite: our own workloads and "
                 "real programs under every allocator, interleaved, with tables and charts.")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="{run,list,compare}", parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", metavar="{run,list,compare,calibrate,fastpath}",
+                           parser_class=_Parser)
     sub.required = True
 
     r = sub.add_parser("run", help="run the benchmarks and write the report")
@@ -96,6 +98,22 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--coralloc-lib", metavar="PATH")
     ls.add_argument("--build-dir", metavar="DIR")
     ls.set_defaults(func=cmd_list)
+
+    cal = sub.add_parser("calibrate", help="time each workload under the baseline allocator "
+                         "(is every one long enough?)")
+    cal.add_argument("--profile", choices=wl_mod.PROFILES, default="quick")
+    cal.add_argument("--workloads", metavar="A,B")
+    cal.add_argument("--alloc", metavar="NAME=/path/lib.so", action="append", default=[])
+    cal.add_argument("--baseline", default=allocs_mod.DEFAULT_BASELINE,
+                     help="the allocator to time under (default: mimalloc3)")
+    cal.add_argument("--reps", type=_positive_int("--reps"), default=3)
+    cal.add_argument("--threads", type=_positive_int("--threads"))
+    cal.add_argument("--build-dir", metavar="DIR")
+    cal.add_argument("--no-install", action="store_true")
+    cal.add_argument("--quiet", action="store_true")
+    cal.add_argument("--write", action="store_true",
+                     help="record the times in the package's data/calibration-PROFILE.json")
+    cal.set_defaults(func=cmd_calibrate)
 
     c = sub.add_parser("compare", help="ratios between two results.json files (NEW/OLD)")
     c.add_argument("old", metavar="OLD.json")
@@ -334,6 +352,49 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"  {name:<10} {a.path or 'glibc (no preload)'}{ver}  [{state}]")
     for name, why in missing.items():
         print(f"  {name:<10} missing: {why}")
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from tabulate import tabulate
+
+    from coralloc_bench import calibrate
+    root = repo_root()
+    profile: str = args.profile
+    chosen = wl_mod.select(args.workloads, profile)
+    threads: int = args.threads or threads_default()
+    bdir = bin_dir(args.build_dir, root)
+    found = allocs_mod.discover(None, args.alloc, _coralloc_build_root(root, args.build_dir),
+                                not args.no_install, _log)
+    if args.baseline not in found:
+        raise BenchError(f"allocator '{args.baseline}' is not available here")
+    alloc = found[args.baseline]
+    res = allocs_mod.verify(alloc, bdir / PROBE)
+    if not res.ok:
+        raise BenchError(f"{alloc.name} not verified: {res.reason}")
+    launcher = bdir / LAUNCHER
+    with tempfile.TemporaryDirectory(prefix="coralloc-calibrate-") as tmp:
+        ctx = RunContext(bdir, profile, threads, Path(tmp),
+                         launcher if launcher.is_file() else None)
+        results = calibrate.measure(chosen, alloc, args.reps, ctx, args.quiet)
+    print(tabulate(calibrate.lines(results),
+                   headers=["workload", f"wall s ({alloc.name})",
+                            f"x to {calibrate.TARGET_SECONDS} s", ""]))
+    if args.write:
+        path = calibrate.calibration_file(profile)
+        old = calibrate.load(profile) or {}
+        merged = dict(old.get("workloads") or {}) if args.workloads else {}  # type: ignore[call-overload]
+        merged.update(results)
+        data = {"allocator": f"{alloc.name} {alloc.version}", "profile": profile,
+                "reps": args.reps, "date": _dt.datetime.now().astimezone().isoformat(
+                    timespec="seconds"),
+                "command": " ".join(shlex.quote(a) for a in [PROG, *sys.argv[1:]]),
+                "machine": machine_info(), "workloads": merged}
+        import json
+        path.write_text(json.dumps(data, indent=1) + "\n")
+        print(f"wrote {path}")
     return 0
 
 

@@ -34,6 +34,7 @@ PROG = "coralloc-bench"
 DEFAULT_REPS = {"quick": 3, "full": 5}
 PROBE = "alloc-probe"
 LAUNCHER = "run-measured"
+WITNESS = "libmalloc-witness.so"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -148,6 +149,14 @@ def bin_dir(build_dir: Optional[str], root: Path) -> Path:
     raise BenchError(f"the workloads are not built (no {PROBE} in "
                      f"{', '.join(str(c) for c in cands)}): run `make build`, or "
                      f"`cmake -S bench -B build-bench && cmake --build build-bench`")
+
+
+def make_context(bdir: Path, profile: str, threads: int, work: Path) -> RunContext:
+    """The context of runs from the workloads built in bdir: the launcher
+    and the malloc witness when they are built."""
+    launcher, witness = bdir / LAUNCHER, bdir / WITNESS
+    return RunContext(bdir, profile, threads, work, launcher if launcher.is_file() else None,
+                      witness if witness.is_file() else None)
 
 
 def _coralloc_build_root(root: Path, build_dir: Optional[str]) -> Path:
@@ -265,9 +274,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                                "threads": w.threads_used(threads),
                                "args": w.argv_tail(profile, threads)} for w in chosen},
     }
+    ctx = make_context(bdir, profile, threads, out_dir / "work")
     launcher = bdir / LAUNCHER
-    ctx = RunContext(bdir, profile, threads, out_dir / "work",
-                     launcher if launcher.is_file() else None)
     if ctx.launcher is None:
         _log(f"{launcher} is not built: peak RSS will include the runner's own size")
     records: List[RunRecord] = []
@@ -374,10 +382,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     res = allocs_mod.verify(alloc, bdir / PROBE)
     if not res.ok:
         raise BenchError(f"{alloc.name} not verified: {res.reason}")
-    launcher = bdir / LAUNCHER
     with tempfile.TemporaryDirectory(prefix="coralloc-calibrate-") as tmp:
-        ctx = RunContext(bdir, profile, threads, Path(tmp),
-                         launcher if launcher.is_file() else None)
+        ctx = make_context(bdir, profile, threads, Path(tmp))
         results = calibrate.measure(chosen, alloc, args.reps, ctx, args.quiet)
     print(tabulate(calibrate.lines(results),
                    headers=["workload", f"wall s ({alloc.name})",

@@ -144,6 +144,8 @@ def within_noise(cells: Dict[Tuple[str, str], Cell], metric: str, workload: str,
     c, b = cells.get((workload, alloc)), cells.get((workload, baseline))
     if not c or not b or c.status != OK or b.status != OK:
         return False
+    if c.ok_runs < 2 or b.ok_runs < 2:
+        return True  # one run says nothing about its noise
     return overlap(c.ranges.get(metric), b.ranges.get(metric))
 
 
@@ -179,9 +181,9 @@ class Table:
     footer: int = 2  # summary rows at the end (geomean, failures; total)
 
 
-NOISE_NOTE = ("~ before a ratio: the min-max ranges of the cell and of the baseline overlap "
-              "(within noise: not ranked); 'beyond noise' counts the workloads where they do "
-              "not, better/worse.")
+NOISE_NOTE = ("~ before a ratio: the min-max ranges of the cell and of the baseline overlap, "
+              "or either has a single run (within noise: not ranked); 'beyond noise' counts "
+              "the workloads where they do not, better/worse.")
 
 
 def build_table(metric: Metric, cells: Dict[Tuple[str, str], Cell], workloads: Sequence[str],

@@ -116,6 +116,7 @@ def _threaded(quick: Sequence[object], full: Sequence[object], factor: int = 1) 
 
 
 FULL_ONLY = ("full",)
+PYTHON_TEST_MODULES = ["test_json", "test_dict", "test_set"]
 
 
 # Block sizes of the bulk workloads: name part, --min-max, description, and
@@ -296,6 +297,17 @@ WORKLOADS: List[Workload] = [
     Workload("redis", "real", "redis-server under the allocator, redis-benchmark on 127.0.0.1",
              "real:redis", _fixed(["10000"], ["20000"]),
              timeout={"quick": 90.0, "full": 400.0}),
+    Workload("python-tests", "real", "python3's own test modules (json, dict, set; "
+             "PYTHONMALLOC=malloc)", "real:python-tests",
+             _fixed(PYTHON_TEST_MODULES, PYTHON_TEST_MODULES), profiles=FULL_ONLY),
+    Workload("git", "real", "git: a generated repository committed round by round, then "
+             "log -p, diff, blame, repack, fsck", "real:git", _fixed(["8"], ["8"]),
+             profiles=FULL_ONLY),
+    Workload("gcc", "real", "gcc -O2 on a generated C file (functions with loops over "
+             "switches), linked and run", "real:gcc", _fixed(["100"], ["100"]),
+             profiles=FULL_ONLY),
+    Workload("lua", "real", "lua5.4: tables, strings, sort, maps built and dropped",
+             "real:lua", _fixed(["60000"], ["60000"]), profiles=FULL_ONLY),
 ]
 
 BY_NAME: Dict[str, Workload] = {w.name: w for w in WORKLOADS}

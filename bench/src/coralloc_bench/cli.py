@@ -5,6 +5,7 @@
   coralloc-bench list
   coralloc-bench compare OLD.json NEW.json
   coralloc-bench calibrate [--profile quick|full] [--workloads A,B] [--write]
+  coralloc-bench fastpath [--allocs A,B] [--scenarios A,B] [--out DIR] [--write-docs]
 
 Errors in what the user gave (an unknown workload or allocator, a path that
 is not a shared library, a bad number) are one line on stderr and exit 2.
@@ -14,6 +15,7 @@ is not a shared library, a bad number) are one line on stderr and exit 2.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as _dt
 import os
 import platform
@@ -26,6 +28,7 @@ from typing import Callable, Dict, List, NoReturn, Optional, Sequence
 
 from coralloc_bench import __version__
 from coralloc_bench import allocators as allocs_mod
+from coralloc_bench import fastpath as fastpath_mod
 from coralloc_bench import workloads as wl_mod
 from coralloc_bench.execute import FAILED, Progress, RunContext, RunRecord, run_matrix
 from coralloc_bench.util import BenchError, repo_root
@@ -92,7 +95,28 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not apt-get install missing allocators or programs")
     r.add_argument("--no-charts", action="store_true", help="do not draw PNG charts")
     r.add_argument("--quiet", action="store_true", help="no progress output")
+    r.add_argument("--fastpath", action="store_true",
+                   help="also count instructions per malloc+free under callgrind for every "
+                        "allocator (`fastpath`), in the report")
     r.set_defaults(func=cmd_run)
+
+    fp = sub.add_parser("fastpath", help="instructions per malloc+free under callgrind, for "
+                        "every allocator")
+    fp.add_argument("--allocs", metavar="A,B", help="allocators (default: every one found)")
+    fp.add_argument("--alloc", metavar="NAME=/path/lib.so[,VAR=VALUE...]", action="append",
+                    default=[])
+    fp.add_argument("--coralloc-lib", metavar="PATH")
+    fp.add_argument("--build-dir", metavar="DIR",
+                    help="the build whose libcoralloc.so is measured (default: <repo>/build)")
+    fp.add_argument("--scenarios", metavar="A,B", help="pair16,pair64,pair512,batch64,mixed")
+    fp.add_argument("--scale", type=float, default=1.0,
+                    help="multiply every iteration count by this")
+    fp.add_argument("--cc", default="cc", help="C compiler for fastpath.c (default: cc)")
+    fp.add_argument("--out", metavar="DIR", help="write fastpath.md and fastpath.json there")
+    fp.add_argument("--write-docs", action="store_true",
+                    help="put the table at the top of docs/FASTPATH.md")
+    fp.add_argument("--no-install", action="store_true")
+    fp.set_defaults(func=cmd_fastpath)
 
     ls = sub.add_parser("list", help="name the workloads and the allocators found")
     ls.add_argument("--alloc", metavar="NAME=/path/lib.so", action="append", default=[])
@@ -300,6 +324,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         _log("interrupted: writing what has run so far")
     finally:
         progress.close()
+    if args.fastpath and not interrupted:
+        ok = [a for a in alloc_list if a.name not in blocked]
+        meta["fastpath"] = dataclasses.asdict(fastpath_section(ok, None, 1.0, "cc"))
     meta["total_seconds"] = round(time.monotonic() - t_start, 1)
     save()
     report.write_csv(out_dir / "results.csv", records)
@@ -401,6 +428,62 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         import json
         path.write_text(json.dumps(data, indent=1) + "\n")
         print(f"wrote {path}")
+    return 0
+
+
+def _fastpath_allocs(args: argparse.Namespace, root: Path) -> List[allocs_mod.Allocator]:
+    found = allocs_mod.discover(args.coralloc_lib, args.alloc,
+                                _coralloc_build_root(root, args.build_dir), not args.no_install,
+                                _log)
+    return allocs_mod.select(args.allocs, found, [s.partition("=")[0] for s in args.alloc], _log)
+
+
+def fastpath_section(allocs: Sequence[allocs_mod.Allocator], scenarios: Optional[str],
+                     scale: float, cc: str) -> "fastpath_mod.Section":
+    """Run the fastpath counts; the table (markdown) and figures for a report."""
+    fastpath = fastpath_mod
+    names = [x.strip() for x in (scenarios or "").split(",") if x.strip()]
+    for n in names:
+        if n not in fastpath.BY_NAME:
+            raise BenchError(f"unknown scenario '{n}' (known: {', '.join(fastpath.BY_NAME)})")
+    scens = [fastpath.BY_NAME[n] for n in names] if names else fastpath.SCENARIOS
+    results, notes = fastpath.run(allocs, scens, scale, cc, _log)
+    order = [a.name for a in allocs]
+    return fastpath.Section(fastpath.table(results, order, scens),
+                            fastpath.table(results, order, scens, tablefmt="simple"), notes,
+                            fastpath.to_json(results))
+
+
+def cmd_fastpath(args: argparse.Namespace) -> int:
+    import json
+    root = repo_root()
+    allocs = _fastpath_allocs(args, root)
+    sec = fastpath_section(allocs, args.scenarios, args.scale, args.cc)
+    print(sec.text)
+    command = " ".join(shlex.quote(a) for a in [PROG, *sys.argv[1:]])
+    md = (f"Instructions per malloc+free (callgrind), `{command}`, "
+          f"{_dt.date.today().isoformat()}:\n\n{sec.table}\n")
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "fastpath.md").write_text(md)
+        (out / "fastpath.json").write_text(json.dumps(
+            {"command": command, "allocators": {a.name: a.to_json() for a in allocs},
+             "per_block": sec.figures, "notes": sec.notes}, indent=1) + "\n")
+        print(f"wrote {out / 'fastpath.md'}")
+    if args.write_docs:
+        doc = root / "docs" / "FASTPATH.md"
+        old = doc.read_text() if doc.is_file() else ""
+        rest = old[old.index("## What is measured"):] if "## What is measured" in old else ""
+        vers = ", ".join(f"{a.name} {a.version}" for a in allocs if a.version)
+        doc.write_text(
+            f"# Fast-path instruction counts\n\nInstructions per `malloc`+`free`, counted by "
+            f"`valgrind --tool=callgrind`. Produced on {_dt.date.today().isoformat()} by\n\n"
+            f"```sh\n{command}\n```\n\n{sec.table}\n\nLower is better; **bold** marks "
+            f"the best peer on each row; \"coralloc / best peer\" is below 1.00 where coralloc "
+            f"does better. Versions: {vers}.\n\n" +
+            "".join(f"- {n}\n" for n in sec.notes) + ("\n" if sec.notes else "") + rest)
+        print(f"wrote {doc}")
     return 0
 
 

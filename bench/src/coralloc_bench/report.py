@@ -411,6 +411,13 @@ def markdown_report(records: Sequence[RunRecord], meta: Dict[str, object], basel
     for m in METRICS:
         out += [render_markdown(build_table(m, cells, workloads, allocs, baseline, ranges=True)),
                 ""]
+    fp = meta.get("fastpath")
+    if isinstance(fp, dict) and fp.get("table"):
+        out += ["## Fast path (callgrind)", "",
+                "Instructions per malloc+free pair (per block for batch64 and mixed), loop "
+                "included, from `coralloc-bench fastpath` (see docs/FASTPATH.md):", "",
+                str(fp["table"]), ""]
+        out += [f"- {n}" for n in fp.get("notes") or []]
     f = failures(records)
     out += ["## Failures", ""]
     out += [f"- {x}" for x in f] if f else ["none"]

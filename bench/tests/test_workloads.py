@@ -29,7 +29,7 @@ def test_names_and_args() -> None:
     quick = {w.name for w in in_profile("quick")}
     for need in ("larson-128", "larson-1000", "xthread", "cache-scratch", "cache-thrash",
                  "churn", "bulk-64", "bulk-rand", "bulk-1700", "bulk-rand-subset",
-                 "glibc-simple-16", "glibc-simple-64k-thread", "zero-fill-4k", "zero-fill-2m",
+                 "glibc-simple-16", "glibc-simple-64k-thread", "zero-fill-4k",
                  "large-window", "large-realloc", "tree", "leak", "json", "startup", "python",
                  "sqlite", "redis"):
         assert need in quick

@@ -127,3 +127,21 @@ def test_a_changed_argument_needs_a_new_calibration() -> None:
     assert calibrate.too_short(data, [w], "quick") == ["json: arguments changed since calibration"]
     data["workloads"]["json"] = {"args": w.argv_tail("quick", 2), "threads": 2, "wall_s": 0.1}
     assert calibrate.too_short(data, [w], "quick") == ["json: 0.1 s under x"]
+
+
+def test_calibration_from_a_recorded_run() -> None:
+    """A results file gives the same check: the arguments from its header,
+    the baseline's median wall time from its runs."""
+    from coralloc_bench.execute import FAILED, OK, RunRecord
+
+    def run(a: str, wall: float, status: str = OK) -> RunRecord:
+        return RunRecord("json", a, 1, status, "", 0, wall, 0, 0, 1, 1, 0, "x", 1.0, {}, 1,
+                         "quick", [], 0.0)
+    w = BY_NAME["json"]
+    meta = {"threads": 2, "workloads": {"json": {"args": w.argv_tail("quick", 2)}}}
+    got = calibrate.from_records([run("mimalloc3", 0.5), run("mimalloc3", 0.4),
+                                  run("mimalloc3", 0.6), run("other", 0.1)], meta, "mimalloc3")
+    assert got["json"]["wall_s"] == 0.5
+    assert calibrate.too_short({"allocator": "m", "workloads": got}, [w], "quick") == []
+    failed = calibrate.from_records([run("mimalloc3", 0.5, FAILED)], meta, "mimalloc3")
+    assert failed["json"]["wall_s"] is None

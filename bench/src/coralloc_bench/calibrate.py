@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from coralloc_bench.allocators import Allocator
-from coralloc_bench.execute import OK, Progress, RunContext, run_matrix
+from coralloc_bench.execute import OK, Progress, RunContext, RunRecord, run_matrix
 from coralloc_bench.util import median
 from coralloc_bench.workloads import Workload
 
@@ -56,6 +56,25 @@ def measure(workloads: Sequence[Workload], alloc: Allocator, reps: int,
                        "wall_s": round(median(walls), 4) if ok and walls else None,
                        "reason": "" if ok else "; ".join(sorted({r.reason for r in runs
                                                                   if r.status != OK}))}
+    return out
+
+
+def from_records(records: Sequence[RunRecord], meta: Dict[str, object], alloc: str
+                 ) -> Dict[str, Dict[str, object]]:
+    """The same figures from a recorded run (results.json): per workload the
+    arguments it ran with (from the run's header) and the median wall time
+    of `alloc`'s runs (None when one failed)."""
+    workloads = meta.get("workloads")
+    threads = int(meta.get("threads") or 1)  # type: ignore[call-overload]
+    out: Dict[str, Dict[str, object]] = {}
+    for name, d in (workloads.items() if isinstance(workloads, dict) else []):
+        runs = [r for r in records if r.workload == name and r.allocator == alloc]
+        walls = [r.wall_s for r in runs if r.status == OK and r.wall_s is not None]
+        ok = bool(runs) and len(walls) == len(runs)
+        out[name] = {"args": d.get("args") if isinstance(d, dict) else None,
+                     "threads": threads,
+                     "wall_s": round(median(walls), 4) if ok and walls else None,
+                     "reason": "" if ok else f"no successful run of {alloc}"}
     return out
 
 

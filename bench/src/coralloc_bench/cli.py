@@ -138,6 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--quiet", action="store_true")
     cal.add_argument("--write", action="store_true",
                      help="record the times in the package's data/calibration-PROFILE.json")
+    cal.add_argument("--from", dest="from_results", metavar="RESULTS.json",
+                     help="take the times from a recorded run instead of running")
     cal.set_defaults(func=cmd_calibrate)
 
     c = sub.add_parser("compare", help="ratios between two results.json files (NEW/OLD)")
@@ -398,20 +400,32 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from coralloc_bench import calibrate
     root = repo_root()
     profile: str = args.profile
-    chosen = wl_mod.select(args.workloads, profile)
-    threads: int = args.threads or threads_default()
-    bdir = bin_dir(args.build_dir, root)
-    found = allocs_mod.discover(None, args.alloc, _coralloc_build_root(root, args.build_dir),
-                                not args.no_install, _log)
-    if args.baseline not in found:
-        raise BenchError(f"allocator '{args.baseline}' is not available here")
-    alloc = found[args.baseline]
-    res = allocs_mod.verify(alloc, bdir / PROBE)
-    if not res.ok:
-        raise BenchError(f"{alloc.name} not verified: {res.reason}")
-    with tempfile.TemporaryDirectory(prefix="coralloc-calibrate-") as tmp:
-        ctx = make_context(bdir, profile, threads, Path(tmp))
-        results = calibrate.measure(chosen, alloc, args.reps, ctx, args.quiet)
+    if args.from_results:
+        from coralloc_bench import report
+        meta, records = report.load_results(args.from_results)
+        profile = str(meta.get("profile") or profile)
+        results = calibrate.from_records(records, meta, args.baseline)
+        am = meta.get("allocators")
+        info = am.get(args.baseline) if isinstance(am, dict) else None
+        version = str(info.get("version", "")) if isinstance(info, dict) else ""
+        alloc = allocs_mod.Allocator(args.baseline, None, "recorded", version=version)
+        if not results:
+            raise BenchError(f"{args.from_results}: no workload recorded")
+    else:
+        chosen = wl_mod.select(args.workloads, profile)
+        threads: int = args.threads or threads_default()
+        bdir = bin_dir(args.build_dir, root)
+        found = allocs_mod.discover(None, args.alloc, _coralloc_build_root(root, args.build_dir),
+                                    not args.no_install, _log)
+        if args.baseline not in found:
+            raise BenchError(f"allocator '{args.baseline}' is not available here")
+        alloc = found[args.baseline]
+        res = allocs_mod.verify(alloc, bdir / PROBE)
+        if not res.ok:
+            raise BenchError(f"{alloc.name} not verified: {res.reason}")
+        with tempfile.TemporaryDirectory(prefix="coralloc-calibrate-") as tmp:
+            ctx = make_context(bdir, profile, threads, Path(tmp))
+            results = calibrate.measure(chosen, alloc, args.reps, ctx, args.quiet)
     print(tabulate(calibrate.lines(results),
                    headers=["workload", f"wall s ({alloc.name})",
                             f"x to {calibrate.TARGET_SECONDS} s", ""]))

@@ -123,11 +123,11 @@ PYTHON_TEST_MODULES = ["test_json", "test_set"]
 # Block sizes of the bulk workloads: name part, --min-max, description, and
 # quick-profile rounds for (release all, release subset) x (memset, touch).
 _BULK_SIZES: Sequence[Tuple[str, str, str, Dict[Tuple[str, int], int]]] = (
-    ("64", "64", "64 B", {("all", 1): 17_000, ("subset", 1): 30_000,
+    ("64", "64", "64 B", {("all", 1): 27_000, ("subset", 1): 30_000,
                           ("all", 0): 25_000, ("subset", 0): 40_000}),
-    ("rand", "1-1024", "1-1024 B", {("all", 1): 6_800, ("subset", 1): 14_000,
+    ("rand", "1-1024", "1-1024 B", {("all", 1): 9_700, ("subset", 1): 18_000,
                                     ("all", 0): 12_000, ("subset", 0): 24_000}),
-    ("1700", "1700", "1700 B", {("all", 1): 3_600, ("subset", 1): 6_000,
+    ("1700", "1700", "1700 B", {("all", 1): 5_000, ("subset", 1): 6_000,
                                 ("all", 0): 8_000, ("subset", 0): 16_000}),
 )
 
@@ -198,16 +198,16 @@ def _bulk_ceilings() -> List[Workload]:
 WORKLOADS: List[Workload] = [
     # 1. Larson server pattern
     Workload("larson-128", "larson", "Larson, 8-128 B (tiny contention), 1024 chunks/thread",
-             "larson", _larson(128, 1, 1_000_000), thread_factor=1),
+             "larson", _larson(128, 1, 1_700_000), thread_factor=1),
     Workload("larson-1000", "larson", "Larson, 8-1000 B, 1024 chunks/thread",
-             "larson", _larson(1000, 1, 760_000), thread_factor=1),
+             "larson", _larson(1000, 1, 1_500_000), thread_factor=1),
     Workload("larson-128-x2", "larson", "Larson 8-128 B, 2x oversubscribed",
-             "larson", _larson(128, 2, 1_100_000), thread_factor=2),
+             "larson", _larson(128, 2, 1_800_000), thread_factor=2),
     Workload("larson-1000-x2", "larson", "Larson 8-1000 B, 2x oversubscribed",
              "larson", _larson(1000, 2, 900_000), thread_factor=2, profiles=FULL_ONLY),
     # 2. producer/consumer
     Workload("xthread", "xthread", "producer/consumer pairs, every block freed remotely",
-             "xthread", _xthread(1, 12_000_000), thread_factor=1),
+             "xthread", _xthread(1, 13_000_000), thread_factor=1),
     Workload("xthread-x2", "xthread", "producer/consumer, 2x oversubscribed",
              "xthread", _xthread(2, 6_000_000), thread_factor=2, profiles=FULL_ONLY),
     # the same with threads pinned, so the figure does not depend on where the
@@ -216,33 +216,34 @@ WORKLOADS: List[Workload] = [
     Workload("xthread-pair-core", "xthread", "producer/consumer, each pair pinned to one core",
              "xthread", _xthread(1, 12_000_000, 1), thread_factor=1, profiles=FULL_ONLY),
     Workload("xthread-cross-core", "xthread", "producer/consumer, pairs pinned across cores",
-             "xthread", _xthread(1, 4_000_000, 2), thread_factor=1),
+             "xthread", _xthread(1, 4_000_000, 2), thread_factor=1,
+             profiles=FULL_ONLY),
     Workload("xthread-cross-mixed", "xthread",
              "producer/consumer, pairs pinned across cores, a producer and a consumer per core",
              "xthread", _xthread(1, 4_000_000, 3), thread_factor=1, profiles=FULL_ONLY),
     # 3. false sharing
     Workload("cache-scratch", "cache", "passive false sharing (blocks freed near others')",
-             "cache-scratch", _cache(1, 3_400_000), thread_factor=1),
+             "cache-scratch", _cache(1, 6_500_000), thread_factor=1),
     Workload("cache-thrash", "cache", "active false sharing (neighbouring small blocks)",
-             "cache-thrash", _cache(1, 3_000_000), thread_factor=1),
+             "cache-thrash", _cache(1, 8_200_000), thread_factor=1),
     Workload("cache-scratch-x2", "cache", "passive false sharing, 2x oversubscribed",
              "cache-scratch", _cache(2, 3_400_000), thread_factor=2, profiles=FULL_ONLY),
     Workload("cache-thrash-x2", "cache", "active false sharing, 2x oversubscribed",
              "cache-thrash", _cache(2, 3_000_000), thread_factor=2, profiles=FULL_ONLY),
     # 4. thread churn
     Workload("churn", "churn", "threads created and destroyed while allocating",
-             "churn", _threaded(["--total", 1400, "--blocks", 2000],
-                                ["--total", 1400 * FULL, "--blocks", 2000]), thread_factor=1),
+             "churn", _threaded(["--total", 3200, "--blocks", 2000],
+                                ["--total", 3200 * FULL, "--blocks", 2000]), thread_factor=1),
     Workload("churn-x2", "churn", "thread churn, 2x oversubscribed",
-             "churn", _threaded(["--total", 1400, "--blocks", 2000],
-                                ["--total", 1400 * FULL, "--blocks", 2000], 2),
+             "churn", _threaded(["--total", 3200, "--blocks", 2000],
+                                ["--total", 3200 * FULL, "--blocks", 2000], 2),
              thread_factor=2, profiles=FULL_ONLY),
     # 5. bulk-test patterns (1000 x 1000 loops, repeated): see _bulk_matrix
     *_bulk_matrix(),
     *_bulk_ceilings(),
     # 6. glibc benchtest
     Workload("glibc-simple-16", "glibc-simple", "N=25..1600 blocks of 16 B, main thread",
-             "glibc-simple", _glibc(16, 0, 8_000_000)),
+             "glibc-simple", _glibc(16, 0, 12_000_000)),
     Workload("glibc-simple-16-thread", "glibc-simple", "N=25..1600 blocks of 16 B, second thread",
              "glibc-simple", _glibc(16, 1, 6_000_000), profiles=FULL_ONLY),
     Workload("glibc-simple-64k", "glibc-simple", "N=25..1600 blocks of 65535 B, main thread",
@@ -252,7 +253,7 @@ WORKLOADS: List[Workload] = [
              "glibc-simple", _glibc(65535, 1, 460_000)),
     # 7. zero-fill / page faults
     Workload("zero-fill-4k", "zero-fill", "64 blocks of 1 page, every page touched, freed",
-             "zero-fill", _zero("4096", 64, 90_000)),
+             "zero-fill", _zero("4096", 64, 115_000)),
     Workload("zero-fill-8k", "zero-fill", "64 blocks of 2 pages, touched, freed",
              "zero-fill", _zero("8192", 64, 38_000), profiles=FULL_ONLY),
     Workload("zero-fill-64k", "zero-fill", "16 blocks of 64 KiB, touched, freed",
@@ -268,16 +269,16 @@ WORKLOADS: List[Workload] = [
              "zero-fill", _zero("65536", 16, 20_000, calloc=1), profiles=FULL_ONLY),
     # 8. large blocks
     Workload("large-window", "large", "window of 16 blocks of 64 KiB-32 MiB replaced",
-             "large", _fixed(["--mode", "window", "--window", 16, "--iters", 120],
+             "large", _fixed(["--mode", "window", "--window", 16, "--iters", 70],
                              ["--mode", "window", "--window", 32, "--iters", 240])),
-    Workload("large-realloc", "large", "one block grown 1 MiB -> 64 MiB by 1 MiB reallocs",
+    Workload("large-realloc", "large", "one block grown 1 MiB -> 64 MiB by 1 MiB reallocs, 5 times",
              "large", _fixed(["--mode", "realloc", "--min", "1m", "--max", "64m",
-                              "--step", "1m", "--reps", 3],
+                              "--step", "1m", "--reps", 5],
                              ["--mode", "realloc", "--min", "1m", "--max", "128m",
                               "--step", "1m", "--reps", 2])),
     # 9. long-lived tree and leak
     Workload("tree", "tree", "AVL tree of 50k nodes of mixed sizes, delete+insert",
-             "tree", _fixed(["--threads", 1, "--nodes", 50_000, "--ops", 180_000],
+             "tree", _fixed(["--threads", 1, "--nodes", 50_000, "--ops", 320_000],
                             ["--threads", 1, "--nodes", 80_000, "--ops", 300_000])),
     Workload("tree-mt", "tree", "one AVL tree per thread",
              "tree", _threaded(["--nodes", 50_000, "--ops", 200_000],
@@ -288,18 +289,18 @@ WORKLOADS: List[Workload] = [
                             ["--iters", 1900 * FULL, "--batch", 1000, "--every", 100])),
     # 10. strings / json
     Workload("json", "json", "JSON build, print, parse, flatten, compare (small strings)",
-             "json", _fixed(["--docs", 180, "--nodes", 2000], ["--docs", 360, "--nodes", 2000])),
+             "json", _fixed(["--docs", 240, "--nodes", 2000], ["--docs", 480, "--nodes", 2000])),
     # 11. process start-up and exit
     Workload("startup", "startup", "short processes: each starts, allocates a little "
              "(a few hundred blocks), exits; ms per process",
-             "startup", _fixed(["--procs", 150], ["--procs", 150 * FULL])),
+             "startup", _fixed(["--procs", 240], ["--procs", 240 * FULL])),
     # real programs from Debian (see realprogs.py)
     Workload("python", "real", "python3 (PYTHONMALLOC=malloc) running an allocation-heavy script",
-             "real:python", _fixed(["20000"], ["40000"])),
-    Workload("sqlite", "real", "sqlite3 CLI: 100k rows inserted, indexed, queried, updated",
-             "real:sqlite", _fixed(["100000"], ["200000"])),
+             "real:python", _fixed(["26000"], ["52000"])),
+    Workload("sqlite", "real", "sqlite3 CLI: 140k rows inserted, indexed, queried, updated",
+             "real:sqlite", _fixed(["140000"], ["280000"])),
     Workload("redis", "real", "redis-server under the allocator, redis-benchmark on 127.0.0.1",
-             "real:redis", _fixed(["10000"], ["20000"]),
+             "real:redis", _fixed(["14000"], ["28000"]),
              timeout={"quick": 90.0, "full": 400.0}),
     Workload("python-tests", "real", "python3's own test modules (json, set; "
              "PYTHONMALLOC=malloc)", "real:python-tests",

@@ -298,6 +298,15 @@ def order(names: Sequence[str]) -> List[str]:
     return known + sorted(n for n in names if n not in KNOWN)
 
 
+def check_names(spec: Optional[str], user_names: Sequence[str]) -> None:
+    """--allocs names only known allocators or --alloc ones (checked before
+    anything is looked for, so that a typo is the only thing said)."""
+    for item in (s.strip() for s in (spec or "").split(",")):
+        if item and item not in KNOWN and item not in user_names:
+            raise BenchError(f"unknown allocator '{item}' (known: {', '.join(order(KNOWN))}; "
+                             f"add others with --alloc NAME=/path/lib.so)")
+
+
 def select(spec: Optional[str], found: Dict[str, Allocator], user_names: Sequence[str],
            log: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> List[Allocator]:
     """--allocs A,B: each must be a known allocator name or one given with

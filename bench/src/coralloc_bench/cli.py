@@ -250,6 +250,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise BenchError(f"workload programs missing in {bdir}: {', '.join(missing)} "
                          f"(rebuild: `make build`)")
     user_names = [s.partition("=")[0] for s in args.alloc]
+    allocs_mod.check_names(args.allocs, user_names)
     install = not args.no_install
     missing_allocs: Dict[str, str] = {}
     found = allocs_mod.discover(args.coralloc_lib, args.alloc,
@@ -446,6 +447,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def _fastpath_allocs(args: argparse.Namespace, root: Path) -> List[allocs_mod.Allocator]:
+    allocs_mod.check_names(args.allocs, [s.partition("=")[0] for s in args.alloc])
     found = allocs_mod.discover(args.coralloc_lib, args.alloc,
                                 _coralloc_build_root(root, args.build_dir), not args.no_install,
                                 _log)

@@ -119,7 +119,7 @@ def test_parser_contract() -> None:
     assert (a.profile, a.workloads, a.allocs, a.alloc, a.reps, a.threads, a.out) == (
         "full", "a,b", "x,y", ["n=/p.so", "m=/q.so"], 4, 3, "/tmp/o")
     a = p.parse_args(["run"])
-    assert a.profile == "quick" and a.reps is None and a.baseline == "mimalloc"
+    assert a.profile == "quick" and a.reps is None and a.baseline == "mimalloc3"
     a = p.parse_args(["compare", "old.json", "new.json"])
     assert (a.old, a.new) == ("old.json", "new.json")
 

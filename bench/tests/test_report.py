@@ -109,7 +109,10 @@ def test_compare(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write_json(tmp_path / "old.json", {}, old)
     write_json(tmp_path / "new.json", {}, new)
     text = compare(str(tmp_path / "old.json"), str(tmp_path / "new.json"), ["time"])
-    rows = {ln.split()[0]: ln for ln in text.splitlines()[1:] if ln and ln[0] != "-"}
+    rows: Dict[str, str] = {}
+    for ln in text.splitlines()[1:]:
+        if ln and ln[0] != "-":
+            rows.setdefault(ln.split()[0], ln)  # the table's row, not the list below it
     assert "2.000 -> 1.000 (0.50x)" in rows["w1"]
     assert "ok->failed" in rows["w3"]
     assert "0.71x" in rows["geomean"]  # sqrt(0.5 * 1.0)
@@ -118,3 +121,32 @@ def test_compare(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write_json(tmp_path / "other.json", {}, [rec("zz", "x", 1.0)])
     with pytest.raises(BenchError):
         compare(str(tmp_path / "old.json"), str(tmp_path / "other.json"))
+
+
+def test_overlapping_ranges_are_within_noise() -> None:
+    """w1: coralloc 1.8-2.2 s against mimalloc's 0.8-1.2 s is beyond noise
+    (worse); system's 0.5 against mimalloc's 0.8-1.2 too (better); a cell
+    whose range overlaps the baseline's gets a ~ and is not counted."""
+    records = sample() + [rec("w3", "mimalloc", v, i) for i, v in enumerate((1.0, 1.1, 1.3), 1)]
+    records += [rec("w3", "coralloc", v, i) for i, v in enumerate((1.2, 1.25, 1.4), 1)]
+    cells = aggregate(records)
+    assert cells[("w1", "coralloc")].ranges["time"] == (1.8, 2.2)
+    t = build_table(METRIC_BY_KEY["time"], cells, ["w1", "w3"], ["coralloc", "mimalloc"],
+                    "mimalloc", ranges=True)
+    rows = {r[0]: r[1:] for r in t.rows}
+    assert rows["w1"][0] == "2.000 [1.800-2.200] (2.00x)"
+    assert rows["w3"][0] == "1.250 [1.200-1.400] (~1.14x)"
+    assert rows["beyond noise (better/worse)"] == ["0/1", "-"]
+
+
+def test_compare_names_the_changes_beyond_noise(tmp_path: Path) -> None:
+    old = [rec("w1", "a", v, i) for i, v in enumerate((1.0, 1.1, 1.2), 1)]
+    old += [rec("w2", "a", v, i) for i, v in enumerate((1.0, 1.1, 1.2), 1)]
+    new = [rec("w1", "a", v, i) for i, v in enumerate((1.15, 1.2, 1.3), 1)]  # overlaps
+    new += [rec("w2", "a", v, i) for i, v in enumerate((0.5, 0.55, 0.6), 1)]  # faster
+    write_json(tmp_path / "old.json", {}, old)
+    write_json(tmp_path / "new.json", {}, new)
+    out = compare(str(tmp_path / "old.json"), str(tmp_path / "new.json"), ["time"])
+    assert "changed beyond noise (1;" in out
+    assert "  w2 / a: 1.100 -> 0.550 (0.50x, better)" in out.splitlines()
+    assert "w1 / a:" not in out

@@ -9,14 +9,13 @@ import subprocess
 import pytest
 
 from conftest import BENCH
-from coralloc_bench import realprogs
+from coralloc_bench import calibrate, realprogs
 from coralloc_bench.util import BenchError
 from coralloc_bench.workloads import BY_NAME, PROFILES, WORKLOADS, in_profile, select
 
 
 def test_names_and_args() -> None:
     assert len(BY_NAME) == len(WORKLOADS)
-    cmake = (BENCH / "CMakeLists.txt").read_text()
     for w in WORKLOADS:
         assert re.match(r"^[a-z0-9-]+$", w.name)
         for p in PROFILES:
@@ -24,16 +23,15 @@ def test_names_and_args() -> None:
             assert all(isinstance(a, str) for a in args)
         if not w.is_real:
             assert (BENCH / "workloads" / f"{w.program}.c").is_file()
-            assert w.program in cmake
         if w.name.endswith("-x2"):
             assert w.thread_factor == 2
-    # the issue's list is covered by the quick profile
+    # every family of workloads is in the quick profile
     quick = {w.name for w in in_profile("quick")}
     for need in ("larson-128", "larson-1000", "xthread", "cache-scratch", "cache-thrash",
                  "churn", "bulk-64", "bulk-rand", "bulk-1700", "bulk-rand-subset",
-                 "glibc-simple-16", "glibc-simple-64k-thread", "zero-fill-4k", "zero-fill-8k",
-                 "zero-fill-64k", "zero-fill-2m", "large-window", "large-realloc", "tree",
-                 "leak", "json", "python", "sqlite", "redis"):
+                 "glibc-simple-16", "glibc-simple-64k-thread", "zero-fill-4k",
+                 "large-window", "large-realloc", "tree", "leak", "json", "startup", "python",
+                 "sqlite", "redis"):
         assert need in quick
     assert any(w.thread_factor == 2 for w in in_profile("quick"))
     assert {w.name for w in in_profile("quick")} < {w.name for w in in_profile("full")}
@@ -108,3 +106,42 @@ def test_bulk_ceilings_twin_the_plain_loops() -> None:
     for p in PROFILES:
         assert not any(w.group == "bulk-null" for w in select(None, p))
         assert not any(w.group == "bulk-null" for w in select("bulk", p))
+
+
+@pytest.mark.parametrize("profile", ["quick"])
+def test_every_workload_runs_long_enough(profile: str) -> None:
+    """Every workload of the profile has the arguments it was last calibrated
+    with (`coralloc-bench calibrate --profile quick --write`), and ran at
+    least MIN_SECONDS under the baseline then: the figures measure the
+    allocator, not process start-up and exit."""
+    data = calibrate.load(profile)
+    assert data is not None, f"no {calibrate.calibration_file(profile)}"
+    assert str(data.get("allocator", "")).startswith("mimalloc3 3.4.3")
+    assert calibrate.too_short(data, in_profile(profile), profile) == []
+
+
+def test_a_changed_argument_needs_a_new_calibration() -> None:
+    w = BY_NAME["json"]
+    data = {"allocator": "x", "workloads": {
+        "json": {"args": w.argv_tail("quick", 2)[:-1] + ["1"], "threads": 2, "wall_s": 1.0}}}
+    assert calibrate.too_short(data, [w], "quick") == ["json: arguments changed since calibration"]
+    data["workloads"]["json"] = {"args": w.argv_tail("quick", 2), "threads": 2, "wall_s": 0.1}
+    assert calibrate.too_short(data, [w], "quick") == ["json: 0.1 s under x"]
+
+
+def test_calibration_from_a_recorded_run() -> None:
+    """A results file gives the same check: the arguments from its header,
+    the baseline's median wall time from its runs."""
+    from coralloc_bench.execute import FAILED, OK, RunRecord
+
+    def run(a: str, wall: float, status: str = OK) -> RunRecord:
+        return RunRecord("json", a, 1, status, "", 0, wall, 0, 0, 1, 1, 0, "x", 1.0, {}, 1,
+                         "quick", [], 0.0)
+    w = BY_NAME["json"]
+    meta = {"threads": 2, "workloads": {"json": {"args": w.argv_tail("quick", 2)}}}
+    got = calibrate.from_records([run("mimalloc3", 0.5), run("mimalloc3", 0.4),
+                                  run("mimalloc3", 0.6), run("other", 0.1)], meta, "mimalloc3")
+    assert got["json"]["wall_s"] == 0.5
+    assert calibrate.too_short({"allocator": "m", "workloads": got}, [w], "quick") == []
+    failed = calibrate.from_records([run("mimalloc3", 0.5, FAILED)], meta, "mimalloc3")
+    assert failed["json"]["wall_s"] is None

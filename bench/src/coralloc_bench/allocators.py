@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-from coralloc_bench.util import BenchError, is_shared_library
+from coralloc_bench import peers as peers_mod
+from coralloc_bench.util import BenchError, is_shared_library, repo_root
 
 # name -> (Debian package, file names to look for)
 DEBIAN_ALLOCATORS: Dict[str, tuple[str, tuple[str, ...]]] = {
@@ -20,8 +21,10 @@ DEBIAN_ALLOCATORS: Dict[str, tuple[str, tuple[str, ...]]] = {
     "jemalloc": ("libjemalloc2", ("libjemalloc.so.2", "libjemalloc.so")),
     "tcmalloc": ("libtcmalloc-minimal4", ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4")),
 }
-KNOWN = ("system", "coralloc", *DEBIAN_ALLOCATORS)
-DEFAULT_BASELINE = "mimalloc"
+KNOWN = ("system", "coralloc", *peers_mod.PEER_NAMES, *DEBIAN_ALLOCATORS)
+DEFAULT_BASELINE = "mimalloc3"
+# the baseline when the one asked for is not run, in order of preference
+BASELINE_FALLBACKS = ("mimalloc3", "mimalloc", "system")
 
 # The entry points that must come from the allocator under test; the others
 # are reported when they do not (a program calling them mixes allocators).
@@ -34,7 +37,7 @@ NAME_RE = re.compile(r"^[A-Za-z0-9_.+-]{1,40}$")
 class Allocator:
     name: str
     path: Optional[str]  # None: the system allocator (glibc), nothing preloaded
-    source: str  # "system", "build", "debian", "user"
+    source: str  # "system", "build", "debian", "pypi", "crate", "user"
     package: Optional[str] = None
     version: str = ""
     verified: bool = False
@@ -136,11 +139,16 @@ def apt_install(packages: Sequence[str], log: Callable[[str], None]) -> bool:
 
 
 def discover(coralloc_lib: Optional[str], extra: Sequence[str], build_root: Path,
-             install: bool, log: Callable[[str], None]) -> Dict[str, Allocator]:
+             install: bool, log: Callable[[str], None],
+             missing_out: Optional[Dict[str, str]] = None,
+             peer_cache: Optional[Path] = None) -> Dict[str, Allocator]:
     """All allocators that can be run: system, coralloc (when built), the
-    Debian ones (installed first when missing, if root and `install`), and
-    the user's NAME=/path ones. Missing ones are reported through log()."""
+    Debian ones (installed first when missing, if root and `install`), the
+    pinned peers from PyPI and crates.io (fetched and built when missing,
+    if `install`; see peers.py), and the user's NAME=/path ones. Missing ones
+    are reported through log() and, with their reason, in missing_out."""
     found: Dict[str, Allocator] = {}
+    gone: Dict[str, str] = missing_out if missing_out is not None else {}
     found["system"] = Allocator("system", None, "system", version=glibc_version())
 
     user = parse_alloc_specs(extra)
@@ -164,10 +172,19 @@ def discover(coralloc_lib: Optional[str], extra: Sequence[str], build_root: Path
             continue
         path = find_debian_lib(name)
         if path is None:
-            log(f"{name}: not installed; `apt-get install {pkg}` (as root) adds it; "
-                f"going on without it")
+            gone[name] = f"not installed; `apt-get install {pkg}` (as root) adds it"
+            log(f"{name}: {gone[name]}; going on without it")
             continue
         found[name] = Allocator(name, path, "debian", package=pkg, version=debian_version(pkg))
+    wanted = [p for p in peers_mod.PEERS if p.name not in user]
+    got, lost = peers_mod.obtain_all(peer_cache or peers_mod.default_cache(repo_root()),
+                                     install, log, wanted)
+    for name, (peer, path) in got.items():
+        found[name] = Allocator(name, path, "pypi" if peer.package.startswith("PyPI") else "crate",
+                                package=peer.package, version=peer.version)
+    for name, why in lost.items():
+        gone[name] = why
+        log(f"{name}: missing: {why}; going on without it")
     for name, a in user.items():
         found[name] = a
     return found
@@ -276,17 +293,28 @@ def verify(alloc: Allocator, probe: Path, timeout: float = 30.0) -> ProbeResult:
 
 
 def order(names: Sequence[str]) -> List[str]:
-    """system, coralloc, the Debian ones, then the user's, in that order."""
+    """system, coralloc, the pinned peers, the Debian ones, then the user's."""
     known = [n for n in KNOWN if n in names]
     return known + sorted(n for n in names if n not in KNOWN)
+
+
+def check_names(spec: Optional[str], user_names: Sequence[str]) -> None:
+    """--allocs names only known allocators or --alloc ones (checked before
+    anything is looked for, so that a typo is the only thing said)."""
+    for item in (s.strip() for s in (spec or "").split(",")):
+        if item and item not in KNOWN and item not in user_names:
+            raise BenchError(f"unknown allocator '{item}' (known: {', '.join(order(KNOWN))}; "
+                             f"add others with --alloc NAME=/path/lib.so)")
 
 
 def select(spec: Optional[str], found: Dict[str, Allocator], user_names: Sequence[str],
            log: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> List[Allocator]:
     """--allocs A,B: each must be a known allocator name or one given with
-    --alloc; known but not found here is reported and skipped."""
+    --alloc; known but not found here is reported and skipped. An allocator
+    given with --alloc runs whether or not --allocs names it."""
     if not spec:
         return [found[n] for n in order(list(found))]
+    spec = ",".join([spec, *(n for n in user_names if n in found)])
     chosen: List[Allocator] = []
     for item in (s.strip() for s in spec.split(",")):
         if not item:

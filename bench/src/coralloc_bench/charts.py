@@ -10,11 +10,12 @@ from typing import Dict, List, Sequence, Tuple
 from coralloc_bench.execute import FAILED, RunRecord
 from coralloc_bench.report import METRIC_BY_KEY, aggregate, geomean_ratios, layout, ratio
 
-CHARTS = {"time": "time.png", "rss": "rss.png"}
+CHARTS = {"time": "time.png", "rss": "rss.png", "minflt": "faults.png"}
 
-COLORS = {"coralloc": "#d1495b", "mimalloc": "#00798c", "jemalloc": "#edae49",
+COLORS = {"coralloc": "#d1495b", "mimalloc3": "#00798c", "mimalloc": "#7fc4cc",
+          "snmalloc": "#2e4057", "rpmalloc": "#a05195", "jemalloc": "#edae49",
           "tcmalloc": "#66a182", "system": "#8d96a3"}
-EXTRA_COLORS = ["#2e4057", "#a05195", "#665191", "#f95d6a", "#003f5c"]
+EXTRA_COLORS = ["#665191", "#f95d6a", "#003f5c", "#ff7c43", "#444e86"]
 
 
 def available() -> bool:
@@ -27,7 +28,7 @@ def available() -> bool:
 
 def draw(records: Sequence[RunRecord], meta: Dict[str, object], baseline: str, out_dir: Path,
          dpi: int = 80) -> List[str]:
-    """Write time.png and rss.png into out_dir; returns the file names."""
+    """Write time.png, rss.png and faults.png into out_dir; returns the file names."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

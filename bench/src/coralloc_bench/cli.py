@@ -4,6 +4,8 @@
                      [--alloc NAME=/path/lib.so] [--reps N] [--threads N] [--out DIR]
   coralloc-bench list
   coralloc-bench compare OLD.json NEW.json
+  coralloc-bench calibrate [--profile quick|full] [--workloads A,B] [--write]
+  coralloc-bench fastpath [--allocs A,B] [--scenarios A,B] [--out DIR] [--write-docs]
 
 Errors in what the user gave (an unknown workload or allocator, a path that
 is not a shared library, a bad number) are one line on stderr and exit 2.
@@ -13,6 +15,7 @@ is not a shared library, a bad number) are one line on stderr and exit 2.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as _dt
 import os
 import platform
@@ -25,6 +28,7 @@ from typing import Callable, Dict, List, NoReturn, Optional, Sequence
 
 from coralloc_bench import __version__
 from coralloc_bench import allocators as allocs_mod
+from coralloc_bench import fastpath as fastpath_mod
 from coralloc_bench import workloads as wl_mod
 from coralloc_bench.execute import FAILED, Progress, RunContext, RunRecord, run_matrix
 from coralloc_bench.util import BenchError, repo_root
@@ -33,6 +37,7 @@ PROG = "coralloc-bench"
 DEFAULT_REPS = {"quick": 3, "full": 5}
 PROBE = "alloc-probe"
 LAUNCHER = "run-measured"
+WITNESS = "libmalloc-witness.so"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -58,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, description="coralloc's benchmark suite: our own workloads and "
                 "real programs under every allocator, interleaved, with tables and charts.")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="{run,list,compare}", parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", metavar="{run,list,compare,calibrate,fastpath}",
+                           parser_class=_Parser)
     sub.required = True
 
     r = sub.add_parser("run", help="run the benchmarks and write the report")
@@ -81,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", metavar="DIR",
                    help="output directory (default: bench/results/<date-time>/)")
     r.add_argument("--baseline", default=allocs_mod.DEFAULT_BASELINE,
-                   help="allocator the ratios are to (default: mimalloc)")
+                   help="allocator the ratios are to (default: mimalloc3, mimalloc 3.4.3)")
     r.add_argument("--build-dir", metavar="DIR",
                    help="where the workloads are built (default: <repo>/build/bench, "
                         "else <repo>/build-bench)")
@@ -89,13 +95,52 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not apt-get install missing allocators or programs")
     r.add_argument("--no-charts", action="store_true", help="do not draw PNG charts")
     r.add_argument("--quiet", action="store_true", help="no progress output")
+    r.add_argument("--fastpath", action="store_true",
+                   help="also count instructions per malloc+free under callgrind for every "
+                        "allocator (`fastpath`), in the report")
     r.set_defaults(func=cmd_run)
+
+    fp = sub.add_parser("fastpath", help="instructions per malloc+free under callgrind, for "
+                        "every allocator")
+    fp.add_argument("--allocs", metavar="A,B", help="allocators (default: every one found)")
+    fp.add_argument("--alloc", metavar="NAME=/path/lib.so[,VAR=VALUE...]", action="append",
+                    default=[])
+    fp.add_argument("--coralloc-lib", metavar="PATH")
+    fp.add_argument("--build-dir", metavar="DIR",
+                    help="the build whose libcoralloc.so is measured (default: <repo>/build)")
+    fp.add_argument("--scenarios", metavar="A,B", help="pair16,pair64,pair512,batch64,mixed")
+    fp.add_argument("--scale", type=float, default=1.0,
+                    help="multiply every iteration count by this")
+    fp.add_argument("--cc", default="cc", help="C compiler for fastpath.c (default: cc)")
+    fp.add_argument("--out", metavar="DIR", help="write fastpath.md and fastpath.json there")
+    fp.add_argument("--write-docs", action="store_true",
+                    help="put the table at the top of docs/FASTPATH.md")
+    fp.add_argument("--no-install", action="store_true")
+    fp.set_defaults(func=cmd_fastpath)
 
     ls = sub.add_parser("list", help="name the workloads and the allocators found")
     ls.add_argument("--alloc", metavar="NAME=/path/lib.so", action="append", default=[])
     ls.add_argument("--coralloc-lib", metavar="PATH")
     ls.add_argument("--build-dir", metavar="DIR")
     ls.set_defaults(func=cmd_list)
+
+    cal = sub.add_parser("calibrate", help="time each workload under the baseline allocator "
+                         "(is every one long enough?)")
+    cal.add_argument("--profile", choices=wl_mod.PROFILES, default="quick")
+    cal.add_argument("--workloads", metavar="A,B")
+    cal.add_argument("--alloc", metavar="NAME=/path/lib.so", action="append", default=[])
+    cal.add_argument("--baseline", default=allocs_mod.DEFAULT_BASELINE,
+                     help="the allocator to time under (default: mimalloc3)")
+    cal.add_argument("--reps", type=_positive_int("--reps"), default=3)
+    cal.add_argument("--threads", type=_positive_int("--threads"))
+    cal.add_argument("--build-dir", metavar="DIR")
+    cal.add_argument("--no-install", action="store_true")
+    cal.add_argument("--quiet", action="store_true")
+    cal.add_argument("--write", action="store_true",
+                     help="record the times in the package's data/calibration-PROFILE.json")
+    cal.add_argument("--from", dest="from_results", metavar="RESULTS.json",
+                     help="take the times from a recorded run instead of running")
+    cal.set_defaults(func=cmd_calibrate)
 
     c = sub.add_parser("compare", help="ratios between two results.json files (NEW/OLD)")
     c.add_argument("old", metavar="OLD.json")
@@ -130,6 +175,14 @@ def bin_dir(build_dir: Optional[str], root: Path) -> Path:
     raise BenchError(f"the workloads are not built (no {PROBE} in "
                      f"{', '.join(str(c) for c in cands)}): run `make build`, or "
                      f"`cmake -S bench -B build-bench && cmake --build build-bench`")
+
+
+def make_context(bdir: Path, profile: str, threads: int, work: Path) -> RunContext:
+    """The context of runs from the workloads built in bdir: the launcher
+    and the malloc witness when they are built."""
+    launcher, witness = bdir / LAUNCHER, bdir / WITNESS
+    return RunContext(bdir, profile, threads, work, launcher if launcher.is_file() else None,
+                      witness if witness.is_file() else None)
 
 
 def _coralloc_build_root(root: Path, build_dir: Optional[str]) -> Path:
@@ -197,9 +250,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise BenchError(f"workload programs missing in {bdir}: {', '.join(missing)} "
                          f"(rebuild: `make build`)")
     user_names = [s.partition("=")[0] for s in args.alloc]
+    allocs_mod.check_names(args.allocs, user_names)
     install = not args.no_install
+    missing_allocs: Dict[str, str] = {}
     found = allocs_mod.discover(args.coralloc_lib, args.alloc,
-                                _coralloc_build_root(root, args.build_dir), install, _log)
+                                _coralloc_build_root(root, args.build_dir), install, _log,
+                                missing_allocs)
     alloc_list = allocs_mod.select(args.allocs, found, user_names, _log)
 
     real = [w.program for w in chosen if w.is_real]
@@ -227,7 +283,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except OSError as e:
         raise BenchError(f"cannot create {out_dir}: {e}") from None
     baseline = args.baseline if args.baseline in [a.name for a in alloc_list] else \
-        next((n for n in ("mimalloc", "system") if n in [a.name for a in alloc_list]),
+        next((n for n in allocs_mod.BASELINE_FALLBACKS if n in [a.name for a in alloc_list]),
              alloc_list[0].name)
     if baseline != args.baseline:
         _log(f"baseline {args.baseline} is not run; ratios are to {baseline}")
@@ -240,13 +296,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         "profile": profile, "reps": reps, "threads": threads, "baseline": baseline,
         "machine": machine_info(),
         "allocators": {a.name: a.to_json() for a in alloc_list},
+        "missing_allocators": missing_allocs,
         "workloads": {w.name: {"description": w.description, "program": w.program,
                                "threads": w.threads_used(threads),
                                "args": w.argv_tail(profile, threads)} for w in chosen},
     }
+    ctx = make_context(bdir, profile, threads, out_dir / "work")
     launcher = bdir / LAUNCHER
-    ctx = RunContext(bdir, profile, threads, out_dir / "work",
-                     launcher if launcher.is_file() else None)
     if ctx.launcher is None:
         _log(f"{launcher} is not built: peak RSS will include the runner's own size")
     records: List[RunRecord] = []
@@ -271,6 +327,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         _log("interrupted: writing what has run so far")
     finally:
         progress.close()
+    if args.fastpath and not interrupted:
+        ok = [a for a in alloc_list if a.name not in blocked]
+        meta["fastpath"] = dataclasses.asdict(fastpath_section(ok, None, 1.0, "cc"))
     meta["total_seconds"] = round(time.monotonic() - t_start, 1)
     save()
     report.write_csv(out_dir / "results.csv", records)
@@ -312,8 +371,10 @@ def cmd_list(args: argparse.Namespace) -> int:
         th = {0: "1", 1: "T", 2: "2T"}[w.thread_factor]
         print(f"  {w.name:<{width}}  {'+'.join(w.profiles) or 'by name':<10}  {th:>2}  {w.description}")
     print(f"  groups: {', '.join(sorted(wl_mod.GROUPS))}")
+    missing: Dict[str, str] = {}
     found = allocs_mod.discover(args.coralloc_lib, args.alloc,
-                                _coralloc_build_root(root, args.build_dir), False, _log)
+                                _coralloc_build_root(root, args.build_dir), False,
+                                lambda s: None, missing)
     try:
         probe: Optional[Path] = bin_dir(args.build_dir, root) / PROBE
     except BenchError:
@@ -327,6 +388,118 @@ def cmd_list(args: argparse.Namespace) -> int:
             state = "verified" if res.ok else f"NOT verified: {res.reason}"
         ver = f" {a.version}" if a.version else ""
         print(f"  {name:<10} {a.path or 'glibc (no preload)'}{ver}  [{state}]")
+    for name, why in missing.items():
+        print(f"  {name:<10} missing: {why}")
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from tabulate import tabulate
+
+    from coralloc_bench import calibrate
+    root = repo_root()
+    profile: str = args.profile
+    if args.from_results:
+        from coralloc_bench import report
+        meta, records = report.load_results(args.from_results)
+        profile = str(meta.get("profile") or profile)
+        results = calibrate.from_records(records, meta, args.baseline)
+        am = meta.get("allocators")
+        info = am.get(args.baseline) if isinstance(am, dict) else None
+        version = str(info.get("version", "")) if isinstance(info, dict) else ""
+        alloc = allocs_mod.Allocator(args.baseline, None, "recorded", version=version)
+        if not results:
+            raise BenchError(f"{args.from_results}: no workload recorded")
+    else:
+        chosen = wl_mod.select(args.workloads, profile)
+        threads: int = args.threads or threads_default()
+        bdir = bin_dir(args.build_dir, root)
+        found = allocs_mod.discover(None, args.alloc, _coralloc_build_root(root, args.build_dir),
+                                    not args.no_install, _log)
+        if args.baseline not in found:
+            raise BenchError(f"allocator '{args.baseline}' is not available here")
+        alloc = found[args.baseline]
+        res = allocs_mod.verify(alloc, bdir / PROBE)
+        if not res.ok:
+            raise BenchError(f"{alloc.name} not verified: {res.reason}")
+        with tempfile.TemporaryDirectory(prefix="coralloc-calibrate-") as tmp:
+            ctx = make_context(bdir, profile, threads, Path(tmp))
+            results = calibrate.measure(chosen, alloc, args.reps, ctx, args.quiet)
+    print(tabulate(calibrate.lines(results),
+                   headers=["workload", f"wall s ({alloc.name})",
+                            f"x to {calibrate.TARGET_SECONDS} s", ""]))
+    if args.write:
+        path = calibrate.calibration_file(profile)
+        old = calibrate.load(profile) or {}
+        merged = dict(old.get("workloads") or {}) if args.workloads else {}  # type: ignore[call-overload]
+        merged.update(results)
+        data = {"allocator": f"{alloc.name} {alloc.version}", "profile": profile,
+                "reps": args.reps, "date": _dt.datetime.now().astimezone().isoformat(
+                    timespec="seconds"),
+                "command": " ".join(shlex.quote(a) for a in [PROG, *sys.argv[1:]]),
+                "machine": machine_info(), "workloads": merged}
+        import json
+        path.write_text(json.dumps(data, indent=1) + "\n")
+        print(f"wrote {path}")
+    return 0
+
+
+def _fastpath_allocs(args: argparse.Namespace, root: Path) -> List[allocs_mod.Allocator]:
+    allocs_mod.check_names(args.allocs, [s.partition("=")[0] for s in args.alloc])
+    found = allocs_mod.discover(args.coralloc_lib, args.alloc,
+                                _coralloc_build_root(root, args.build_dir), not args.no_install,
+                                _log)
+    return allocs_mod.select(args.allocs, found, [s.partition("=")[0] for s in args.alloc], _log)
+
+
+def fastpath_section(allocs: Sequence[allocs_mod.Allocator], scenarios: Optional[str],
+                     scale: float, cc: str) -> "fastpath_mod.Section":
+    """Run the fastpath counts; the table (markdown) and figures for a report."""
+    fastpath = fastpath_mod
+    names = [x.strip() for x in (scenarios or "").split(",") if x.strip()]
+    for n in names:
+        if n not in fastpath.BY_NAME:
+            raise BenchError(f"unknown scenario '{n}' (known: {', '.join(fastpath.BY_NAME)})")
+    scens = [fastpath.BY_NAME[n] for n in names] if names else fastpath.SCENARIOS
+    results, notes = fastpath.run(allocs, scens, scale, cc, _log)
+    order = [a.name for a in allocs]
+    return fastpath.Section(fastpath.table(results, order, scens),
+                            fastpath.table(results, order, scens, tablefmt="simple"), notes,
+                            fastpath.to_json(results))
+
+
+def cmd_fastpath(args: argparse.Namespace) -> int:
+    import json
+    root = repo_root()
+    allocs = _fastpath_allocs(args, root)
+    sec = fastpath_section(allocs, args.scenarios, args.scale, args.cc)
+    print(sec.text)
+    command = " ".join(shlex.quote(a) for a in [PROG, *sys.argv[1:]])
+    md = (f"Instructions per malloc+free (callgrind), `{command}`, "
+          f"{_dt.date.today().isoformat()}:\n\n{sec.table}\n")
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "fastpath.md").write_text(md)
+        (out / "fastpath.json").write_text(json.dumps(
+            {"command": command, "allocators": {a.name: a.to_json() for a in allocs},
+             "per_block": sec.figures, "notes": sec.notes}, indent=1) + "\n")
+        print(f"wrote {out / 'fastpath.md'}")
+    if args.write_docs:
+        doc = root / "docs" / "FASTPATH.md"
+        old = doc.read_text() if doc.is_file() else ""
+        rest = old[old.index("## What is measured"):] if "## What is measured" in old else ""
+        vers = ", ".join(f"{a.name} {a.version}" for a in allocs if a.version)
+        doc.write_text(
+            f"# Fast-path instruction counts\n\nInstructions per `malloc`+`free`, counted by "
+            f"`valgrind --tool=callgrind`. Produced on {_dt.date.today().isoformat()} by\n\n"
+            f"```sh\n{command}\n```\n\n{sec.table}\n\nLower is better; **bold** marks "
+            f"the best peer on each row; \"coralloc / best peer\" is below 1.00 where coralloc "
+            f"does better. Versions: {vers}.\n\n" +
+            "".join(f"- {n}\n" for n in sec.notes) + ("\n" if sec.notes else "") + rest)
+        print(f"wrote {doc}")
     return 0
 
 

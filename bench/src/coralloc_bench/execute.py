@@ -361,6 +361,7 @@ class RunContext:
     threads: int
     work_dir: Path  # for generated inputs (sqlite script...)
     launcher: Optional[Path] = None  # run-measured, when built
+    witness: Optional[Path] = None  # libmalloc-witness.so, when built (real programs)
 
 
 # A runner for one (workload, allocator) run: returns the Outcome and Check.

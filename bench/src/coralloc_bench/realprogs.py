@@ -1,7 +1,13 @@
 """Real programs from Debian run under the allocator, their outputs checked:
-python3 running an allocation-heavy script, the sqlite3 CLI on 200k rows,
-and redis-server driven by redis-benchmark on 127.0.0.1 (bounded, always
-stopped)."""
+python3 running an allocation-heavy script, the sqlite3 CLI, and
+redis-server driven by redis-benchmark on 127.0.0.1 (bounded, always
+stopped); git, gcc, lua and python's own tests are in devtools.py.
+
+Who served malloc in a real program is told by the malloc witness
+(bench/witness/malloc-witness.c), preloaded after the allocator: at
+start-up, each process of the program appends the object its malloc calls
+are bound to; every line must name the allocator under test (libc for
+system)."""
 
 from __future__ import annotations
 
@@ -20,6 +26,59 @@ from coralloc_bench.execute import (Check, Executor, Outcome, RunContext, Spawne
 from coralloc_bench.workloads import Workload
 
 DATA = Path(__file__).resolve().parent / "data"
+
+
+def libc_path() -> Optional[str]:
+    """The C library this runner's processes use (for `system` in programs
+    that link another allocator: preloaded, glibc's malloc comes first)."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split()[-1]
+                if "/libc.so" in path or "/libc-" in path:
+                    return path
+    except OSError:
+        pass
+    return None
+
+
+def witnessed_env(alloc: Allocator, ctx: RunContext, witness_file: Path,
+                  libc_first: bool = False) -> Dict[str, str]:
+    """The allocator's environment with the witness preloaded after it (and
+    glibc before everything for `system` when libc_first: a program that
+    links libjemalloc is then served by glibc, as `system` means)."""
+    env = alloc.env()
+    pre = [p for p in env.get("LD_PRELOAD", "").split(":") if p]
+    if alloc.path is None and libc_first:
+        lc = libc_path()
+        pre = ([lc] if lc else []) + pre
+    if ctx.witness is not None:
+        pre.append(str(ctx.witness))
+        env["CORALLOC_WITNESS_FILE"] = str(witness_file)
+    if pre:
+        env["LD_PRELOAD"] = ":".join(pre)
+    return env
+
+
+def witness_verdict(alloc: Allocator, ctx: RunContext, witness_file: Path) -> str:
+    """'' when every process the witness heard of was served by `alloc`, else
+    why not. No witness built: the check cannot be made, and says so."""
+    if ctx.witness is None:
+        return "malloc-witness is not built: who served malloc is unknown"
+    try:
+        lines = witness_file.read_text().split("\n")
+    except OSError:
+        lines = []
+    served = [ln.split(" ", 1)[1] for ln in lines if " " in ln]
+    if not served:
+        return "no process reported who served malloc"
+    wrong = sorted({p for p in served if not alloc.serves(p)})
+    if wrong:
+        want = "libc" if alloc.path is None else os.path.basename(alloc.path)
+        return (f"malloc served by {', '.join(wrong)}, not {want} "
+                f"({sum(1 for p in served if not alloc.serves(p))} of {len(served)} processes)")
+    return ""
+
 
 def _not_run(reason: str) -> Tuple[Outcome, Check, List[str]]:
     return Outcome(None, 0, 0, 0, 0, 0, 0, "", ""), Check(False, reason), []
@@ -169,11 +228,16 @@ def run_redis(w: Workload, alloc: Allocator, ctx: RunContext,
     n = int(w.argv_tail(ctx.profile, ctx.threads)[0])
     port = _free_port()
     workdir = tempfile.mkdtemp(prefix="coralloc-redis-", dir=str(ctx.work_dir))
+    witness_file = Path(workdir) / "witness.txt"
     argv = [server, "--port", str(port), "--bind", "127.0.0.1", "--protected-mode", "yes",
             "--save", "", "--appendonly", "no", "--daemonize", "no",
             "--jemalloc-bg-thread", "no", "--dir", workdir, "--logfile", ""]
     deadline = time.monotonic() + timeout
-    sp = Spawned(argv, alloc.env(), cwd=workdir, launcher=ctx.launcher)
+    # Debian's redis-server links libjemalloc: the allocator under test comes
+    # first in the lookup scope by LD_PRELOAD (glibc for `system`), and the
+    # witness checks that it served the server's malloc
+    sp = Spawned(argv, witnessed_env(alloc, ctx, witness_file, libc_first=True), cwd=workdir,
+                 launcher=ctx.launcher)
     reason = ""
     figures: Dict[str, float] = {}
     try:
@@ -198,11 +262,13 @@ def run_redis(w: Workload, alloc: Allocator, ctx: RunContext,
                 stop_by = float("inf")
             time.sleep(0.02)
         o = sp.outcome()
+        served = witness_verdict(alloc, ctx, witness_file)
         shutil.rmtree(workdir, ignore_errors=True)
     if not reason and o.exit_status != 0:
         reason = (f"redis-server killed by {signal_name(-o.exit_status)}"
                   if o.exit_status is not None and o.exit_status < 0
                   else f"redis-server exit {o.exit_status}")
+    reason = reason or served
     if reason:
         return o, Check(False, reason), argv
     return o, Check(True, "", "ops_per_sec", figures["ops_per_sec"], figures), argv
@@ -224,9 +290,9 @@ def mapped_libs(pid: int) -> List[str]:
 def _drive(port: int, n: int, bench: str, sp: Spawned, alloc: Allocator,
            deadline: float) -> Tuple[str, Dict[str, float]]:
     """redis-benchmark against the server, then a check of its state."""
-    # the allocator must be in the server: its library is mapped there
-    # (redis-server also links Debian's libjemalloc: under "system" that one
-    # serves malloc, and under the others it still answers mallctl calls)
+    # the allocator must be in the server: its library is mapped there (the
+    # witness says whether it serves malloc; libjemalloc, linked,
+    # still answers redis' mallctl calls about its own, unused, heap)
     if alloc.path is not None:
         want = os.path.realpath(alloc.path)
         pid = sp.program_pid()
@@ -270,8 +336,9 @@ def _drive(port: int, n: int, bench: str, sp: Spawned, alloc: Allocator,
 
 
 def executor(program: str) -> Executor:
+    from coralloc_bench import devtools
     table: Dict[str, Executor] = {"real:python": run_python, "real:sqlite": run_sqlite,
-                                  "real:redis": run_redis}
+                                  "real:redis": run_redis, **devtools.EXECUTORS}
     return table[program]
 
 
@@ -286,5 +353,6 @@ def missing_packages(programs: List[str]) -> List[str]:
     for p in programs:
         if p in checks and not checks[p][0]:
             need += checks[p][1].split()
-    return need
+    from coralloc_bench import devtools
+    return need + devtools.missing_packages(programs)
 

@@ -10,10 +10,12 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from coralloc_bench.allocators import BASELINE_FALLBACKS
 from coralloc_bench.execute import FAILED, OK, SKIPPED, RunRecord
 from coralloc_bench.util import BenchError, geomean, median
+from tabulate import SEPARATING_LINE, tabulate
 
 
 def _fmt_num(v: float) -> str:
@@ -80,6 +82,8 @@ class Cell:
     values: Dict[str, float] = field(default_factory=dict)  # medians of the ok runs
     runs: int = 0
     ok_runs: int = 0
+    # (min, max) of the ok runs, per metric: the noise of this cell
+    ranges: Dict[str, Tuple[float, float]] = field(default_factory=dict)
 
 
 def aggregate(records: Sequence[RunRecord]) -> Dict[Tuple[str, str], Cell]:
@@ -99,11 +103,13 @@ def aggregate(records: Sequence[RunRecord]) -> Dict[Tuple[str, str], Cell]:
             cells[key] = Cell(SKIPPED, runs[0].reason, {}, len(runs), 0)
         else:
             values: Dict[str, float] = {}
+            ranges: Dict[str, Tuple[float, float]] = {}
             for m in METRICS:
                 vs = [v for v in (m.get(r) for r in ok) if v is not None]
                 if vs:
                     values[m.key] = median(vs)
-            cells[key] = Cell(OK, "", values, len(runs), len(ok))
+                    ranges[m.key] = (min(vs), max(vs))
+            cells[key] = Cell(OK, "", values, len(runs), len(ok), ranges)
     return cells
 
 
@@ -126,6 +132,39 @@ def ratio(cells: Dict[Tuple[str, str], Cell], metric: str, workload: str, alloc:
     return v / bv
 
 
+def overlap(a: Optional[Tuple[float, float]], b: Optional[Tuple[float, float]]) -> bool:
+    """Do two min-max ranges overlap? (False when either is unknown.)"""
+    return a is not None and b is not None and a[0] <= b[1] and b[0] <= a[1]
+
+
+def within_noise(cells: Dict[Tuple[str, str], Cell], metric: str, workload: str, alloc: str,
+                 baseline: str) -> bool:
+    """The cell's min-max range overlaps the baseline's: the two are not
+    told apart by this run, whatever their medians say."""
+    c, b = cells.get((workload, alloc)), cells.get((workload, baseline))
+    if not c or not b or c.status != OK or b.status != OK:
+        return False
+    if c.ok_runs < 2 or b.ok_runs < 2:
+        return True  # one run says nothing about its noise
+    return overlap(c.ranges.get(metric), b.ranges.get(metric))
+
+
+def beyond_noise(cells: Dict[Tuple[str, str], Cell], metric: Metric, workloads: Sequence[str],
+                 alloc: str, baseline: str) -> Tuple[int, int]:
+    """How many workloads the allocator is better / worse than the baseline
+    on with ranges that do not overlap."""
+    better = worse = 0
+    for w in workloads:
+        r = ratio(cells, metric.key, w, alloc, baseline)
+        if r is None or r == 1.0 or within_noise(cells, metric.key, w, alloc, baseline):
+            continue
+        if (r < 1.0) == metric.lower_better:
+            better += 1
+        else:
+            worse += 1
+    return better, worse
+
+
 def geomean_ratios(cells: Dict[Tuple[str, str], Cell], metric: str, workloads: Sequence[str],
                    alloc: str, baseline: str) -> Tuple[Optional[float], int]:
     rs = [r for r in (ratio(cells, metric, w, alloc, baseline) for w in workloads)
@@ -142,11 +181,18 @@ class Table:
     footer: int = 2  # summary rows at the end (geomean, failures; total)
 
 
+NOISE_NOTE = ("~ before a ratio: the min-max ranges of the cell and of the baseline overlap, "
+              "or either has a single run (within noise: not ranked); 'beyond noise' counts "
+              "the workloads where they do not, better/worse.")
+
+
 def build_table(metric: Metric, cells: Dict[Tuple[str, str], Cell], workloads: Sequence[str],
-                allocs: Sequence[str], baseline: str) -> Table:
+                allocs: Sequence[str], baseline: str, ranges: bool = False) -> Table:
+    """One table of a figure; `ranges` adds each cell's [min-max]."""
     better = "lower is better" if metric.lower_better else "higher is better"
     unit = f" ({metric.unit})" if metric.unit else ""
-    title = f"{metric.title}{unit}: median, and ratio to {baseline} ({better})"
+    spread = " [min-max]" if ranges else ""
+    title = f"{metric.title}{unit}: median{spread}, and ratio to {baseline} ({better})"
     rows: List[List[str]] = []
     for w in workloads:
         row = [w]
@@ -162,8 +208,13 @@ def build_table(metric: Metric, cells: Dict[Tuple[str, str], Cell], workloads: S
                 row.append("-")
             else:
                 v = metric.fmt(c.values[metric.key])
+                lo_hi = c.ranges.get(metric.key)
+                if ranges and lo_hi is not None:
+                    v += f" [{metric.fmt(lo_hi[0])}-{metric.fmt(lo_hi[1])}]"
                 r = ratio(cells, metric.key, w, a, baseline)
-                row.append(f"{v} ({r:.2f}x)" if r is not None else v)
+                noise = "~" if a != baseline and within_noise(cells, metric.key, w, a,
+                                                              baseline) else ""
+                row.append(f"{v} ({noise}{r:.2f}x)" if r is not None else v)
         rows.append(row)
     geo = [f"geomean vs {baseline}"]
     for a in allocs:
@@ -173,17 +224,23 @@ def build_table(metric: Metric, cells: Dict[Tuple[str, str], Cell], workloads: S
             geo.append("-")
         else:
             geo.append(f"{g:.2f}x" + (f" (n={n})" if n < usable else ""))
-    footer = 2
+    footer = 3
     if metric.summable:
         rows.append(total_row(metric, cells, workloads, allocs))
-        footer = 3
+        footer = 4
     rows.append(geo)
+    noise_row = ["beyond noise (better/worse)"]
+    for a in allocs:
+        noise_row.append("-" if a == baseline else "%d/%d" % beyond_noise(cells, metric,
+                                                                          workloads, a, baseline))
+    rows.append(noise_row)
     fails = ["failed runs"] + [str(sum(1 for w in workloads
                                        if cells.get((w, a), Cell("missing")).status == FAILED))
                                for a in allocs]
     rows.append(fails)
     measured = any(metric.key in c.values for c in cells.values())
     notes = [metric.missing_note] if metric.missing_note and not measured else []
+    notes.append(NOISE_NOTE)
     return Table(title, ["workload", *allocs], rows, notes, footer)
 
 
@@ -201,29 +258,23 @@ def total_row(metric: Metric, cells: Dict[Tuple[str, str], Cell], workloads: Seq
 
 
 def render_text(t: Table, footer: Optional[int] = None) -> str:
-    """An aligned text table; a rule above the last `footer` rows (the
-    table's own summary rows unless given), its notes below."""
+    """An aligned text table (tabulate); a rule above the last `footer` rows
+    (the table's own summary rows unless given), its notes below."""
     footer = t.footer if footer is None else footer
-    widths = [max(len(t.header[i]), *(len(r[i]) for r in t.rows)) for i in range(len(t.header))]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join([cells[0].ljust(widths[0])] +
-                         [c.rjust(widths[i + 1]) for i, c in enumerate(cells[1:])])
-    out = [t.title, line(t.header), "  ".join("-" * w for w in widths)]
-    for i, r in enumerate(t.rows):
-        if footer and i == len(t.rows) - footer:
-            out.append("  ".join("-" * w for w in widths))
-        out.append(line(r))
-    out += t.notes
-    return "\n".join(out)
+    rows: List[Any] = list(t.rows)
+    if footer:
+        rows.insert(len(rows) - footer, SEPARATING_LINE)
+    body = tabulate(rows, headers=t.header, tablefmt="simple", disable_numparse=True,
+                    colalign=("left", *["right"] * (len(t.header) - 1)))
+    return "\n".join([t.title, body, *t.notes])
 
 
 def render_markdown(t: Table) -> str:
-    out = [f"**{t.title}**", "", "| " + " | ".join(t.header) + " |",
-           "|" + "|".join(["---"] + ["---:"] * (len(t.header) - 1)) + "|"]
-    for i, r in enumerate(t.rows):
-        cells = r if i < len(t.rows) - t.footer else [f"**{r[0]}**", *r[1:]]
-        out.append("| " + " | ".join(cells) + " |")
+    rows = [r if i < len(t.rows) - t.footer else [f"**{r[0]}**", *r[1:]]
+            for i, r in enumerate(t.rows)]
+    body = tabulate(rows, headers=t.header, tablefmt="pipe", disable_numparse=True,
+                    colalign=("left", *["right"] * (len(t.header) - 1)))
+    out = [f"**{t.title}**", "", body]
     if t.notes:
         out += [""] + t.notes
     return "\n".join(out)
@@ -252,7 +303,7 @@ def layout(records: Sequence[RunRecord], meta: Dict[str, object]) -> Tuple[List[
 def pick_baseline(requested: Optional[str], allocs: Sequence[str]) -> str:
     if requested and requested in allocs:
         return requested
-    for b in ("mimalloc", "system"):
+    for b in BASELINE_FALLBACKS:
         if b in allocs:
             return b
     return allocs[0]
@@ -332,9 +383,14 @@ def markdown_report(records: Sequence[RunRecord], meta: Dict[str, object], basel
         for name, a in am.items():
             if isinstance(a, dict):
                 notes = "; ".join(str(n) for n in a.get("notes") or [])
+                src = f" ({a.get('package')})" if a.get("package") else ""
                 out.append(f"| {name} | {a.get('path') or 'glibc (no preload)'} | "
-                           f"{a.get('version') or ''} | {'yes' if a.get('verified') else 'NO'} | "
-                           f"{notes} |")
+                           f"{a.get('version') or ''}{src} | "
+                           f"{'yes' if a.get('verified') else 'NO'} | {notes} |")
+    gone = meta.get("missing_allocators")
+    if isinstance(gone, dict) and gone:
+        out += ["", "Not run (missing here):", ""]
+        out += [f"- {name}: {why}" for name, why in gone.items()]
     out += ["", "Cells are medians over the repetitions; a cell with any failed run is "
             "FAILED (a crash, a non-zero exit or a wrong result never counts as a time). "
             f"Ratios are to {baseline}; the geomean row is over the workloads both "
@@ -353,7 +409,15 @@ def markdown_report(records: Sequence[RunRecord], meta: Dict[str, object], basel
         out.append("")
     out += ["## Tables", ""]
     for m in METRICS:
-        out += [render_markdown(build_table(m, cells, workloads, allocs, baseline)), ""]
+        out += [render_markdown(build_table(m, cells, workloads, allocs, baseline, ranges=True)),
+                ""]
+    fp = meta.get("fastpath")
+    if isinstance(fp, dict) and fp.get("table"):
+        out += ["## Fast path (callgrind)", "",
+                "Instructions per malloc+free pair (per block for batch64 and mixed), loop "
+                "included, from `coralloc-bench fastpath` (see docs/FASTPATH.md):", "",
+                str(fp["table"]), ""]
+        out += [f"- {n}" for n in fp.get("notes") or []]
     f = failures(records)
     out += ["## Failures", ""]
     out += [f"- {x}" for x in f] if f else ["none"]
@@ -366,7 +430,9 @@ def markdown_report(records: Sequence[RunRecord], meta: Dict[str, object], basel
 def compare(old_path: str, new_path: str, metrics: Sequence[str] = ("time", "rss", "figure")
             ) -> str:
     """Ratios NEW/OLD of the medians, per workload and allocator present in
-    both files, and their geometric means."""
+    both files, and their geometric means; a `!` marks a change beyond noise
+    (the old and new min-max ranges do not overlap), and each table is
+    followed by the list of those changes."""
     _, old = load_results(old_path)
     meta_new, new = load_results(new_path)
     co, cn = aggregate(old), aggregate(new)
@@ -381,6 +447,7 @@ def compare(old_path: str, new_path: str, metrics: Sequence[str] = ("time", "rss
         header = ["workload", *[a for a in allocs if any(p[1] == a for p in pairs)]]
         rows: List[List[str]] = []
         per_alloc: Dict[str, List[float]] = {a: [] for a in header[1:]}
+        changed: List[str] = []
         for w in workloads:
             if not any((w, a) in co and (w, a) in cn for a in header[1:]):
                 continue
@@ -396,7 +463,13 @@ def compare(old_path: str, new_path: str, metrics: Sequence[str] = ("time", "rss
                     if ov and nv and ov > 0:
                         r = nv / ov
                         per_alloc[a].append(r)
-                        row.append(f"{m.fmt(ov)} -> {m.fmt(nv)} ({r:.2f}x)")
+                        moved = not overlap(o.ranges.get(key), n.ranges.get(key))
+                        row.append(f"{m.fmt(ov)} -> {m.fmt(nv)} ({r:.2f}x)" +
+                                   ("!" if moved else ""))
+                        if moved:
+                            way = "better" if (r < 1.0) == m.lower_better else "worse"
+                            changed.append(f"{w} / {a}: {m.fmt(ov)} -> {m.fmt(nv)} "
+                                           f"({r:.2f}x, {way})")
                     else:
                         row.append("-")
             rows.append(row)
@@ -406,6 +479,9 @@ def compare(old_path: str, new_path: str, metrics: Sequence[str] = ("time", "rss
             geo.append("-" if g is None else f"{g:.2f}x")
         rows.append(geo)
         unit = f" ({m.unit})" if m.unit else ""
-        t = Table(f"{m.title}{unit}: old -> new (new/old, {better})", header, rows, [])
+        notes = [f"changed beyond noise ({len(changed)}; `!`: the min-max ranges do not "
+                 "overlap):", *(f"  {c}" for c in changed)] if changed else [
+            "no change beyond noise (every old and new min-max range overlaps)"]
+        t = Table(f"{m.title}{unit}: old -> new (new/old, {better})", header, rows, notes)
         parts.append(render_text(t, footer=1))
     return "\n\n".join(parts)

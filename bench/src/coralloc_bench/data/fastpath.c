@@ -1,7 +1,7 @@
 /*
  * fastpath: a loop of malloc/free calls whose instruction count, taken under
  * `valgrind --tool=callgrind` at two iteration counts and differenced, gives
- * the cost of an allocator's fast path (see run-callgrind.py).
+ * the cost of an allocator's fast path (`coralloc-bench fastpath`, fastpath.py).
  *
  *   fastpath SCENARIO ITERATIONS
  *

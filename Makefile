@@ -40,7 +40,7 @@ bench: build
 	./bench/run-bench
 
 format:
-	find include src tests bench/workloads bench/fastpath -name '*.c' -o -name '*.h' -o -name '*.cc' | xargs clang-format -i
+	find include src tests bench/workloads bench/witness bench/src/coralloc_bench/data -name '*.c' -o -name '*.h' -o -name '*.cc' | xargs clang-format -i
 
 clean:
 	rm -rf build build-asan build-tsan

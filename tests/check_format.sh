@@ -5,7 +5,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-mapfile -t files < <(find include src tests bench/workloads bench/fastpath \
+mapfile -t files < <(find include src tests bench/workloads bench/witness bench/src/coralloc_bench/data \
     -name '*.c' -o -name '*.h' -o -name '*.cc' | sort)
 bad=()
 for f in "${files[@]}"; do

@@ -21,8 +21,7 @@ extern char **environ;
 static const char *malloc_lib(void) {
     void *sym = dlsym(RTLD_DEFAULT, "malloc");
     Dl_info info;
-    if (sym != NULL && dladdr(sym, &info) != 0 && info.dli_fname != NULL)
-        return info.dli_fname;
+    if (sym != NULL && dladdr(sym, &info) != 0 && info.dli_fname != NULL) return info.dli_fname;
     return "unknown";
 }
 

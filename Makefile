@@ -5,7 +5,10 @@
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE ?= cmake
 
-.PHONY: all build test test-release test-asan test-tsan bench clean format
+PREFIX ?= /usr/local
+
+.PHONY: all build test test-release test-asan test-tsan test-arm64 bench clean format \
+	install uninstall deb
 
 all: build
 
@@ -36,6 +39,41 @@ test-tsan: build-tsan/.configured
 test: test-release test-asan test-tsan
 	@echo "all configurations passed: release, asan+ubsan, tsan"
 
+# Install to $(PREFIX) (and $(DESTDIR)); the list of installed files is kept
+# in build/install_manifest.make.txt for `make uninstall`.
+install: build
+	$(CMAKE) --install build --prefix $(PREFIX)
+	cp build/install_manifest.txt build/install_manifest.make.txt
+
+uninstall:
+	@test -f build/install_manifest.make.txt || { echo "make uninstall: nothing installed by make install from this build"; exit 1; }
+	xargs -d '\n' rm -f -- < build/install_manifest.make.txt
+	rm -f build/install_manifest.make.txt
+
+# Debian package: build/coralloc_<version>_<arch>.deb (apt-get install ./build/coralloc_*.deb).
+deb: build
+	cd build && cpack -G DEB
+
+# Linux arm64: cross-built with gcc-aarch64-linux-gnu, the release test
+# configuration run under qemu-user (without binfmt_misc: the arm64 programs
+# cannot exec each other). Left out, for what qemu-user cannot do, not for
+# anything coralloc does: tests that re-exec themselves (/proc/self/exe) or
+# run death tests in children (errors, heaps, stats, stats_override, purge,
+# populate, reclaim) or run the build's programs from host tools
+# (bench_runner, preload_*, valgrind_*); tests that fork a multi-threaded
+# process (fork, fork_override: qemu 7.2 asserts in the child,
+# "cpu == current_cpu"); churn (its RSS bound would count qemu's own
+# translation cache). See docs/PLATFORMS.md.
+ARM64_EXCLUDE = ^(preload_.*|valgrind_.*|bench_runner|errors|heaps|stats|stats_override|purge|populate|reclaim|fork|fork_override|churn)$$
+build-arm64/.configured:
+	$(CMAKE) -S . -B build-arm64 -DCMAKE_BUILD_TYPE=Release -DCORAL_SKIP_RUST=ON \
+		-DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-toolchain.cmake >/dev/null
+	touch $@
+
+test-arm64: build-arm64/.configured
+	$(CMAKE) --build build-arm64 -j$(JOBS)
+	cd build-arm64 && ctest --output-on-failure -j$(JOBS) -E '$(ARM64_EXCLUDE)'
+
 bench: build
 	./bench/run-bench
 
@@ -43,4 +81,4 @@ format:
 	find include src tests bench/workloads bench/witness bench/src/coralloc_bench/data -name '*.c' -o -name '*.h' -o -name '*.cc' | xargs clang-format -i
 
 clean:
-	rm -rf build build-asan build-tsan
+	rm -rf build build-asan build-tsan build-arm64

@@ -13,6 +13,12 @@
 #include <stddef.h>
 #include <stdio.h>
 
+/* The version of this header; coral_version() gives the library's. */
+#define CORALLOC_VERSION_MAJOR 0
+#define CORALLOC_VERSION_MINOR 1
+#define CORALLOC_VERSION_PATCH 0
+#define CORALLOC_VERSION "0.1.0"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -112,6 +118,29 @@ CORAL_API size_t coral_stats_json(char *buf, size_t len);
  * option that is read at start-up only. */
 CORAL_API int coral_option_get(const char *name, long long *value);
 CORAL_API int coral_option_set(const char *name, long long value);
+
+/* The option table, for tools (`coralloc options`): coral_option_info fills
+ * *out for option index 0, 1, ... and returns 0, or EINVAL past the last one.
+ * `value` is the value in force (the environment is read on first use);
+ * `names`, when not NULL, is a NULL-terminated list of the words the option
+ * accepts for the values 0, 1, ...; is_bool options accept 1/0, true/false,
+ * yes/no, on/off. coral_option_parse checks `text` as the environment
+ * variable of option `name` would be checked and stores its value: 0, or
+ * EINVAL (unknown name, or a value that does not parse or is out of range). */
+typedef struct coral_option_info_s {
+    const char *name; /* without the CORALLOC_ prefix */
+    const char *help;
+    long long default_value, min, max, value;
+    int is_bool;
+    int runtime; /* coral_option_set may change it */
+    const char *const *names;
+} coral_option_info_t;
+CORAL_API int coral_option_info(size_t index, coral_option_info_t *out);
+CORAL_API int coral_option_parse(const char *name, const char *text, long long *value);
+
+/* The library's version, "MAJOR.MINOR.PATCH" (CORALLOC_VERSION when the
+ * header and the library match). */
+CORAL_API const char *coral_version(void);
 
 /* ---- testing ----------------------------------------------------------------
  * For tests of time-driven behaviour, without sleeping.

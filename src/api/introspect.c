@@ -231,3 +231,8 @@ int coral_option_set(const char *name, long long value) {
     __atomic_store_n(&coral_options[i], (int64_t)value, __ATOMIC_RELAXED);
     return 0;
 }
+
+int coral_option_info(size_t index, coral_option_info_t *out) {
+    coral_process_init(); /* the value in force: the environment read */
+    return coral_option_describe(index, out);
+}

@@ -95,6 +95,9 @@ int coral_option_index(const char *name);
 /* Whether option i may be set to value at run time: 0, EINVAL (out of
  * range) or EPERM (read at start-up only). */
 int coral_option_check(int i, long long value);
+/* Option `index` described, with the value in force (the caller has read
+ * the options: coral_option_info in the api layer); EINVAL past the last. */
+int coral_option_describe(size_t index, coral_option_info_t *out);
 
 /* ---- statistics counters (counters.c) ----------------------------------------
  * Global atomic counters, touched only next to a system call or a segment-

@@ -73,6 +73,22 @@ static bool parse_int(const char *s, int64_t *out) {
     return true;
 }
 
+/* The text of an option's variable: a boolean word, a whole number or one of
+ * its names, within its range. */
+static bool option_parse(const option_desc_t *d, const char *s, int64_t *out) {
+    int64_t v;
+    bool ok = d->is_bool ? parse_bool(s, &v) : parse_int(s, &v);
+    for (int k = 0; !ok && d->names && d->names[k]; k++) {
+        if (strcasecmp(s, d->names[k]) == 0) {
+            v = k;
+            ok = true;
+        }
+    }
+    if (!ok || v < d->min || v > d->max) return false;
+    *out = v;
+    return true;
+}
+
 /* "CORALLOC_" + name, without snprintf: this runs in every process at
  * start-up, and the formatting code is pages to fault in. */
 static void option_var_name(char *out, size_t cap, const char *name) {
@@ -93,14 +109,7 @@ void coral_options_init(void) {
         const char *s = getenv(var);
         if (s == NULL) continue;
         int64_t v;
-        bool ok = d->is_bool ? parse_bool(s, &v) : parse_int(s, &v);
-        for (int k = 0; !ok && d->names && d->names[k]; k++) {
-            if (strcasecmp(s, d->names[k]) == 0) {
-                v = k;
-                ok = true;
-            }
-        }
-        if (ok && v >= d->min && v <= d->max) {
+        if (option_parse(d, s, &v)) {
             coral_options[i] = v;
         } else if (d->names) {
             coral_message("%s=%s is not valid: use %s, %s or %s; keeping %s", var, s, d->names[0],
@@ -136,3 +145,30 @@ int coral_option_check(int i, long long value) {
     if (value < d->min || value > d->max) return EINVAL;
     return d->runtime ? 0 : EPERM;
 }
+
+/* ---- the table, for tools ------------------------------------------------------------ */
+
+int coral_option_describe(size_t index, coral_option_info_t *out) {
+    if (index >= CORAL_OPT_COUNT || out == NULL) return EINVAL;
+    const option_desc_t *d = &option_descs[index];
+    *out = (coral_option_info_t){.name = d->name,
+                                 .help = d->help,
+                                 .default_value = d->value,
+                                 .min = d->min,
+                                 .max = d->max,
+                                 .value = coral_option((coral_option_t)index),
+                                 .is_bool = d->is_bool,
+                                 .runtime = d->runtime,
+                                 .names = d->names};
+    return 0;
+}
+
+int coral_option_parse(const char *name, const char *text, long long *value) {
+    int i = coral_option_index(name);
+    int64_t v;
+    if (i < 0 || text == NULL || !option_parse(&option_descs[i], text, &v)) return EINVAL;
+    if (value != NULL) *value = (long long)v;
+    return 0;
+}
+
+const char *coral_version(void) { return CORALLOC_VERSION; }

@@ -110,7 +110,7 @@ void coral_heaps_visit(coral_heap_visit_fn fn, void *arg);
 /* ---- heaps (heap.c) --------------------------------------------------------------- */
 
 void coral_heap_init(coral_heap_t *heap, coral_thread_t *thread);
-/* A new user heap of the calling thread, or NULL (errno ENOMEM). */
+/* A new user heap of the calling thread, or NULL when the OS has no memory. */
 coral_heap_t *coral_heap_create(void);
 /* A user heap's pages and huge blocks are freed, live blocks and all; the
  * heap is forgotten (destroy) or made empty again (reset). */

@@ -86,7 +86,10 @@ void *coral_malloc_generic(size_t size, coral_heap_t *heap, bool zero) {
 void coral_free_slow(void *p) {
     if (p == NULL) return;
     coral_segment_t *seg = coral_segment_of_any(p);
-    if (seg == NULL) coral_fatal("free(): invalid pointer %p (not allocated by coralloc)", p);
+    if (seg == NULL) {
+        coral_misuse("free(): invalid pointer %p (not allocated by coralloc)", p);
+        return;
+    }
     coral_count_frees(CORAL_CLASS_LARGE, 1);
     coral_heap_free_remote(seg, &seg->pages[0], p); /* huge segments only get here */
 }
@@ -128,20 +131,23 @@ void *coral_calloc(size_t n, size_t size) {
     return coral_heap_calloc_inline(coral_tls_heap, n, size);
 }
 
-static void check_sized_free(void *p, size_t size) {
+/* Whether size fits the block p (NULL fits any). */
+static bool sized_free_fits(void *p, size_t size) {
     size_t usable = coral_malloc_usable_size(p);
-    if (coral_unlikely(p != NULL && size > usable))
-        coral_fatal("free_sized(%p, %zu): the block has only %zu bytes", p, size, usable);
+    if (coral_likely(p == NULL || size <= usable)) return true;
+    coral_misuse("free_sized(%p, %zu): the block has only %zu bytes", p, size, usable);
+    return false;
 }
 
 void coral_free_sized(void *p, size_t size) {
-    check_sized_free(p, size);
-    coral_free_inline(p);
+    if (sized_free_fits(p, size)) coral_free_inline(p);
 }
 
 void coral_free_aligned_sized(void *p, size_t alignment, size_t size) {
-    if (coral_unlikely(((uintptr_t)p & (alignment - 1)) != 0))
-        coral_fatal("free_aligned_sized(%p): not aligned to %zu", p, alignment);
+    if (coral_unlikely(((uintptr_t)p & (alignment - 1)) != 0)) {
+        coral_misuse("free_aligned_sized(%p): not aligned to %zu", p, alignment);
+        return;
+    }
     coral_free_sized(p, size);
 }
 
@@ -215,6 +221,14 @@ static void *realloc_move(coral_heap_t *heap, void *p, size_t old_usable, size_t
     return q;
 }
 
+/* A misuse: with CORALLOC_ON_ERROR=warn, realloc fails (EINVAL) and p is
+ * left alone. */
+static CORAL_COLD void *realloc_invalid(void *p, const char *why) {
+    coral_misuse("realloc(): invalid pointer %p (%s)", p, why);
+    errno = EINVAL;
+    return NULL;
+}
+
 /* realloc of p into heap. A block may stay where it is (or grow in place)
  * only if it is heap's, or any heap's when any_heap (plain realloc keeps a
  * user heap's block in its heap); when it moves, it moves into heap. */
@@ -226,7 +240,7 @@ CORAL_INLINE void *realloc_in(coral_heap_t *heap, void *p, size_t size, bool any
     }
     if (size > CORAL_MAX_REQUEST) return enomem();
     coral_segment_t *seg = coral_segment_of_any(p);
-    if (seg == NULL) coral_fatal("realloc(): invalid pointer %p (not allocated by coralloc)", p);
+    if (seg == NULL) return realloc_invalid(p, "not allocated by coralloc");
     size_t usable = usable_size_of(seg, p);
     if (seg->kind == CORAL_SEGMENT_HUGE) {
         bool same = any_heap || coral_page_heap(&seg->pages[0]) == heap ||
@@ -235,7 +249,7 @@ CORAL_INLINE void *realloc_in(coral_heap_t *heap, void *p, size_t size, bool any
         return realloc_move(heap, p, usable, size);
     }
     coral_page_t *page = coral_segment_page_of(seg, p);
-    if (page->slice_count == 0) coral_fatal("realloc(): invalid pointer %p (freed block?)", p);
+    if (page->slice_count == 0) return realloc_invalid(p, "freed block?");
     bool same = any_heap || coral_page_heap(page) == heap;
     bool owner = atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == coral_thread_id();
     if (page->class_idx == CORAL_CLASS_LARGE && owner && same && size > CORAL_CLASS_MAX_SIZE &&

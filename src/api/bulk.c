@@ -284,10 +284,12 @@ static void run_free_local(runs_t *runs, size_t r) {
     coral_block_t *head = runs->head[r];
     /* The checks free() makes: more blocks freed than are in use, or the
      * block freed last freed again. */
-    if (coral_unlikely(page->used < count || head == page->local_free))
-        coral_fatal("double free detected: free_bulk gave %u blocks (one %p) to a page with "
-                    "%u in use",
-                    count, (void *)head, page->used);
+    if (coral_unlikely(page->used < count || head == page->local_free)) { /* warn: it leaks */
+        coral_misuse("double free detected: free_bulk gave %u blocks (one %p) to a page "
+                     "with %u in use",
+                     count, (void *)head, page->used);
+        return;
+    }
     if (page->flags & CORAL_PAGE_IN_FULL) coral_heap_page_unfull(page);
     if (count == page->used && page_emptied(page, count)) return;
     runs->tail[r]->next = page->local_free;
@@ -326,12 +328,11 @@ static void runs_flush(runs_t *runs) {
 
 /* The calling thread's class page of a slice, or NULL when the ordinary
  * free must see the block: a page with aligned blocks (it may point inside
- * one), a large page. A slice in no page is a double free (or a pointer
- * never allocated). */
-static coral_page_t *owned_class_page(coral_page_t *slice, const void *p) {
+ * one), a large page, a slice in no page (a double free or a pointer never
+ * allocated: the ordinary free reports it). */
+static coral_page_t *owned_class_page(coral_page_t *slice) {
     coral_page_t *page = coral_slice_head(slice); /* a later slice leads to its head */
-    if (coral_unlikely(page->slice_count == 0))
-        coral_fatal("free_bulk: invalid pointer %p (in no page in use: double free?)", p);
+    if (coral_unlikely(page->slice_count == 0)) return NULL;
     if (coral_likely(page->flags == 0)) return page;
     if (page->flags != CORAL_PAGE_IN_FULL || page->class_idx == CORAL_CLASS_LARGE) return NULL;
     return page;
@@ -359,7 +360,7 @@ static coral_page_t *run_page(void *p, bool *owned) {
     coral_segment_t *seg = coral_ptr_segment(p);
     coral_page_t *slice = coral_segment_slice_of(seg, p);
     *owned = atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == coral_thread_id();
-    return *owned ? owned_class_page(slice, p) : remote_class_page(seg, slice);
+    return *owned ? owned_class_page(slice) : remote_class_page(seg, slice);
 }
 
 /* The class whose bulk cache takes the blocks of page (a run page), or 0:
@@ -492,7 +493,10 @@ static void *const *run_add_stretch(runs_t *runs, size_t r, void *const *blocks,
 CORAL_INLINE void run_link(runs_t *runs, size_t r, void *p, void *ahead) {
     coral_block_t *head = runs->head[r];
     if (coral_unlikely(p == head)) /* as free() checks */
-        coral_fatal("double free detected: free_bulk was given block %p twice in a row", p);
+    {
+        coral_misuse("double free detected: free_bulk was given block %p twice in a row", p);
+        return;
+    }
     hint_set(p, ahead);
     ((coral_block_t *)p)->next = head;
     runs->head[r] = p;

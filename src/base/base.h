@@ -52,6 +52,13 @@ CORAL_INLINE void coral_spin_pause(void) {
 
 /* "coralloc: error: <what>" on stderr, then abort(). */
 CORAL_COLD __attribute__((noreturn, format(printf, 1, 2))) void coral_fatal(const char *fmt, ...);
+/* A misuse of the allocator detected at the call that does it (a double
+ * free, a pointer coralloc never gave out, an overflow found at free):
+ * "coralloc: error: <what>" on stderr, then abort(), unless
+ * CORALLOC_ON_ERROR=warn: then it returns, and the caller leaves the block
+ * alone (leaks it) and returns as if the call had done nothing. Damage found
+ * after the fact, with no call to undo, is coral_fatal. */
+CORAL_COLD __attribute__((format(printf, 1, 2))) void coral_misuse(const char *fmt, ...);
 /* "coralloc: <what>" on stderr. Neither allocates. */
 CORAL_COLD __attribute__((format(printf, 1, 2))) void coral_message(const char *fmt, ...);
 /* Milliseconds of CLOCK_MONOTONIC, plus what coral_clock_advance added. */
@@ -73,12 +80,16 @@ typedef enum coral_option_e {
     CORAL_OPT_HUGE_PAGES,     /* transparent huge pages for segments */
     CORAL_OPT_FAIL_OS_AFTER,  /* testing: the Nth OS call that can fail fails (0: off) */
     CORAL_OPT_BULK_CACHE_KB,  /* per-thread bulk cache (api/bulk_cache.h) */
+    CORAL_OPT_ON_ERROR,       /* a misuse detected: CORAL_ON_ERROR_* */
     CORAL_OPT_COUNT
 } coral_option_t;
 
 #define CORAL_POPULATE_OFF 0
 #define CORAL_POPULATE_ON 1
 #define CORAL_POPULATE_ADAPTIVE 2
+
+#define CORAL_ON_ERROR_ABORT 0
+#define CORAL_ON_ERROR_WARN 1
 
 /* Values, indexed by coral_option_t. Written at start-up only (and by
  * coral_option_set for the options that allow it); read with relaxed loads. */
@@ -89,6 +100,9 @@ static inline int64_t coral_option(coral_option_t opt) {
 }
 
 void coral_options_init(void);
+/* An option's value also before coral_options_init has run (read from the
+ * environment then): for what may happen before the first allocation. */
+int64_t coral_option_now(coral_option_t opt);
 void coral_options_print(void);
 /* The option named name (with or without CORALLOC_), or -1. */
 int coral_option_index(const char *name);

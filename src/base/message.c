@@ -28,6 +28,14 @@ void coral_fatal(const char *fmt, ...) {
     abort();
 }
 
+void coral_misuse(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    write_line("coralloc: error: ", fmt, ap);
+    va_end(ap);
+    if (coral_option_now(CORAL_OPT_ON_ERROR) != CORAL_ON_ERROR_WARN) abort();
+}
+
 void coral_message(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

@@ -21,6 +21,7 @@ typedef struct option_desc_s {
 } option_desc_t;
 
 static const char *const populate_names[] = {"off", "on", "adaptive", NULL};
+static const char *const on_error_names[] = {"abort", "warn", NULL};
 
 static const option_desc_t option_descs[CORAL_OPT_COUNT] = {
     [CORAL_OPT_VERBOSE] = {"VERBOSE", 0, 0, 1, true, "print the options in force at start-up",
@@ -47,6 +48,10 @@ static const option_desc_t option_descs[CORAL_OPT_COUNT] = {
                                  true},
     [CORAL_OPT_HUGE_PAGES] = {"HUGE_PAGES", 0, 0, 1, true,
                               "back segments with transparent huge pages", false},
+    [CORAL_OPT_ON_ERROR] = {"ON_ERROR", CORAL_ON_ERROR_ABORT, 0, 1, false,
+                            "a misuse detected (double free, invalid pointer, overflow): abort, "
+                            "or warn (print, leak the block, go on)",
+                            true, on_error_names},
 };
 
 int64_t coral_options[CORAL_OPT_COUNT];
@@ -100,6 +105,29 @@ static void option_var_name(char *out, size_t cap, const char *name) {
     out[n + len] = '\0';
 }
 
+/* "a, b or c", without snprintf (see option_var_name). */
+static void names_list(const char *const *names, char *out, size_t cap) {
+    size_t n = 0;
+    for (int k = 0; names[k] != NULL; k++) {
+        const char *sep = k == 0 ? "" : names[k + 1] == NULL ? " or " : ", ";
+        for (const char *t = sep; *t && n + 1 < cap; t++) out[n++] = *t;
+        for (const char *t = names[k]; *t && n + 1 < cap; t++) out[n++] = *t;
+    }
+    out[n] = '\0';
+}
+
+static _Atomic(bool) options_read;
+
+int64_t coral_option_now(coral_option_t opt) {
+    if (atomic_load_explicit(&options_read, memory_order_acquire)) return coral_option(opt);
+    const option_desc_t *d = &option_descs[opt];
+    char var[64];
+    option_var_name(var, sizeof var, d->name);
+    const char *s = getenv(var);
+    int64_t v;
+    return s != NULL && option_parse(d, s, &v) ? v : d->value;
+}
+
 void coral_options_init(void) {
     for (int i = 0; i < CORAL_OPT_COUNT; i++) {
         const option_desc_t *d = &option_descs[i];
@@ -112,8 +140,10 @@ void coral_options_init(void) {
         if (option_parse(d, s, &v)) {
             coral_options[i] = v;
         } else if (d->names) {
-            coral_message("%s=%s is not valid: use %s, %s or %s; keeping %s", var, s, d->names[0],
-                          d->names[1], d->names[2], d->names[d->value]);
+            char list[128];
+            names_list(d->names, list, sizeof list);
+            coral_message("%s=%s is not valid: use %s; keeping %s", var, s, list,
+                          d->names[d->value]);
         } else if (d->is_bool) {
             coral_message("%s=%s is not valid: use 1/0, true/false, yes/no or on/off; keeping %lld",
                           var, s, (long long)d->value);
@@ -122,6 +152,7 @@ void coral_options_init(void) {
                           var, s, (long long)d->min, (long long)d->max, (long long)d->value);
         }
     }
+    atomic_store_explicit(&options_read, true, memory_order_release);
 }
 
 void coral_options_print(void) {

@@ -93,6 +93,7 @@ void coral_heap_page_retire(coral_page_t *page) {
         !(page->flags & CORAL_PAGE_IN_FULL))
         return;
     if (coral_page_notice_pending(page)) return;
+    if (page->class_idx == CORAL_CLASS_LARGE) coral_purger_start_ahead((int64_t)page->block_size);
     page_release(page);
     /* The end of a free: a safe point to start the purge thread if the
      * release left memory to purge. */
@@ -273,21 +274,28 @@ coral_page_t *coral_heap_find_page(coral_heap_t *heap, unsigned cls) {
 /* ---- frees the fast path leaves to the heap -------------------------------------- */
 
 static CORAL_COLD void invalid_free(const void *p, const char *why) {
-    coral_fatal("free(): invalid pointer %p (%s)", p, why);
+    coral_misuse("free(): invalid pointer %p (%s)", p, why);
 }
 
 /* The page is full or holds aligned blocks, or this was its last (or only
- * a suspicious) block. */
+ * a suspicious) block. A misuse found here leaves the page as it was. */
 void coral_heap_free_local(coral_page_t *page, void *p) {
-    if (page->slice_count == 0) invalid_free(p, "in no page in use: double free?");
+    if (page->slice_count == 0) {
+        invalid_free(p, "in no page in use: double free?");
+        return;
+    }
     coral_block_t *block = p;
     if (page->flags & CORAL_PAGE_HAS_ALIGNED)
         block = (coral_block_t *)coral_page_block_start(page, p);
-    else if ((uint8_t *)p != coral_page_block_start(page, p))
+    else if ((uint8_t *)p != coral_page_block_start(page, p)) {
         invalid_free(p, "inside a block, not its start");
-    if (page->used == 0 || block == page->local_free)
-        coral_fatal("double free detected: block %p of %zu bytes was already free", p,
-                    page->block_size);
+        return;
+    }
+    if (page->used == 0 || block == page->local_free) {
+        coral_misuse("double free detected: block %p of %zu bytes was already free", p,
+                     page->block_size);
+        return;
+    }
     block->next = page->local_free;
     page->local_free = block;
     page->used--;
@@ -297,7 +305,10 @@ void coral_heap_free_local(coral_page_t *page, void *p) {
 
 void coral_heap_free_remote(coral_segment_t *seg, coral_page_t *page, void *p) {
     if (seg->kind == CORAL_SEGMENT_HUGE) {
-        if (p != (void *)page->start) invalid_free(p, "inside a huge block, not its start");
+        if (p != (void *)page->start) {
+            invalid_free(p, "inside a huge block, not its start");
+            return;
+        }
         coral_huge_free(seg);
         return;
     }

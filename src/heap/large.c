@@ -187,16 +187,18 @@ void coral_huge_release(coral_segment_t *seg) {
 
 void coral_huge_free(coral_segment_t *seg) {
     coral_page_t *page = &seg->pages[0];
-    if (page->used != 1)
-        coral_fatal("double free detected: huge block %p was already free", (void *)page->start);
+    if (page->used != 1) {
+        coral_misuse("double free detected: huge block %p was already free", (void *)page->start);
+        return;
+    }
     coral_heap_t *heap = coral_page_heap(page);
     if (heap != NULL) { /* a user heap's: off its list */
         pthread_mutex_lock(&heap->huge_lock);
         coral_list_remove(&heap->huge_blocks, &seg->link);
         pthread_mutex_unlock(&heap->huge_lock);
     }
+    coral_purger_start_ahead((int64_t)seg->huge_dirty);
     coral_huge_release(seg);
-    coral_purger_start_if_wanted(); /* the end of a free: a safe point */
 }
 
 size_t coral_huge_usable(coral_segment_t *seg, const void *p) {

@@ -92,6 +92,9 @@ void coral_purge_backlog_add(int64_t bytes);
 /* Start the purge thread if it is wanted: call only where no allocator lock
  * is held (pthread_create allocates). */
 void coral_purger_start_if_wanted(void);
+/* A free is about to leave `bytes` to purge: start the purge thread before
+ * they are free if they will make it wanted (same rule: no lock held). */
+void coral_purger_start_ahead(int64_t bytes);
 void coral_purger_prefork(void);
 void coral_purger_postfork(bool child);
 

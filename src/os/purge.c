@@ -144,17 +144,32 @@ void coral_purger_notify(void) {
     }
 }
 
-/* Bytes that may hold data were freed (bytes > 0), or reused or purged
- * (bytes < 0). Enough waiting: the purge thread is wanted (started at the
- * next safe point). */
-void coral_purge_backlog_add(int64_t bytes) {
-    int64_t now = atomic_fetch_add_explicit(&purge_backlog, bytes, memory_order_relaxed) + bytes;
-    if (bytes <= 0 || now < PURGER_START_BACKLOG) return;
+/* The purge thread is wanted once the backlog reaches the threshold (it is
+ * started at the next safe point). */
+static void purger_want_if(int64_t backlog) {
+    if (backlog < PURGER_START_BACKLOG) return;
     if (atomic_load_explicit(&purger_state, memory_order_relaxed) != PURGER_OFF ||
         !coral_option(CORAL_OPT_PURGE_THREAD))
         return;
     int off = PURGER_OFF;
     atomic_compare_exchange_strong(&purger_state, &off, PURGER_WANTED);
+}
+
+/* Bytes that may hold data were freed (bytes > 0), or reused or purged
+ * (bytes < 0). */
+void coral_purge_backlog_add(int64_t bytes) {
+    int64_t now = atomic_fetch_add_explicit(&purge_backlog, bytes, memory_order_relaxed) + bytes;
+    if (bytes > 0) purger_want_if(now);
+}
+
+/* A free is about to leave `bytes` to purge: when they bring the backlog to
+ * the threshold, the purge thread starts now, while they are still in use,
+ * so that its start-up allocations (pthread_create allocates) cannot take
+ * them: a second free of the same block then still finds it free. Call
+ * only where no allocator lock is held. */
+void coral_purger_start_ahead(int64_t bytes) {
+    purger_want_if(atomic_load_explicit(&purge_backlog, memory_order_relaxed) + bytes);
+    coral_purger_start_if_wanted();
 }
 
 /* Called at the start of malloc's slow path, where no allocator lock is

@@ -241,13 +241,21 @@ uint8_t *coral_page_block_start(const coral_page_t *page, const void *p) {
 }
 
 static CORAL_COLD void invalid_free(const void *p, const char *why) {
-    coral_fatal("free(): invalid pointer %p (%s)", p, why);
+    coral_misuse("free(): invalid pointer %p (%s)", p, why);
 }
 
 static CORAL_COLD void remote_double_free(const coral_page_t *page, const void *p) {
-    coral_fatal("double free detected: block %p freed into a page of %zu-byte blocks whose "
-                "blocks were all free already",
-                p, page->block_size);
+    coral_misuse("double free detected: block %p freed into a page of %zu-byte blocks whose "
+                 "blocks were all free already",
+                 p, page->block_size);
+}
+
+/* More blocks freed than the page holds, or the block freed last by other
+ * threads freed again. */
+static CORAL_COLD void remote_overflow(const coral_page_t *page, const void *block) {
+    coral_misuse("double free detected: block %p freed again into a page of %zu-byte blocks by "
+                 "another thread",
+                 block, page->block_size);
 }
 
 /* The page was full (state USE): tell its owner, then leave state FREEING
@@ -276,10 +284,18 @@ void coral_page_push_remote(coral_page_t *page, coral_block_t *head, coral_block
     uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed), state;
     uint32_t count;
     for (;;) {
-        if (coral_unlikely(tf & (CORAL_TF_RECLAIMED | CORAL_TF_BUSY)))
+        /* A misuse leaves the page as it was (nothing pushed yet). */
+        if (coral_unlikely(tf & (CORAL_TF_RECLAIMED | CORAL_TF_BUSY))) {
+            if (locked) coral_orphans_unlock();
             remote_double_free(page, head);
+            return;
+        }
         count = coral_tf_count(tf) + n;
-        if (coral_unlikely(count > reserved)) thread_free_overflow(page, head);
+        if (coral_unlikely(count > reserved || coral_tf_list(tf) == head)) {
+            if (locked) coral_orphans_unlock();
+            remote_overflow(page, head);
+            return;
+        }
         if (coral_unlikely(count == reserved) && !locked) {
             coral_orphans_lock(); /* before the CAS that frees the last block */
             locked = true;
@@ -307,12 +323,17 @@ void coral_page_push_remote(coral_page_t *page, coral_block_t *head, coral_block
 }
 
 void coral_page_free_remote(coral_page_t *page, void *p) {
-    if (page->slice_count == 0) invalid_free(p, "in no page in use: double free?");
+    if (page->slice_count == 0) {
+        invalid_free(p, "in no page in use: double free?");
+        return;
+    }
     coral_block_t *block = p;
     if (page->shared_flags & CORAL_PAGE_HAS_ALIGNED)
         block = (coral_block_t *)coral_page_block_start(page, p);
-    else if (page->class_idx == CORAL_CLASS_LARGE && (uint8_t *)p != page->start)
+    else if (page->class_idx == CORAL_CLASS_LARGE && (uint8_t *)p != page->start) {
         invalid_free(p, "inside a large block, not its start");
+        return;
+    }
     coral_page_push_remote(page, block, block, 1);
 }
 

@@ -37,7 +37,7 @@ static void *enomem(void) {
 CORAL_INLINE void *page_pop(coral_heap_t *heap, coral_page_t *page, unsigned cls, size_t size,
                             bool zero) {
     coral_block_t *block = page->free;
-    page->free = block->next;
+    page->free = coral_block_next(block);
     page->used++;
     coral_heap_count(heap, allocs, cls, 1);
     if (zero) {
@@ -85,7 +85,12 @@ void *coral_malloc_generic(size_t size, coral_heap_t *heap, bool zero) {
  * later part (an aligned huge block), or not ours. */
 void coral_free_slow(void *p) {
     if (p == NULL) return;
+    if (CORAL_SECURE && coral_zero_slot_free(p)) return;
     coral_segment_t *seg = coral_segment_of_any(p);
+    if (seg == NULL && CORAL_SECURE && coral_huge_was_freed(p)) {
+        coral_misuse("double free detected: huge block %p was already free (and unmapped)", p);
+        return;
+    }
     if (seg == NULL) {
         coral_misuse("free(): invalid pointer %p (not allocated by coralloc)", p);
         return;
@@ -102,7 +107,7 @@ static size_t usable_size_of(coral_segment_t *seg, const void *p) {
     if (page->slice_count == 0) return 0;
     uint8_t *block = (uint8_t *)p;
     if (page->shared_flags & CORAL_PAGE_HAS_ALIGNED) block = coral_page_block_start(page, p);
-    return (size_t)(block + page->block_size - (const uint8_t *)p);
+    return (size_t)(block + page->block_size - CORAL_CANARY_SIZE - (const uint8_t *)p);
 }
 
 size_t coral_malloc_usable_size(const void *p) {
@@ -111,15 +116,23 @@ size_t coral_malloc_usable_size(const void *p) {
     return seg ? usable_size_of(seg, p) : 0;
 }
 
-int coral_owns(const void *p) { return p != NULL && coral_segment_of_any(p) != NULL; }
+int coral_owns(const void *p) {
+    return p != NULL && (coral_segment_of_any(p) != NULL || coral_is_zero_slot(p));
+}
 
+/* In the secure build a block keeps CORAL_CANARY_SIZE bytes after what the
+ * program may use, and a large span a guard page (page.h). */
 size_t coral_good_size(size_t size) {
-    if (size <= CORAL_CLASS_MAX_SIZE) return coral_class_size(coral_size_class(size));
-    if (size > CORAL_MAX_REQUEST) return 0;
-    if (size <= CORAL_LARGE_MAX_SIZE)
-        return (size + CORAL_SLICE_SIZE - 1) & ~(CORAL_SLICE_SIZE - 1);
+    if (CORAL_SECURE && size == 0) return 0; /* an inaccessible slot */
+    size_t inner = coral_secure_inner_size(size);
+    if (inner <= CORAL_CLASS_MAX_SIZE)
+        return coral_class_size(coral_size_class(inner)) - CORAL_CANARY_SIZE;
+    if (inner > CORAL_MAX_REQUEST) return 0;
+    if (inner + CORAL_GUARD_SIZE <= CORAL_LARGE_MAX_SIZE)
+        return ((inner + CORAL_GUARD_SIZE + CORAL_SLICE_SIZE - 1) & ~(CORAL_SLICE_SIZE - 1)) -
+               CORAL_GUARD_SIZE - CORAL_CANARY_SIZE;
     /* huge: the block starts after the 64 KiB header, ends at an OS page */
-    return ((CORAL_SLICE_SIZE + size + CORAL_OS_PAGE_SIZE - 1) & ~(CORAL_OS_PAGE_SIZE - 1)) -
+    return ((CORAL_SLICE_SIZE + inner + CORAL_OS_PAGE_SIZE - 1) & ~(CORAL_OS_PAGE_SIZE - 1)) -
            CORAL_SLICE_SIZE;
 }
 
@@ -151,9 +164,34 @@ void coral_free_aligned_sized(void *p, size_t alignment, size_t size) {
     coral_free_sized(p, size);
 }
 
+/* ---- the secure build ------------------------------------------------------------------ */
+
+void *coral_secure_alloc(coral_heap_t *heap, size_t size, bool zero) {
+    if (coral_unlikely(size == 0)) {
+        void *slot = coral_zero_slot_alloc();
+        if (slot != NULL) return slot; /* else (every slot taken) a block */
+    }
+    /* Blocks of a size class are cleared after their fill is checked; the
+     * plain path clears large and huge ones (fresh memory stays untouched). */
+    size_t inner = coral_secure_inner_size(size);
+    bool big = inner > CORAL_CLASS_MAX_SIZE;
+    void *p = coral_heap_alloc_plain(heap, inner, zero && big);
+    if (p != NULL) coral_secure_block_out(p, zero && !big ? size : 0);
+    return p;
+}
+
+static void *aligned_plain(coral_heap_t *heap, size_t size, size_t alignment, bool zero);
+
 /* Aligned allocation; alignment is a power of two. */
 void *coral_malloc_aligned_in(coral_heap_t *heap, size_t size, size_t alignment, bool zero) {
     if (alignment <= CORAL_ALIGNMENT) return coral_heap_alloc_inline(heap, size, zero);
+    if (!CORAL_SECURE) return aligned_plain(heap, size, alignment, zero);
+    void *p = aligned_plain(heap, coral_secure_inner_size(size), alignment, false);
+    if (p != NULL) coral_secure_block_out(p, zero ? size : 0);
+    return p;
+}
+
+static void *aligned_plain(coral_heap_t *heap, size_t size, size_t alignment, bool zero) {
     if (size > CORAL_MAX_REQUEST || alignment > CORAL_MAX_REQUEST) return enomem();
     if (size == 0) size = 1; /* rounds up to one alignment unit below */
     if (heap == &coral_heap_empty && (heap = coral_heap_ready()) == NULL) return enomem();
@@ -240,16 +278,27 @@ CORAL_INLINE void *realloc_in(coral_heap_t *heap, void *p, size_t size, bool any
     }
     if (size > CORAL_MAX_REQUEST) return enomem();
     coral_segment_t *seg = coral_segment_of_any(p);
-    if (seg == NULL) return realloc_invalid(p, "not allocated by coralloc");
+    if (seg == NULL) {
+        if (!coral_is_zero_slot(p)) return realloc_invalid(p, "not allocated by coralloc");
+        void *q = coral_heap_alloc_inline(heap, size, false); /* a malloc(0) block: no bytes */
+        if (q != NULL) coral_zero_slot_free(p);
+        return q;
+    }
     size_t usable = usable_size_of(seg, p);
     if (seg->kind == CORAL_SEGMENT_HUGE) {
         bool same = any_heap || coral_page_heap(&seg->pages[0]) == heap ||
                     (coral_page_heap(&seg->pages[0]) == NULL && heap->is_default);
-        if (same && size > CORAL_LARGE_MAX_SIZE) return coral_huge_realloc(seg, p, size);
+        /* (The secure build's huge blocks end at a guard page: they move.) */
+        if (!CORAL_SECURE && same && size > CORAL_LARGE_MAX_SIZE)
+            return coral_huge_realloc(seg, p, size);
         return realloc_move(heap, p, usable, size);
     }
     coral_page_t *page = coral_segment_page_of(seg, p);
     if (page->slice_count == 0) return realloc_invalid(p, "freed block?");
+    if (CORAL_SECURE && !coral_secure_block_check(p, false)) { /* reported */
+        errno = EINVAL;
+        return NULL;
+    }
     bool same = any_heap || coral_page_heap(page) == heap;
     bool owner = atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == coral_thread_id();
     if (page->class_idx == CORAL_CLASS_LARGE && owner && same && size > CORAL_CLASS_MAX_SIZE &&

@@ -61,14 +61,15 @@ CORAL_INLINE coral_block_t *coral_pop_direct(coral_heap_t *heap, size_t size,
     *pagep = page;
     coral_block_t *block = page->free;
     if (coral_unlikely(block == NULL)) return NULL;
-    page->free = block->next;
+    page->free = coral_block_next(block);
     page->used++;
     coral_heap_count(heap, allocs, page->class_idx, 1);
     return block;
 }
 
-/* malloc (zero: calloc) from heap: the fast path for small sizes. */
-CORAL_INLINE void *coral_heap_alloc_inline(coral_heap_t *heap, size_t size, bool zero) {
+/* malloc (zero: calloc) from heap, without the secure build's checks: the
+ * fast path for small sizes. */
+CORAL_INLINE void *coral_heap_alloc_plain(coral_heap_t *heap, size_t size, bool zero) {
     if (coral_unlikely(size > CORAL_DIRECT_MAX_SIZE)) return coral_malloc_generic(size, heap, zero);
     coral_page_t *page;
     coral_block_t *block = coral_pop_direct(heap, size, &page);
@@ -80,6 +81,19 @@ CORAL_INLINE void *coral_heap_alloc_inline(coral_heap_t *heap, size_t size, bool
             memset(block, 0, size);
     }
     return block;
+}
+
+/* The secure build's malloc (alloc.c): room for the canary, the block's
+ * checks (page.h), malloc(0)'s inaccessible slots. */
+void *coral_secure_alloc(coral_heap_t *heap, size_t size, bool zero);
+
+/* malloc (zero: calloc) from heap: what every allocating call goes through. */
+CORAL_INLINE void *coral_heap_alloc_inline(coral_heap_t *heap, size_t size, bool zero) {
+#if CORAL_SECURE
+    return coral_secure_alloc(heap, size, zero);
+#else
+    return coral_heap_alloc_plain(heap, size, zero);
+#endif
 }
 
 CORAL_INLINE void *coral_malloc_inline(size_t size) {
@@ -104,7 +118,7 @@ CORAL_INLINE void coral_free_owned(coral_page_t *slice, void *p) {
      * malloc of the class would take again at once. */
     if (coral_likely(slice->flags == 0 && block != slice->local_free)) {
         coral_count_frees(slice->class_idx, 1);
-        block->next = slice->local_free;
+        coral_block_set_next(block, slice->local_free);
         slice->local_free = block;
         if (coral_unlikely(--slice->used == 0) && slice->link.prev != NULL)
             coral_heap_page_retire(slice);
@@ -116,6 +130,9 @@ CORAL_INLINE void coral_free_owned(coral_page_t *slice, void *p) {
 }
 
 CORAL_INLINE void coral_free_inline(void *p) {
+    /* The secure build checks the block first: a misuse it reports (with
+     * CORALLOC_ON_ERROR=warn) leaves the block alone. */
+    if (CORAL_SECURE && !coral_secure_block_check(p, true)) return;
     uintptr_t a = (uintptr_t)p;
     /* NULL lands here too: the first 4 MiB of the address space is never a
      * segment. */

@@ -63,7 +63,7 @@ static size_t take_list(coral_block_t **list, void **out, size_t want) {
     while (block != NULL && got < want) {
         out[got++] = block;
         __builtin_prefetch(hint_of(block), 0, 3);
-        block = block->next;
+        block = coral_block_next(block);
     }
     *list = block;
     return got;
@@ -143,7 +143,15 @@ static CORAL_NOINLINE size_t malloc_batch(size_t size, size_t n, void **out) {
     return got;
 }
 
+/* The secure build: each block through malloc, with its checks (page.h). */
+static size_t secure_malloc_each(const size_t *sizes, size_t size, size_t n, void **out) {
+    for (size_t i = 0; i < n; i++)
+        if ((out[i] = coral_malloc_inline(sizes != NULL ? sizes[i] : size)) == NULL) return i;
+    return n;
+}
+
 size_t coral_malloc_bulk(size_t size, size_t n, void **out) {
+    if (CORAL_SECURE) return secure_malloc_each(NULL, size, n, out);
     /* A batch goes out of line, so that one block costs no more than the
      * malloc fast path (no registers to save). */
     if (coral_likely(n > 1)) return malloc_batch(size, n, out);
@@ -164,6 +172,7 @@ static CORAL_NOINLINE void *malloc_sizes_slow(size_t size) {
 }
 
 size_t coral_malloc_bulk_sizes(const size_t *sizes, size_t n, void **out) {
+    if (CORAL_SECURE) return secure_malloc_each(sizes, 0, n, out);
     size_t i = 0;
     while (i < n) {
         /* The heap is loaded once per stretch of inline pops; the slow path
@@ -292,7 +301,7 @@ static void run_free_local(runs_t *runs, size_t r) {
     }
     if (page->flags & CORAL_PAGE_IN_FULL) coral_heap_page_unfull(page);
     if (count == page->used && page_emptied(page, count)) return;
-    runs->tail[r]->next = page->local_free;
+    coral_block_set_next(runs->tail[r], page->local_free);
     page->local_free = head;
     page->used -= count;
 }
@@ -436,7 +445,7 @@ CORAL_INLINE bool run_cache(runs_t *runs, size_t r, void *p) {
 
 /* p as the first block of run r (empty). */
 static void run_link_first(runs_t *runs, size_t r, void *p) {
-    ((coral_block_t *)p)->next = NULL;
+    coral_block_set_next(p, NULL);
     runs->head[r] = runs->tail[r] = p;
     runs->count[r] = 1;
 }
@@ -471,18 +480,18 @@ static void *const *run_add_stretch(runs_t *runs, size_t r, void *const *blocks,
             hint_set(c, q[HINT_AHEAD + 2]);
             hint_set(d, q[HINT_AHEAD + 3]);
         }
-        last->next = a;
-        a->next = b;
-        b->next = c;
-        c->next = d;
+        coral_block_set_next(last, a);
+        coral_block_set_next(a, b);
+        coral_block_set_next(b, c);
+        coral_block_set_next(c, d);
         last = d;
         q += 4;
     }
     for (; q < end && same_slice(*q, blocks[0]); q++) {
-        last->next = *q;
+        coral_block_set_next(last, *q);
         last = *q;
     }
-    last->next = runs->head[r];
+    coral_block_set_next(last, runs->head[r]);
     runs->head[r] = blocks[0];
     runs->count[r] += (uintptr_t)(q - blocks);
     return q;
@@ -492,13 +501,12 @@ static void *const *run_add_stretch(runs_t *runs, size_t r, void *const *blocks,
  * its chase hint. */
 CORAL_INLINE void run_link(runs_t *runs, size_t r, void *p, void *ahead) {
     coral_block_t *head = runs->head[r];
-    if (coral_unlikely(p == head)) /* as free() checks */
-    {
+    if (coral_unlikely(p == head)) { /* as free() checks */
         coral_misuse("double free detected: free_bulk was given block %p twice in a row", p);
         return;
     }
     hint_set(p, ahead);
-    ((coral_block_t *)p)->next = head;
+    coral_block_set_next(p, head);
     runs->head[r] = p;
     runs->count[r]++;
 }
@@ -579,6 +587,10 @@ static void free_array(runs_t *runs, void *const *ptrs, size_t n) {
 }
 
 void coral_free_bulk(void **ptrs, size_t n) {
+    if (CORAL_SECURE) { /* each block through free, with its checks */
+        for (size_t i = 0; i < n; i++) coral_free_inline(ptrs[i]);
+        return;
+    }
     if (n == 0) return;
     runs_t runs;
     int64_t room = 0;

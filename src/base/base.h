@@ -31,6 +31,15 @@
 #define coral_container_of(ptr, type, member)                                                      \
     ((type *)(void *)((uint8_t *)(ptr)-offsetof(type, member)))
 
+/* ---- build ----------------------------------------------------------------
+ * CORAL_SECURE=1: the secure build (libcoralloc-secure.so): encoded free
+ * lists, canaries, guard pages, fill on free, no-access malloc(0). What it
+ * adds lives in the page layer (page.h, "the secure build") and in the OS
+ * calls it needs; elsewhere it is a constant that folds away. */
+#ifndef CORAL_SECURE
+#define CORAL_SECURE 0
+#endif
+
 /* ---- platform ------------------------------------------------------------ */
 #define CORAL_OS_PAGE_SIZE ((size_t)4096)
 #define CORAL_CACHE_LINE 64
@@ -126,6 +135,7 @@ typedef enum coral_os_call_e {
     CORAL_OS_POPULATE, /* madvise(MADV_POPULATE_WRITE) */
     CORAL_OS_ADVISE,   /* madvise(MADV_HUGEPAGE) */
     CORAL_OS_MINCORE,  /* mincore: the adaptive populate policy's samples */
+    CORAL_OS_PROTECT,  /* mprotect: the secure build's guard pages */
     CORAL_OS_CALL_KINDS
 } coral_os_call_t;
 

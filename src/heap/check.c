@@ -23,7 +23,7 @@ static bool fail(check_t *c, const char *why, const void *where) {
 static long list_blocks(check_t *c, const coral_page_t *page, const coral_block_t *b,
                         uint8_t *seen) {
     long n = 0;
-    for (; b != NULL; b = b->next, n++) {
+    for (; b != NULL; b = coral_block_next(b), n++) {
         size_t off = (size_t)((const uint8_t *)b - page->start);
         if ((const uint8_t *)b < page->start || off >= (size_t)page->capacity * page->block_size ||
             off % page->block_size != 0)

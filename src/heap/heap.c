@@ -296,7 +296,7 @@ void coral_heap_free_local(coral_page_t *page, void *p) {
                      page->block_size);
         return;
     }
-    block->next = page->local_free;
+    coral_block_set_next(block, page->local_free);
     page->local_free = block;
     page->used--;
     if (page->flags & CORAL_PAGE_IN_FULL) coral_heap_page_unfull(page);

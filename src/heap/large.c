@@ -23,6 +23,33 @@ static size_t align_up(size_t x, size_t a) { return (x + a - 1) & ~(a - 1); }
 
 static void *huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool zero);
 
+/* The secure build: the last blocks of huge segments unmapped at their
+ * free, so that a second free of one is named as such. A ring any thread
+ * writes (one slot each, by fetch_add) and reads; an entry is a hint, not a
+ * proof: a block mapped at the same address later takes it out. */
+#define FREED_HUGE_RING 64
+static _Atomic(uintptr_t) freed_huge[FREED_HUGE_RING];
+static _Atomic(unsigned) freed_huge_next;
+
+static void freed_huge_note(const void *block, bool freed) {
+    if (!freed) {
+        for (size_t i = 0; i < FREED_HUGE_RING; i++) {
+            uintptr_t was = (uintptr_t)block;
+            atomic_compare_exchange_strong_explicit(&freed_huge[i], &was, 0, memory_order_relaxed,
+                                                    memory_order_relaxed);
+        }
+        return;
+    }
+    unsigned i = atomic_fetch_add_explicit(&freed_huge_next, 1, memory_order_relaxed);
+    atomic_store_explicit(&freed_huge[i % FREED_HUGE_RING], (uintptr_t)block, memory_order_relaxed);
+}
+
+bool coral_huge_was_freed(const void *p) {
+    for (size_t i = 0; i < FREED_HUGE_RING; i++)
+        if (atomic_load_explicit(&freed_huge[i], memory_order_relaxed) == (uintptr_t)p) return true;
+    return false;
+}
+
 void *coral_heap_malloc_large(coral_heap_t *heap, size_t size, size_t alignment, bool zero) {
     if (size > CORAL_MAX_REQUEST) {
         errno = ENOMEM;
@@ -31,6 +58,8 @@ void *coral_heap_malloc_large(coral_heap_t *heap, size_t size, size_t alignment,
     /* A span starts on a slice boundary, so only alignments above the slice
      * size need room to move the block up. */
     size_t extra = alignment > CORAL_SLICE_SIZE ? alignment - CORAL_SLICE_SIZE : 0;
+    /* (The secure build ends the span with a guard page.) */
+    extra += CORAL_GUARD_SIZE;
     if (size + extra > CORAL_LARGE_MAX_SIZE) return huge_alloc(heap, size, alignment, zero);
 
     size_t slices = align_up(size + extra, CORAL_SLICE_SIZE) / CORAL_SLICE_SIZE;
@@ -40,8 +69,10 @@ void *coral_heap_malloc_large(coral_heap_t *heap, size_t size, size_t alignment,
         return NULL;
     }
     coral_page_init(page, &heap->owner, !heap->is_default, CORAL_CLASS_LARGE,
-                    slices * CORAL_SLICE_SIZE);
+                    slices * CORAL_SLICE_SIZE - CORAL_GUARD_SIZE);
     page->capacity = page->reserved = page->used = 1;
+    if (CORAL_SECURE) /* made accessible again when the span is released (page layer) */
+        (void)coral_os_protect(page->start + page->block_size, CORAL_GUARD_SIZE, false);
     coral_heap_add_large_page(heap, page);
     coral_count(&coral_counters.large_allocs, 1);
     coral_heap_count(heap, allocs, CORAL_CLASS_LARGE, 1);
@@ -63,6 +94,7 @@ void *coral_heap_malloc_large(coral_heap_t *heap, size_t size, size_t alignment,
 /* Grow or shrink a large block in place, within its segment (owner only).
  * NULL when the slices after it are taken. */
 void *coral_realloc_large_in_place(coral_page_t *page, void *p, size_t size) {
+    if (CORAL_SECURE) return NULL; /* the guard page stays where it is: the block moves */
     size_t offset = (size_t)((uint8_t *)p - page->start);
     size_t slices = align_up(offset + size, CORAL_SLICE_SIZE) / CORAL_SLICE_SIZE;
     size_t old_usable = page->block_size - offset;
@@ -134,9 +166,10 @@ static void *huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool 
         errno = ENOMEM;
         return NULL;
     }
-    /* The block ends at an OS page (coral_good_size); the mapping at a chunk. */
+    /* The block ends at an OS page (coral_good_size); the mapping at a chunk
+     * (in the secure build, with room for a guard page after the block). */
     size_t end = align_up(offset + size, CORAL_OS_PAGE_SIZE);
-    size_t total = align_up(end, CORAL_SEGMENT_SIZE);
+    size_t total = align_up(end + CORAL_GUARD_SIZE, CORAL_SEGMENT_SIZE);
     coral_cache_got_t got;
     coral_segment_t *seg = huge_segment_new(total, offset, alignment, &got);
     if (seg == NULL) {
@@ -146,6 +179,10 @@ static void *huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool 
     coral_page_t *page = &seg->pages[0];
     page->start = coral_segment_base(seg) + offset;
     page->block_size = end - offset;
+    if (CORAL_SECURE) { /* gone with the mapping: a freed huge block is unmapped */
+        (void)coral_os_protect(coral_segment_base(seg) + end, CORAL_GUARD_SIZE, false);
+        freed_huge_note(page->start, false);
+    }
     page->used = page->capacity = page->reserved = 1;
     /* Some of the block lies on clean memory (past what may hold data):
      * populated if the program writes its big blocks, measured at its free
@@ -173,7 +210,8 @@ static void *huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool 
 }
 
 /* The block is gone: its chunks go to the cache. The header stays as it is
- * (used == 0), so a second free of the block is reported. */
+ * (used == 0), so a second free of the block is reported. The secure
+ * build unmaps them at once: a read after free faults. */
 void coral_huge_release(coral_segment_t *seg) {
     coral_page_t *page = &seg->pages[0];
     if (page->is_fresh && coral_populate_adaptive())
@@ -182,6 +220,12 @@ void coral_huge_release(coral_segment_t *seg) {
     coral_count(&coral_counters.huge_live, -1);
     coral_count(&coral_counters.huge_bytes, -(int64_t)seg->pages[0].block_size);
     coral_count(&coral_counters.segments, -1);
+    if (CORAL_SECURE) {
+        freed_huge_note(page->start, true);
+        coral_segment_map_set(seg, seg->size, false);
+        coral_os_unmap(seg, seg->size);
+        return;
+    }
     coral_segment_cache_put(seg, seg->size, seg->huge_dirty, true);
 }
 

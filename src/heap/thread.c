@@ -136,6 +136,7 @@ void coral_process_init(void) {
     coral_options_init(); /* reads the environment; does not allocate */
     coral_segments_init();
     coral_orphans_init();
+    if (CORAL_SECURE) coral_secure_init(); /* before the first block */
     if (pthread_key_create(&thread_key, thread_done) != 0)
         coral_message("pthread_key_create failed: heaps of exiting threads are not reclaimed");
     atomic_store_explicit(&process_state, 2, memory_order_release);

@@ -1,4 +1,4 @@
-/* The kernel calls: every mmap, munmap, madvise, mremap and mincore
+/* The kernel calls: every mmap, munmap, madvise, mremap, mincore and mprotect
  * coralloc makes goes through here, so each call and the bytes it touches
  * are counted. CORALLOC_FAIL_OS_AFTER=N makes the Nth call that maps memory
  * (mmap, and the mmap that extends a mapping) fail, for testing. */
@@ -7,6 +7,8 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "os/os.h"
@@ -168,4 +170,34 @@ void coral_os_new_segment(void *base, size_t size, size_t header) {
         os_advise_hugepage(base, size);
     if (coral_option(CORAL_OPT_POPULATE) == CORAL_POPULATE_ON && size > header)
         coral_os_populate((uint8_t *)base + header, size - header);
+}
+
+bool coral_os_protect(void *p, size_t size, bool accessible) {
+    coral_count_os_call(CORAL_OS_PROTECT, size);
+    if (mprotect(p, size, accessible ? PROT_READ | PROT_WRITE : PROT_NONE) == 0) return true;
+    coral_message("mprotect(%p, %zu) failed: errno %d", p, size, errno);
+    return false;
+}
+
+void coral_os_random(void *out, size_t n) {
+    uint8_t *o = out;
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = getrandom(o + got, n - got, GRND_NONBLOCK);
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    if (got == n) return;
+    /* No entropy from the kernel (early boot, seccomp): the clock and where
+     * things were mapped, mixed. */
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^ (uintptr_t)&ts ^
+                 (uintptr_t)out ^ (uintptr_t)&coral_os_random;
+    for (; got < n; got++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        o[got] = (uint8_t)(x >> 24);
+    }
 }

@@ -1,7 +1,7 @@
 /* Layer 2, os: every call into the kernel, and the policies of when to make
  * them.
  *
- * It owns: every mmap, munmap, madvise, mremap and mincore the allocator
+ * It owns: every mmap, munmap, madvise, mremap, mincore and mprotect the allocator
  * makes (os.c: each counted; the testing option CORALLOC_FAIL_OS_AFTER
  * makes one fail), the huge-page and populate policies of new mappings
  * (decided from this layer's own state: bytes mapped, the options), the
@@ -44,6 +44,12 @@ bool coral_os_resident(const void *p, size_t size, unsigned char *vec);
  * maps enough to fill them) and populate (CORALLOC_POPULATE=on) as the
  * policies say. */
 void coral_os_new_segment(void *base, size_t size, size_t header);
+/* Make [p, p + size) (whole OS pages) inaccessible, or read-write again: a
+ * guard page. False (errno set) when the kernel refuses. */
+bool coral_os_protect(void *p, size_t size, bool accessible);
+/* n random bytes from the kernel (getrandom), or from the clock and
+ * addresses when it has none. */
+void coral_os_random(void *out, size_t n);
 
 /* ---- the adaptive populate policy (populate.c) ------------------------------ */
 

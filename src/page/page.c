@@ -59,6 +59,7 @@ void coral_page_init(coral_page_t *page, coral_page_owner_t *owner, bool user_he
     page->free_is_zero = 0;
     page->class_idx = (uint8_t)cls;
     page->block_size = block_size;
+    if (CORAL_SECURE) page->epoch = coral_secure_next_epoch();
     page->link.next = page->link.prev = NULL;
     atomic_store_explicit(&page->thread_free, CORAL_DELAY_NONE, memory_order_relaxed);
     atomic_store_explicit(&page->delayed_listed, 0, memory_order_relaxed);
@@ -82,15 +83,19 @@ static void page_carve(coral_page_t *page, uint32_t n) {
     if (n > page->reserved - page->capacity) n = page->reserved - page->capacity;
     if (n == 0) return;
     uint8_t *first = page->start + (size_t)page->capacity * bs;
-    uint8_t *last = first + (size_t)(n - 1) * bs;
-    for (uint8_t *b = first; b < last; b += bs)
-        ((coral_block_t *)b)->next = (coral_block_t *)(b + bs);
-    ((coral_block_t *)last)->next = page->free;
     /* Carved blocks of a fresh span are zero; blocks already on the list
      * keep the list's mark (a collected list is never marked zero). */
     page->free_is_zero = page->is_fresh && (page->free == NULL || page->free_is_zero);
-    page->free = (coral_block_t *)first;
     page->capacity += n;
+    if (CORAL_SECURE) {
+        page->free = coral_secure_carve(first, n, bs, page->free);
+        return;
+    }
+    uint8_t *last = first + (size_t)(n - 1) * bs;
+    for (uint8_t *b = first; b < last; b += bs)
+        coral_block_set_next((coral_block_t *)b, (coral_block_t *)(b + bs));
+    coral_block_set_next((coral_block_t *)last, page->free);
+    page->free = (coral_block_t *)first;
 }
 
 /* Carve a step of blocks (carve_step) onto the (empty) free list, so memory
@@ -188,9 +193,9 @@ bool coral_page_thread_free_collect(coral_page_t *page) {
     if (count == page->reserved) coral_orphan_take_back(page);
     if (count > page->used) thread_free_overflow(page, coral_tf_list(tf));
     coral_block_t *head = coral_tf_list(tf), *tail = head;
-    for (uint32_t i = 1; i < count; i++) tail = tail->next;
-    if (tail->next != NULL) thread_free_overflow(page, tail->next);
-    tail->next = page->local_free;
+    for (uint32_t i = 1; i < count; i++) tail = coral_block_next(tail);
+    if (coral_block_next(tail) != NULL) thread_free_overflow(page, coral_block_next(tail));
+    coral_block_set_next(tail, page->local_free);
     page->local_free = head;
     page->used -= count;
     return true;
@@ -205,8 +210,8 @@ void coral_page_collect(coral_page_t *page) {
         page->free = page->local_free;
     } else {
         coral_block_t *tail = page->local_free;
-        while (tail->next) tail = tail->next;
-        tail->next = page->free;
+        for (coral_block_t *next; (next = coral_block_next(tail)) != NULL;) tail = next;
+        coral_block_set_next(tail, page->free);
         page->free = page->local_free;
     }
     page->local_free = NULL;
@@ -304,7 +309,7 @@ void coral_page_push_remote(coral_page_t *page, coral_block_t *head, coral_block
         }
         state = tf & CORAL_DELAY_MASK;
         uintptr_t next_state = state == CORAL_DELAY_USE ? CORAL_DELAY_FREEING : state;
-        tail->next = coral_tf_list(tf);
+        coral_block_set_next(tail, coral_tf_list(tf));
         /* (RECLAIMED and BUSY are clear: checked above.) */
         uintptr_t next = (uintptr_t)head | ((uintptr_t)count << CORAL_TF_COUNT_SHIFT) | next_state;
         if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, next,
@@ -362,5 +367,7 @@ void coral_page_release_span(coral_page_t *page) {
      * wrote tells the adaptive populate policy about big blocks. */
     if (page->class_idx == CORAL_CLASS_LARGE && page->is_fresh && coral_populate_adaptive())
         coral_populate_note_big_block(page->start, page->block_size);
+    if (CORAL_SECURE && page->class_idx == CORAL_CLASS_LARGE) /* its guard page (heap layer) */
+        (void)coral_os_protect(page->start + page->block_size, CORAL_GUARD_SIZE, true);
     coral_span_free(page);
 }

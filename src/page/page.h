@@ -129,6 +129,93 @@ void coral_page_release_span(coral_page_t *page);
 /* The bytes a page's span holds in whole blocks of block_size. */
 size_t coral_page_blocks_bytes(const coral_page_t *page, size_t block_size);
 
+/* ---- free-list links ---------------------------------------------------------------
+ * Every link of a block list (free, local_free, and the chains on
+ * thread_free) is read and written through these two, never as
+ * block->next. In the secure build a link is stored encoded with the
+ * process's secret key and the block's own address, and a decoded link
+ * must stay in the block's segment and be 16-aligned: a link an overflow
+ * or a write after free changed is found when the list is followed
+ * (coral_fatal), not followed into memory of the attacker's choice. */
+#if CORAL_SECURE
+extern uintptr_t coral_list_key;
+CORAL_COLD __attribute__((noreturn)) void coral_bad_link(const coral_block_t *block,
+                                                         uintptr_t next);
+#endif
+
+CORAL_INLINE coral_block_t *coral_block_next(const coral_block_t *block) {
+#if CORAL_SECURE
+    uintptr_t next = (uintptr_t)block->next ^ coral_list_key ^ (uintptr_t)block;
+    if (coral_unlikely(next != 0 && ((((next ^ (uintptr_t)block) >> CORAL_SEGMENT_SHIFT) != 0) |
+                                     (next & (CORAL_ALIGNMENT - 1)))))
+        coral_bad_link(block, next);
+    return (coral_block_t *)next;
+#else
+    return block->next;
+#endif
+}
+
+CORAL_INLINE void coral_block_set_next(coral_block_t *block, coral_block_t *next) {
+#if CORAL_SECURE
+    block->next = (coral_block_t *)((uintptr_t)next ^ coral_list_key ^ (uintptr_t)block);
+#else
+    block->next = next;
+#endif
+}
+
+/* ---- the secure build (secure.c) ----------------------------------------------------
+ * What CORAL_SECURE adds to every block, and the checks it makes:
+ *   - the last 8 bytes of every block of a size class and of every large
+ *     block are not the program's (malloc_usable_size stops before them):
+ *     while the block is live they hold its canary, once it is freed its
+ *     freed mark, both keyed by the secret key and the block's address. A
+ *     free finds the mark (a double free, however many frees came between)
+ *     or anything but the canary (an overflow past the usable size).
+ *   - a freed block of a size class is filled with CORAL_FILL_BYTE (past
+ *     its link, up to CORAL_FILL_MAX bytes); malloc finds a block with the
+ *     freed mark whose fill changed (a write after free).
+ *   - large blocks end at a guard page (the last OS page of their span),
+ *     huge blocks too (the page after the block), normal segments with a
+ *     guard slice (segment.h); freed huge blocks are unmapped at once.
+ *   - fresh blocks are linked in a random order.
+ *   - malloc(0) returns a slot of an inaccessible region.
+ * None of it exists in the default build: the constants are 0 and the
+ * calls fold away. */
+#define CORAL_CANARY_SIZE (CORAL_SECURE ? (size_t)8 : 0)
+#define CORAL_GUARD_SIZE (CORAL_SECURE ? CORAL_OS_PAGE_SIZE : 0)
+#define CORAL_FILL_BYTE 0xdf
+#define CORAL_FILL_MAX ((size_t)4096)
+
+/* The bytes asked of the plain allocator for a request of size bytes: room
+ * for the canary (saturating: a size near SIZE_MAX still fails). */
+CORAL_INLINE size_t coral_secure_inner_size(size_t size) {
+    return size + CORAL_CANARY_SIZE < size ? SIZE_MAX : size + CORAL_CANARY_SIZE;
+}
+
+/* Called once at start-up, before any block is linked: the key. */
+void coral_secure_init(void);
+/* A page's epoch, part of its blocks' freed marks: the marks a span's
+ * earlier pages left in its memory never match a new page's blocks. */
+uint32_t coral_secure_next_epoch(void);
+/* A block p (at most CORAL_LARGE_MAX_SIZE) just taken for a request: a
+ * write after free is reported (fatal), the first `zero` bytes cleared,
+ * the canary written. Huge blocks need none of it. */
+void coral_secure_block_out(void *p, size_t zero);
+/* The checks a free (`release`: then the freed mark and the fill are
+ * written) or a realloc (a live block) makes of p: false when it found a
+ * misuse (reported; with CORALLOC_ON_ERROR=warn the caller leaves p). */
+bool coral_secure_block_check(void *p, bool release);
+/* Link n fresh blocks from `first` (block_size apart) in a random order in
+ * front of `rest`: the head of the new list. */
+coral_block_t *coral_secure_carve(uint8_t *first, uint32_t n, size_t block_size,
+                                  coral_block_t *rest);
+/* malloc(0): a slot of an inaccessible region (NULL when every slot is
+ * taken: the caller then gives a plain block); whether p is such a slot;
+ * free one (false when p is none). */
+void *coral_zero_slot_alloc(void);
+bool coral_is_zero_slot(const void *p);
+bool coral_zero_slot_free(void *p);
+
 /* ---- orphan pages (reclaim.c) ------------------------------------------------------ */
 
 /* Called once at start-up: the purge stage of orphan pages. */

@@ -161,6 +161,14 @@ void coral_segment_header_reset(coral_segment_t *seg) {
     seg->huge_dirty = 0;
 }
 
+/* The secure build's guard slice made inaccessible (a segment is made) or
+ * accessible again (it goes to the cache, whose chunks may become any part
+ * of a later segment). */
+static void guard_slice_set(coral_segment_t *seg, bool accessible) {
+    (void)coral_os_protect(coral_segment_base(seg) + CORAL_GUARD_SLICE * CORAL_SLICE_SIZE,
+                           CORAL_SLICE_SIZE, accessible);
+}
+
 /* A segment from the cache: its header is set up, its slices known dirty
  * where the cache says they may hold data. */
 static coral_segment_t *segment_map_new(void) {
@@ -180,7 +188,7 @@ static coral_segment_t *segment_map_new(void) {
     seg->kind = CORAL_SEGMENT_NORMAL;
     seg->size = CORAL_SEGMENT_SIZE;
     size_t dirty = (got.dirty + CORAL_SLICE_SIZE - 1) / CORAL_SLICE_SIZE;
-    atomic_store_explicit(&seg->used_slices, 1, memory_order_relaxed);
+    atomic_store_explicit(&seg->used_slices, 1 | CORAL_GUARD_SLICE_BITS, memory_order_relaxed);
     atomic_store_explicit(&seg->dirty_slices, 1 | slice_mask(0, dirty), /* the header too */
                           memory_order_relaxed);
     backlog_add_slices(slice_mask(0, dirty) & ~(uint64_t)1,
@@ -188,6 +196,7 @@ static coral_segment_t *segment_map_new(void) {
     registry_add(seg);
     coral_segment_map_set(seg, CORAL_SEGMENT_SIZE, true);
     if (got.fresh) coral_os_new_segment(seg, CORAL_SEGMENT_SIZE, CORAL_SLICE_SIZE);
+    if (CORAL_SECURE) guard_slice_set(seg, false);
     coral_count_gauge(&coral_counters.segments, &coral_counters.segments_peak, 1);
     return seg;
 }
@@ -202,6 +211,7 @@ static void segment_to_cache(coral_segment_t *seg) {
     size_t dirty_end = (size_t)(64 - __builtin_clzll(dirty | 1)) * CORAL_SLICE_SIZE;
     backlog_add_slices(dirty & ~(uint64_t)1, -1); /* the cache counts them now */
     coral_count(&coral_counters.segments, -1);
+    if (CORAL_SECURE) guard_slice_set(seg, true);
     coral_segment_cache_put(seg, CORAL_SEGMENT_SIZE, dirty_end, true);
 }
 
@@ -316,6 +326,7 @@ void coral_span_free(coral_page_t *page) {
     backlog_add_slices(slice_mask(first, page->slice_count), +1);
     page->slice_count = 0;
     page->block_size = 0;
+    __atomic_store_n(&page->flags, CORAL_SLICE_FREED, __ATOMIC_RELAXED);
     /* Marked before the release: after it the segment may be someone else's. */
     segment_mark_purgeable(seg);
     if (--seg->used_pages == 0) segment_release(seg);

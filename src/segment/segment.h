@@ -30,6 +30,12 @@
 #define CORAL_SLICE_SHIFT 16
 #define CORAL_SLICE_SIZE ((size_t)1 << CORAL_SLICE_SHIFT)
 #define CORAL_SLICES_PER_SEGMENT 64
+/* The secure build keeps the last slice of every normal segment out of
+ * use and inaccessible: a guard between the segment's blocks and whatever
+ * is mapped after it (often the next segment's header). Its bit is set in
+ * used_slices for the segment's whole life, so no span takes it. */
+#define CORAL_GUARD_SLICE (CORAL_SLICES_PER_SEGMENT - 1)
+#define CORAL_GUARD_SLICE_BITS (CORAL_SECURE ? (uint64_t)1 << CORAL_GUARD_SLICE : 0)
 /* Requests above this fail with ENOMEM (C says objects must fit ptrdiff_t). */
 #define CORAL_MAX_REQUEST ((size_t)PTRDIFF_MAX - 2 * CORAL_SEGMENT_SIZE)
 
@@ -70,7 +76,7 @@ typedef struct coral_page_s {
     uint8_t free_is_zero;      /* every block on `free` is zero but its link */
     uint8_t is_fresh;          /* the span came zeroed from the OS */
     uint8_t class_idx;         /* size class, or CORAL_CLASS_LARGE */
-    uint32_t padding1;
+    uint32_t epoch; /* the secure build: a new value at every page init (page/secure.c) */
     size_t block_size;
     uint8_t *start;    /* first block */
     coral_link_t link; /* in the owner heap's queue; link.prev NULL: first */
@@ -101,6 +107,10 @@ _Static_assert(sizeof(coral_page_t) == 128, "slice descriptors are 128 bytes");
  * reads the slice's own descriptor, steps aside for it). The page layer's
  * flags are the other bits. */
 #define CORAL_PAGE_INTERIOR 4u
+/* flags: the head of a span given back (slice_count 0), until a page is
+ * made there again: a free into it (a double free of a block of a released
+ * page) leaves the fast path for the heap's, which reports it. */
+#define CORAL_SLICE_FREED 16u
 
 /* ---- segments ----------------------------------------------------------------- */
 #define CORAL_SEGMENT_NORMAL 1u

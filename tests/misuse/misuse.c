@@ -53,6 +53,18 @@ static void double_free_delayed(size_t size) {
     free(p);
 }
 
+/* A block of a page that has since been released (all its blocks freed,
+ * not the first page of its class) freed again. */
+static void double_free_released(void) {
+    enum { N = 2000 }; /* two pages of 48-byte blocks */
+    static void *a[N];
+    void *keep = malloc(48);
+    for (int i = 0; i < N; i++) a[i] = malloc(48);
+    for (int i = 0; i < N; i++) free(a[i]);
+    free(launder(a[100]));
+    free(keep);
+}
+
 static void *free_in_thread(void *p) {
     free(p);
     return NULL;
@@ -114,6 +126,18 @@ static void write_after_free(size_t size) {
     churn(size);
 }
 
+/* Past the first word of a block freed some time ago: what a stale
+ * pointer's field write does. */
+static void write_after_free_tail(void) {
+    char *p = launder(malloc(48));
+    void *keep[8];
+    free(p);
+    for (int i = 0; i < 8; i++) keep[i] = malloc(48); /* others come and go */
+    for (int i = 0; i < 8; i++) free(keep[i]);
+    p[24] = 0x5a;
+    churn(48);
+}
+
 static void read_after_free_huge(void) {
     volatile char *p = launder(malloc(16 * MiB));
     p[8 * MiB] = 1;
@@ -126,6 +150,12 @@ static void malloc0_write(void) {
     memset(p, 0x5a, 32);
     free(p);
     churn(16);
+}
+
+static void malloc0_read(void) {
+    volatile char *p = launder(malloc(0));
+    sink = (void *)(uintptr_t)p[0];
+    free((void *)p);
 }
 
 static void sized_mismatch(void) {
@@ -168,6 +198,7 @@ static const misuse_case_t cases[] = {
     {"double-free-large-delayed", df_large_delayed},
     {"double-free-huge", df_huge},
     {"double-free-remote", double_free_remote},
+    {"double-free-released", double_free_released},
     {"free-stack", free_stack},
     {"free-static", free_static},
     {"free-mmap", free_mmap},
@@ -182,8 +213,10 @@ static const misuse_case_t cases[] = {
     {"overflow-1-huge", overflow1_huge},
     {"write-after-free-small", waf_small},
     {"write-after-free-medium", waf_medium},
+    {"write-after-free-tail", write_after_free_tail},
     {"read-after-free-huge", read_after_free_huge},
     {"malloc0-write", malloc0_write},
+    {"malloc0-read", malloc0_read},
     {"free-sized-mismatch", sized_mismatch},
     {"free-aligned-sized-mismatch", aligned_sized_mismatch},
 };

@@ -2,8 +2,10 @@
 """The misuse suite: each case of tests/misuse/misuse.c in a child process,
 under an allocator preloaded (or glibc's own), and what came of it.
 
-  run_misuse.py check LIB MISUSE   every case under LIB must end as EXPECT says
-  run_misuse.py table LIB MISUSE   a markdown table: coralloc (LIB) and glibc
+  run_misuse.py check BUILD LIB MISUSE   every case under LIB (BUILD: default or
+                                         secure) must end as EXPECT says
+  run_misuse.py table LIB SECURE_LIB MISUSE
+                                         a markdown table: both builds and glibc
 
 Outcomes: "aborted" with coralloc's message (the text EXPECT names),
 "crashed" (a signal other than SIGABRT: a fault), "ran on" (the misuse went
@@ -13,46 +15,80 @@ unnoticed and the program finished), "n/a" (the allocator lacks the call).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 
-# What the default build does today, by case: ("aborted", text of the
-# message) where it detects the misuse, else ("ran on" | "crashed", why it
-# cannot tell at O(1) in the default build). docs/SECURITY.md explains each.
-EXPECT: dict[str, tuple[str, str]] = {
-    "double-free-small": ("aborted", "double free detected"),
-    "double-free-small-delayed": ("ran on", "not the last block freed: needs a scan"),
-    "double-free-large": ("aborted", "in no page in use: double free?"),
-    "double-free-large-delayed": ("aborted", "in no page in use: double free?"),
-    "double-free-huge": ("aborted", "double free detected"),
-    "double-free-remote": ("aborted", "double free detected"),
-    "free-stack": ("aborted", "invalid pointer"),
-    "free-static": ("aborted", "invalid pointer"),
-    "free-mmap": ("aborted", "invalid pointer"),
-    "free-interior-small": ("ran on", "no division on the free fast path"),
-    "free-interior-large": ("aborted", "not its start"),
-    "free-interior-huge": ("aborted", "invalid pointer"),
-    "realloc-after-free": ("aborted", "double free detected"),
-    "realloc-foreign": ("aborted", "invalid pointer"),
-    "overflow-1-small": ("crashed", "no canary in the default build"),
-    "overflow-8-small": ("crashed", "no canary in the default build"),
-    "overflow-1-large": ("ran on", "no canary in the default build"),
-    "overflow-1-huge": ("ran on", "no canary in the default build"),
-    "write-after-free-small": ("ran on", "no fill check in the default build"),
-    "write-after-free-medium": ("crashed", "no fill check in the default build"),
-    "read-after-free-huge": ("ran on", "freed chunks stay mapped for reuse"),
-    "malloc0-write": ("crashed", "malloc(0) is a 16-byte block"),
-    "free-sized-mismatch": ("aborted", "free_sized"),
-    "free-aligned-sized-mismatch": ("aborted", "free_aligned_sized"),
+# What each build must do, by case: ("aborted", text of the message) where
+# it detects the misuse at the call, ("crashed", why) where a fault stops the
+# program at the bad access (a guard page or an inaccessible block), else
+# ("ran on" | "crashed", why the default build cannot tell at O(1)).
+# docs/SECURITY.md explains each.
+Expect = tuple[str, str]
+EXPECT: dict[str, tuple[Expect, Expect]] = {
+    # case: (default build, secure build)
+    "double-free-small": (("aborted", "double free detected"),
+                          ("aborted", "double free detected")),
+    "double-free-small-delayed": (("ran on", "not the last block freed: needs a scan"),
+                                  ("aborted", "double free detected")),
+    "double-free-large": (("aborted", "in no page in use: double free?"),
+                          ("aborted", "in no page in use: double free?")),
+    "double-free-large-delayed": (("aborted", "in no page in use: double free?"),
+                                  ("aborted", "in no page in use: double free?")),
+    "double-free-huge": (("aborted", "double free detected"),
+                         ("aborted", "double free detected")),
+    "double-free-remote": (("aborted", "double free detected"),
+                           ("aborted", "double free detected")),
+    "double-free-released": (("aborted", "in no page in use: double free?"),
+                             ("aborted", "double free")),
+    "free-stack": (("aborted", "invalid pointer"), ("aborted", "invalid pointer")),
+    "free-static": (("aborted", "invalid pointer"), ("aborted", "invalid pointer")),
+    "free-mmap": (("aborted", "invalid pointer"), ("aborted", "invalid pointer")),
+    "free-interior-small": (("ran on", "no division on the free fast path"),
+                            ("aborted", "not its start")),
+    "free-interior-large": (("aborted", "not its start"), ("aborted", "not its start")),
+    "free-interior-huge": (("aborted", "not its start"), ("aborted", "not its start")),
+    "realloc-after-free": (("aborted", "double free detected"),
+                           ("aborted", "double free detected")),
+    "realloc-foreign": (("aborted", "invalid pointer"), ("aborted", "invalid pointer")),
+    "overflow-1-small": (("crashed", "no canary in the default build"),
+                         ("aborted", "heap overflow detected")),
+    "overflow-8-small": (("crashed", "no canary in the default build"),
+                         ("aborted", "heap overflow detected")),
+    "overflow-1-large": (("ran on", "no canary in the default build"),
+                         ("aborted", "heap overflow detected")),
+    "overflow-1-huge": (("ran on", "no guard page in the default build"),
+                        ("crashed", "the guard page after the block")),
+    "write-after-free-small": (("ran on", "no fill check in the default build"),
+                               ("aborted", "free list corrupted")),
+    "write-after-free-medium": (("crashed", "no fill check in the default build"),
+                                ("aborted", "free list corrupted")),
+    "write-after-free-tail": (("ran on", "no fill check in the default build"),
+                              ("aborted", "write after free detected")),
+    "read-after-free-huge": (("ran on", "freed chunks stay mapped for reuse"),
+                             ("crashed", "freed huge blocks are unmapped")),
+    "malloc0-write": (("crashed", "malloc(0) is a 16-byte block"),
+                      ("crashed", "malloc(0) is an inaccessible slot")),
+    "malloc0-read": (("ran on", "malloc(0) is a 16-byte block"),
+                     ("crashed", "malloc(0) is an inaccessible slot")),
+    "free-sized-mismatch": (("aborted", "free_sized"), ("aborted", "free_sized")),
+    "free-aligned-sized-mismatch": (("aborted", "free_aligned_sized"),
+                                    ("aborted", "free_aligned_sized")),
 }
+BUILDS = ("default", "secure")
+# Damage found later, with no call to undo: these abort in both modes.
+AFTER_THE_FACT = ("free list corrupted", "write after free detected")
 
 
-def run_case(misuse: str, case: str, lib: str | None) -> tuple[str, str]:
+def run_case(misuse: str, case: str, lib: str | None,
+             extra_env: dict[str, str] | None = None) -> tuple[str, str]:
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
+    env.pop("CORALLOC_ON_ERROR", None)
     if lib:
         env["LD_PRELOAD"] = lib
+    env.update(extra_env or {})
     proc = subprocess.run([misuse, case], env=env, capture_output=True, text=True, timeout=60)
     message = proc.stderr.strip().splitlines()[0] if proc.stderr.strip() else ""
     if proc.returncode == 0:
@@ -71,46 +107,70 @@ def cases(misuse: str) -> list[str]:
     return out.split()
 
 
-def check(lib: str, misuse: str) -> int:
+def matches(want: Expect, got: str, message: str) -> bool:
+    return got == want[0] and (want[0] != "aborted" or (
+        message.startswith("coralloc: error: ") and want[1] in message))
+
+
+def same_text(a: str, b: str) -> bool:
+    """Equal but for addresses (each run maps elsewhere)."""
+    return re.sub(r"0x[0-9a-f]+", "0x...", a) == re.sub(r"0x[0-9a-f]+", "0x...", b)
+
+
+def check(build: str, lib: str, misuse: str) -> int:
+    """Every case ends as EXPECT says for `build`; a case the build aborts
+    on also runs with CORALLOC_ON_ERROR=warn, where it must print the same
+    message and go on to exit 0 (the misuse leaked, nothing corrupted),
+    except damage found after the fact (AFTER_THE_FACT), which aborts in
+    both modes."""
+    column = BUILDS.index(build)
     failures = 0
     listed = cases(misuse)
     for case in listed:
-        want, text = EXPECT[case]
+        want = EXPECT[case][column]
         got, message = run_case(misuse, case, lib)
-        ok = got == want and (want != "aborted" or (
-            message.startswith("coralloc: error: ") and text in message))
+        ok = matches(want, got, message)
         print(f"{'ok  ' if ok else 'FAIL'} {case:30} {got:8} {message[:90]}")
         failures += not ok
+        if ok and want[0] == "aborted" and want[1] not in AFTER_THE_FACT:
+            wgot, wmessage = run_case(misuse, case, lib, {"CORALLOC_ON_ERROR": "warn"})
+            wok = wgot == "ran on" and same_text(wmessage, message)
+            print(f"{'ok  ' if wok else 'FAIL'} {case + ' (warn)':30} {wgot:8} {wmessage[:90]}")
+            failures += not wok
     missing = set(EXPECT) - set(listed)
     for case in sorted(missing):
         print(f"FAIL {case}: expected but not in the program")
     failures += len(missing)
-    detected = sum(EXPECT[c][0] == "aborted" for c in listed)
-    print(f"misuse: {len(listed)} cases, {detected} detected by the default build, "
+    detected = sum(EXPECT[c][column][0] == "aborted" for c in listed)
+    print(f"misuse ({build} build): {len(listed)} cases, {detected} aborted with a message, "
           f"{failures} unexpected")
     return 1 if failures else 0
 
 
-def table(lib: str, misuse: str) -> int:
-    print("| case | coralloc (default build) | glibc 2.36 |")
-    print("|---|---|---|")
-    counts = {"coralloc": 0, "glibc": 0}
+def table(lib: str, secure_lib: str, misuse: str) -> int:
+    print("| case | default build | secure build | glibc 2.36 |")
+    print("|---|---|---|---|")
+    names = ("default", "secure", "glibc")
+    counts = dict.fromkeys(names, 0)
     for case in cases(misuse):
         row = []
-        for name, preload in (("coralloc", lib), ("glibc", None)):
+        for name, preload in zip(names, (lib, secure_lib, None)):
             got, message = run_case(misuse, case, preload)
             counts[name] += got == "aborted"
-            row.append(got + (f": `{message[:70]}`" if got == "aborted" and message else ""))
-        print(f"| {case} | {row[0]} | {row[1]} |")
-    print(f"| **aborted with a message** | **{counts['coralloc']}** | **{counts['glibc']}** |")
+            row.append(got + (f": `{message[:60]}`" if got == "aborted" and message else ""))
+        print(f"| {case} | {' | '.join(row)} |")
+    print("| **aborted with a message** | " +
+          " | ".join(f"**{counts[n]}**" for n in names) + " |")
     return 0
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 4 or argv[1] not in ("check", "table"):
-        print(__doc__, file=sys.stderr)
-        return 2
-    return check(argv[2], argv[3]) if argv[1] == "check" else table(argv[2], argv[3])
+    if len(argv) == 5 and argv[1] == "check" and argv[2] in BUILDS:
+        return check(argv[2], argv[3], argv[4])
+    if len(argv) == 5 and argv[1] == "table":
+        return table(argv[2], argv[3], argv[4])
+    print(__doc__, file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -60,13 +60,15 @@ option_bad_value)
     [ ! -e "$TMP/ran" ] || fail "the command ran despite the bad option"
     ;;
 secure_missing)
-    dir=$(dirname "$(readlink -f "$CMD")")
-    if ls "$dir"/libcoralloc-secure.so* >/dev/null 2>&1; then
-        echo "SKIP: a secure build exists beside $CMD"
-        exit 77
-    fi
+    # A copy of the command where no library lies beside it.
+    cp "$CMD" "$TMP/coralloc"
+    CMD="$TMP/coralloc"
     usage_error "secure build (libcoralloc-secure.so) is not installed" run --secure -- touch "$TMP/ran"
     [ ! -e "$TMP/ran" ] || fail "the command ran without the secure build"
+    ;;
+secure_preloads)
+    run run --secure -- "$PROBE"
+    [ "$status" = 0 ] || fail "probe under coralloc run --secure: exit $status: $out $err"
     ;;
 run_preloads)
     # The probe fails without coralloc, passes with it.

@@ -166,17 +166,12 @@ void coral_free_aligned_sized(void *p, size_t alignment, size_t size) {
 
 /* ---- the secure build ------------------------------------------------------------------ */
 
-void *coral_secure_alloc(coral_heap_t *heap, size_t size, bool zero) {
-    if (coral_unlikely(size == 0)) {
-        void *slot = coral_zero_slot_alloc();
-        if (slot != NULL) return slot; /* else (every slot taken) a block */
-    }
-    /* Blocks of a size class are cleared after their fill is checked; the
-     * plain path clears large and huge ones (fresh memory stays untouched). */
-    size_t inner = coral_secure_inner_size(size);
-    bool big = inner > CORAL_CLASS_MAX_SIZE;
-    void *p = coral_heap_alloc_plain(heap, inner, zero && big);
-    if (p != NULL) coral_secure_block_out(p, zero && !big ? size : 0);
+void *coral_secure_alloc_zero(coral_heap_t *heap) {
+    void *slot = coral_zero_slot_alloc();
+    if (slot != NULL) return slot;
+    /* Every slot is taken: a block. */
+    void *p = coral_heap_alloc_plain(heap, CORAL_CANARY_SIZE, false);
+    if (p != NULL) coral_secure_block_out(p, 0);
     return p;
 }
 
@@ -187,7 +182,7 @@ void *coral_malloc_aligned_in(coral_heap_t *heap, size_t size, size_t alignment,
     if (alignment <= CORAL_ALIGNMENT) return coral_heap_alloc_inline(heap, size, zero);
     if (!CORAL_SECURE) return aligned_plain(heap, size, alignment, zero);
     void *p = aligned_plain(heap, coral_secure_inner_size(size), alignment, false);
-    if (p != NULL) coral_secure_block_out(p, zero ? size : 0);
+    if (p != NULL) coral_secure_block_out_any(p, zero ? size : 0);
     return p;
 }
 
@@ -288,9 +283,7 @@ CORAL_INLINE void *realloc_in(coral_heap_t *heap, void *p, size_t size, bool any
     if (seg->kind == CORAL_SEGMENT_HUGE) {
         bool same = any_heap || coral_page_heap(&seg->pages[0]) == heap ||
                     (coral_page_heap(&seg->pages[0]) == NULL && heap->is_default);
-        /* (The secure build's huge blocks end at a guard page: they move.) */
-        if (!CORAL_SECURE && same && size > CORAL_LARGE_MAX_SIZE)
-            return coral_huge_realloc(seg, p, size);
+        if (same && size > CORAL_LARGE_MAX_SIZE) return coral_huge_realloc(seg, p, size);
         return realloc_move(heap, p, usable, size);
     }
     coral_page_t *page = coral_segment_page_of(seg, p);
@@ -304,6 +297,7 @@ CORAL_INLINE void *realloc_in(coral_heap_t *heap, void *p, size_t size, bool any
     if (page->class_idx == CORAL_CLASS_LARGE && owner && same && size > CORAL_CLASS_MAX_SIZE &&
         size <= CORAL_LARGE_MAX_SIZE) {
         void *q = coral_realloc_large_in_place(page, p, size);
+        if (q != NULL && CORAL_SECURE) coral_secure_block_out_any(q, 0); /* its new canary */
         if (q != NULL) return q;
     } else if (same && size <= usable && size >= usable / 2) {
         return p; /* shrinking by less than half: keep the block */

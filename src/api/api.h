@@ -83,17 +83,34 @@ CORAL_INLINE void *coral_heap_alloc_plain(coral_heap_t *heap, size_t size, bool 
     return block;
 }
 
-/* The secure build's malloc (alloc.c): room for the canary, the block's
- * checks (page.h), malloc(0)'s inaccessible slots. */
-void *coral_secure_alloc(coral_heap_t *heap, size_t size, bool zero);
+/* The secure build's malloc(0) (alloc.c): an inaccessible slot. */
+void *coral_secure_alloc_zero(coral_heap_t *heap);
 
-/* malloc (zero: calloc) from heap: what every allocating call goes through. */
+/* malloc (zero: calloc) from heap: what every allocating call goes through.
+ * The secure build asks for room for the canary and checks the block
+ * (page.h): blocks of a size class are cleared after their fill is
+ * checked, large and huge ones by the plain path (fresh memory stays
+ * untouched). */
 CORAL_INLINE void *coral_heap_alloc_inline(coral_heap_t *heap, size_t size, bool zero) {
-#if CORAL_SECURE
-    return coral_secure_alloc(heap, size, zero);
-#else
-    return coral_heap_alloc_plain(heap, size, zero);
-#endif
+    if (!CORAL_SECURE) return coral_heap_alloc_plain(heap, size, zero);
+    if (coral_unlikely(size == 0)) {
+        void *p = coral_secure_alloc_zero(heap);
+        if (p == NULL) errno = ENOMEM;
+        return p;
+    }
+    size_t inner = coral_secure_inner_size(size);
+    if (coral_likely(inner <= CORAL_DIRECT_MAX_SIZE)) { /* the fast path knows the page */
+        coral_page_t *page;
+        coral_block_t *block = coral_pop_direct(heap, inner, &page);
+        if (coral_likely(block != NULL)) {
+            coral_secure_page_out(page, block, zero ? size : 0);
+            return block;
+        }
+    }
+    bool big = inner > CORAL_CLASS_MAX_SIZE;
+    void *p = coral_heap_alloc_plain(heap, inner, zero && big);
+    if (coral_likely(p != NULL)) coral_secure_block_out(p, zero && !big ? size : 0);
+    return p;
 }
 
 CORAL_INLINE void *coral_malloc_inline(size_t size) {
@@ -130,9 +147,6 @@ CORAL_INLINE void coral_free_owned(coral_page_t *slice, void *p) {
 }
 
 CORAL_INLINE void coral_free_inline(void *p) {
-    /* The secure build checks the block first: a misuse it reports (with
-     * CORALLOC_ON_ERROR=warn) leaves the block alone. */
-    if (CORAL_SECURE && !coral_secure_block_check(p, true)) return;
     uintptr_t a = (uintptr_t)p;
     /* NULL lands here too: the first 4 MiB of the address space is never a
      * segment. */
@@ -145,6 +159,12 @@ CORAL_INLINE void coral_free_inline(void *p) {
      * INTERIOR (a later slice of a multi-slice page), which the heap's
      * path resolves. */
     coral_page_t *slice = coral_segment_slice_of(seg, p);
+    /* The secure build checks the block first: a misuse it reports (with
+     * CORALLOC_ON_ERROR=warn) leaves the block alone. */
+    if (CORAL_SECURE && seg->kind == CORAL_SEGMENT_NORMAL) {
+        coral_page_t *page = coral_slice_head(slice);
+        if (page->slice_count != 0 && !coral_secure_page_check(page, p, true)) return;
+    }
     if (coral_likely(atomic_load_explicit(&seg->thread_id, memory_order_relaxed) ==
                      coral_thread_id())) {
         coral_free_owned(slice, p);

@@ -94,12 +94,21 @@ void *coral_heap_malloc_large(coral_heap_t *heap, size_t size, size_t alignment,
 /* Grow or shrink a large block in place, within its segment (owner only).
  * NULL when the slices after it are taken. */
 void *coral_realloc_large_in_place(coral_page_t *page, void *p, size_t size) {
-    if (CORAL_SECURE) return NULL; /* the guard page stays where it is: the block moves */
     size_t offset = (size_t)((uint8_t *)p - page->start);
-    size_t slices = align_up(offset + size, CORAL_SLICE_SIZE) / CORAL_SLICE_SIZE;
+    /* (The secure build: room for the canary, which the caller writes,
+     * and the guard page moves to the new end.) */
+    size_t need = offset + coral_secure_inner_size(size) + CORAL_GUARD_SIZE;
+    size_t slices = align_up(need, CORAL_SLICE_SIZE) / CORAL_SLICE_SIZE;
     size_t old_usable = page->block_size - offset;
-    if (!coral_span_resize(page, slices)) return NULL;
-    page->block_size = slices * CORAL_SLICE_SIZE;
+    uint8_t *old_guard = page->start + page->block_size;
+    if (CORAL_SECURE) (void)coral_os_protect(old_guard, CORAL_GUARD_SIZE, true);
+    if (!coral_span_resize(page, slices)) {
+        if (CORAL_SECURE) (void)coral_os_protect(old_guard, CORAL_GUARD_SIZE, false);
+        return NULL;
+    }
+    page->block_size = slices * CORAL_SLICE_SIZE - CORAL_GUARD_SIZE;
+    if (CORAL_SECURE)
+        (void)coral_os_protect(page->start + page->block_size, CORAL_GUARD_SIZE, false);
     if (coral_populate_adaptive()) coral_populate_growth(p, old_usable, size);
     return p;
 }
@@ -315,13 +324,22 @@ void *coral_huge_realloc(coral_segment_t *seg, void *p, size_t size) {
         return NULL;
     }
     size_t end = align_up(offset + size, CORAL_OS_PAGE_SIZE);
-    size_t total = align_up(end, CORAL_SEGMENT_SIZE);
+    size_t total = align_up(end + CORAL_GUARD_SIZE, CORAL_SEGMENT_SIZE);
+    /* The secure build's guard page moves to the block's new end. */
+    uint8_t *old_guard = seg->pages[0].start + seg->pages[0].block_size;
+    if (CORAL_SECURE) (void)coral_os_protect(old_guard, CORAL_GUARD_SIZE, true);
     if (total > seg->size) {
-        seg = huge_grow(seg, total);
-        if (seg == NULL) return NULL;
+        coral_segment_t *grown = huge_grow(seg, total);
+        if (grown == NULL) {
+            if (CORAL_SECURE) (void)coral_os_protect(old_guard, CORAL_GUARD_SIZE, false);
+            return NULL;
+        }
+        seg = grown;
     } else if (total < seg->size && end + seg->size / 4 < seg->size) {
         huge_shrink(seg, total); /* much smaller: give chunks back */
     }
+    if (CORAL_SECURE)
+        (void)coral_os_protect(coral_segment_base(seg) + end, CORAL_GUARD_SIZE, false);
     size_t old_size = seg->pages[0].block_size;
     int64_t delta = (int64_t)(end - offset) - (int64_t)old_size;
     coral_count(&coral_counters.huge_bytes, delta);

@@ -13,6 +13,8 @@
 #ifndef CORAL_PAGE_H
 #define CORAL_PAGE_H
 
+#include <string.h>
+
 #include "segment/segment.h"
 
 /* ---- size classes ----------------------------------------------------------
@@ -184,7 +186,8 @@ CORAL_INLINE void coral_block_set_next(coral_block_t *block, coral_block_t *next
 #define CORAL_CANARY_SIZE (CORAL_SECURE ? (size_t)8 : 0)
 #define CORAL_GUARD_SIZE (CORAL_SECURE ? CORAL_OS_PAGE_SIZE : 0)
 #define CORAL_FILL_BYTE 0xdf
-#define CORAL_FILL_MAX ((size_t)4096)
+#define CORAL_FILL_WORD (0x0101010101010101ull * CORAL_FILL_BYTE)
+#define CORAL_FILL_MAX ((size_t)64)
 
 /* The bytes asked of the plain allocator for a request of size bytes: room
  * for the canary (saturating: a size near SIZE_MAX still fails). */
@@ -192,19 +195,11 @@ CORAL_INLINE size_t coral_secure_inner_size(size_t size) {
     return size + CORAL_CANARY_SIZE < size ? SIZE_MAX : size + CORAL_CANARY_SIZE;
 }
 
-/* Called once at start-up, before any block is linked: the key. */
+/* Called once at start-up, before any block is linked: the keys. */
 void coral_secure_init(void);
 /* A page's epoch, part of its blocks' freed marks: the marks a span's
  * earlier pages left in its memory never match a new page's blocks. */
 uint32_t coral_secure_next_epoch(void);
-/* A block p (at most CORAL_LARGE_MAX_SIZE) just taken for a request: a
- * write after free is reported (fatal), the first `zero` bytes cleared,
- * the canary written. Huge blocks need none of it. */
-void coral_secure_block_out(void *p, size_t zero);
-/* The checks a free (`release`: then the freed mark and the fill are
- * written) or a realloc (a live block) makes of p: false when it found a
- * misuse (reported; with CORALLOC_ON_ERROR=warn the caller leaves p). */
-bool coral_secure_block_check(void *p, bool release);
 /* Link n fresh blocks from `first` (block_size apart) in a random order in
  * front of `rest`: the head of the new list. */
 coral_block_t *coral_secure_carve(uint8_t *first, uint32_t n, size_t block_size,
@@ -215,6 +210,111 @@ coral_block_t *coral_secure_carve(uint8_t *first, uint32_t n, size_t block_size,
 void *coral_zero_slot_alloc(void);
 bool coral_is_zero_slot(const void *p);
 bool coral_zero_slot_free(void *p);
+/* The slow halves of the checks below (secure.c): p is not a block start
+ * (an aligned block, or a misuse), or its mark is not its canary. */
+bool coral_secure_check_slow(coral_page_t *page, void *p, bool release);
+void coral_secure_block_out_any(void *p, size_t zero);
+CORAL_COLD __attribute__((noreturn)) void coral_secure_write_after_free(const coral_page_t *page,
+                                                                        const uint8_t *block);
+
+#if CORAL_SECURE
+/* Written once by coral_secure_init; read-only afterwards. */
+extern uint64_t coral_canary_key, coral_freed_key;
+#endif
+
+CORAL_INLINE uint64_t coral_canary_of(const void *block) {
+#if CORAL_SECURE
+    return coral_canary_key ^ (uintptr_t)block;
+#else
+    return (uintptr_t)block;
+#endif
+}
+
+CORAL_INLINE uint64_t coral_freed_mark_of(const coral_page_t *page, const void *block) {
+#if CORAL_SECURE
+    return coral_freed_key ^ (uintptr_t)block ^ (uint64_t)page->epoch * 0x9e3779b97f4a7c15ull;
+#else
+    (void)page;
+    return (uintptr_t)block;
+#endif
+}
+
+/* The word after the usable bytes of the block at `block`. */
+CORAL_INLINE uint64_t *coral_mark_word(const coral_page_t *page, void *block) {
+    return (uint64_t *)(void *)((uint8_t *)block + page->block_size - CORAL_CANARY_SIZE);
+}
+
+/* The filled bytes of a freed block of a size class: past its link, up to
+ * its mark or CORAL_FILL_MAX. */
+CORAL_INLINE size_t coral_fill_bytes(const coral_page_t *page) {
+    size_t body = page->block_size - CORAL_CANARY_SIZE;
+    if (body > CORAL_FILL_MAX) body = CORAL_FILL_MAX;
+    return body - sizeof(coral_block_t);
+}
+
+/* The page in use of a pointer into a normal segment, else NULL. */
+CORAL_INLINE coral_page_t *coral_secure_page_of(const void *p) {
+    if (coral_map_kind((uintptr_t)p) != CORAL_MAP_SEGMENT) return NULL;
+    coral_segment_t *seg = coral_ptr_segment(p);
+    if (seg->kind != CORAL_SEGMENT_NORMAL) return NULL;
+    coral_page_t *page = coral_segment_page_of(seg, p);
+    return page->slice_count != 0 ? page : NULL;
+}
+
+/* The checks a free (`release`: then the freed mark and the fill are
+ * written) or a realloc (a live block) makes of p, in `page` (in use, of a
+ * normal segment): false when it found a misuse (reported; with
+ * CORALLOC_ON_ERROR=warn the caller leaves p). The common case, a block
+ * start whose canary is intact, needs no division: an interior pointer
+ * never finds its own canary a block size after it. */
+CORAL_INLINE bool coral_secure_page_check(coral_page_t *page, void *p, bool release) {
+    uint8_t *block = p;
+    size_t blocks_end = (size_t)page->reserved * page->block_size; /* (the mark read is in it) */
+    if (coral_unlikely((size_t)(block - page->start) + page->block_size > blocks_end ||
+                       *coral_mark_word(page, block) != coral_canary_of(block)))
+        return coral_secure_check_slow(page, p, release);
+    if (release && page->class_idx != CORAL_CLASS_LARGE) {
+        uint64_t *w = (uint64_t *)(void *)block + 1;
+        for (size_t n = coral_fill_bytes(page) / 8; n > 0; n--) {
+            __asm__("" : "+r"(w)); /* a few stores: no call to memset */
+            *w++ = CORAL_FILL_WORD;
+        }
+        *coral_mark_word(page, block) = coral_freed_mark_of(page, block);
+    }
+    return true;
+}
+
+/* The same for any pointer: huge blocks, freed pages and pointers not ours
+ * pass (the plain path checks them). */
+CORAL_INLINE bool coral_secure_block_check(void *p, bool release) {
+    if (!CORAL_SECURE) return true;
+    coral_page_t *page = coral_secure_page_of(p);
+    return page == NULL || coral_secure_page_check(page, p, release);
+}
+
+/* A block just popped off `page`'s free list for a request: a write after
+ * free is reported (fatal), the first `zero` bytes cleared, the canary
+ * written. */
+CORAL_INLINE void coral_secure_page_out(coral_page_t *page, void *p, size_t zero) {
+    uint64_t *mark = coral_mark_word(page, p);
+    if (page->class_idx != CORAL_CLASS_LARGE && *mark == coral_freed_mark_of(page, p)) {
+        const uint64_t *w = (const uint64_t *)p + 1;
+        for (size_t n = coral_fill_bytes(page) / 8; n > 0; n--, w++)
+            if (coral_unlikely(*w != CORAL_FILL_WORD)) coral_secure_write_after_free(page, p);
+    }
+    *mark = coral_canary_of(p);
+    if (zero != 0) memset(p, 0, zero);
+}
+
+/* The same for a block start p (at most CORAL_LARGE_MAX_SIZE) from any
+ * path; huge blocks need none of it. */
+CORAL_INLINE void coral_secure_block_out(void *p, size_t zero) {
+    coral_page_t *page = coral_secure_page_of(p);
+    if (page != NULL)
+        coral_secure_page_out(page, p, zero);
+    else if (zero != 0)
+        memset(p, 0, zero);
+}
 
 /* ---- orphan pages (reclaim.c) ------------------------------------------------------ */
 

@@ -11,15 +11,15 @@
 /* Written once by coral_secure_init, before the first block is linked or
  * handed out; read-only afterwards. */
 uintptr_t coral_list_key;
-static uintptr_t canary_key, freed_key;
+uint64_t coral_canary_key, coral_freed_key;
 
 void coral_secure_init(void) {
-    uintptr_t keys[3];
+    uint64_t keys[3];
     coral_os_random(keys, sizeof keys);
-    coral_list_key = keys[0];
-    canary_key = keys[1];
+    coral_list_key = (uintptr_t)keys[0];
+    coral_canary_key = keys[1];
     /* The two marks of a block must never be equal. */
-    freed_key = keys[2] != keys[1] ? keys[2] : ~keys[1];
+    coral_freed_key = keys[2] != keys[1] ? keys[2] : ~keys[1];
 }
 
 static _Atomic(uint32_t) epochs;
@@ -34,89 +34,48 @@ void coral_bad_link(const coral_block_t *block, uintptr_t next) {
                 (const void *)block, (void *)next);
 }
 
-/* ---- canaries, freed marks and the fill ------------------------------------------ */
-
-static uint64_t canary_of(const uint8_t *block) { return canary_key ^ (uintptr_t)block; }
-static uint64_t freed_mark_of(const coral_page_t *page, const uint8_t *block) {
-    return freed_key ^ (uintptr_t)block ^ (uint64_t)page->epoch * 0x9e3779b97f4a7c15ull;
+void coral_secure_write_after_free(const coral_page_t *page, const uint8_t *block) {
+    const uint8_t *b = block + sizeof(coral_block_t), *end = b + coral_fill_bytes(page);
+    while (b < end && *b == CORAL_FILL_BYTE) b++;
+    coral_fatal("write after free detected: block %p of %zu bytes was written at offset %zu after "
+                "it was freed",
+                (const void *)block, page->block_size - CORAL_CANARY_SIZE, (size_t)(b - block));
 }
 
-/* The word after the usable bytes of the block at `block` of `page`. */
-static uint64_t *mark_word(const coral_page_t *page, uint8_t *block) {
-    return (uint64_t *)(void *)(block + page->block_size - CORAL_CANARY_SIZE);
-}
+/* ---- the slow halves of the block checks (page.h) ------------------------------- */
 
-/* The filled bytes of a freed block: past its link, up to the mark or
- * CORAL_FILL_MAX. */
-static size_t fill_bytes(const coral_page_t *page) {
-    size_t body = page->block_size - CORAL_CANARY_SIZE;
-    if (body > CORAL_FILL_MAX) body = CORAL_FILL_MAX;
-    return body - sizeof(coral_block_t);
-}
-
-/* The first byte of the fill that changed, or NULL. */
-static const uint8_t *fill_changed(const uint8_t *from, size_t n) {
-    const uint64_t pattern = 0x0101010101010101ull * CORAL_FILL_BYTE;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, from + i, 8);
-        if (w != pattern) break;
-    }
-    for (; i < n; i++)
-        if (from[i] != CORAL_FILL_BYTE) return from + i;
-    return NULL;
-}
-
-/* The page of a block in a normal segment, or NULL (huge, not ours). */
-static coral_page_t *normal_page_of(const void *p) {
-    if (coral_map_kind((uintptr_t)p) != CORAL_MAP_SEGMENT) return NULL;
-    coral_segment_t *seg = coral_ptr_segment(p);
-    if (seg->kind != CORAL_SEGMENT_NORMAL) return NULL;
-    return coral_segment_page_of(seg, p);
-}
-
-void coral_secure_block_out(void *p, size_t zero) {
-    coral_page_t *page = normal_page_of(p);
-    if (page == NULL) return;
-    uint8_t *block = coral_page_block_start(page, p);
-    uint64_t *mark = mark_word(page, block);
-    if (page->class_idx != CORAL_CLASS_LARGE && *mark == freed_mark_of(page, block)) {
-        const uint8_t *changed = fill_changed(block + sizeof(coral_block_t), fill_bytes(page));
-        if (changed != NULL)
-            coral_fatal("write after free detected: block %p of %zu bytes was written at offset "
-                        "%zu after it was freed",
-                        (void *)block, page->block_size - CORAL_CANARY_SIZE,
-                        (size_t)(changed - block));
-    }
-    if (zero != 0) memset(p, 0, zero);
-    *mark = canary_of(block);
-}
-
-bool coral_secure_block_check(void *p, bool release) {
-    coral_page_t *page = normal_page_of(p);
-    if (page == NULL || page->slice_count == 0) return true; /* the plain path's checks */
+bool coral_secure_check_slow(coral_page_t *page, void *p, bool release) {
     uint8_t *block = coral_page_block_start(page, p);
     size_t usable = page->block_size - CORAL_CANARY_SIZE;
     if (block != (uint8_t *)p && !(page->shared_flags & CORAL_PAGE_HAS_ALIGNED)) {
         coral_misuse("invalid pointer %p (inside a block of %zu bytes, not its start)", p, usable);
         return false;
     }
-    uint64_t *mark = mark_word(page, block);
-    if (*mark == freed_mark_of(page, block)) {
+    uint64_t *mark = coral_mark_word(page, block);
+    if (*mark == coral_freed_mark_of(page, block)) {
         coral_misuse("double free detected: block %p of %zu bytes was already free", p, usable);
         return false;
     }
-    if (*mark != canary_of(block)) {
+    if (*mark != coral_canary_of(block)) {
         coral_misuse("heap overflow detected: block %p of %zu bytes was written past its end", p,
                      usable);
         return false;
     }
     if (release && page->class_idx != CORAL_CLASS_LARGE) {
-        memset(block + sizeof(coral_block_t), CORAL_FILL_BYTE, fill_bytes(page));
-        *mark = freed_mark_of(page, block);
+        memset(block + sizeof(coral_block_t), CORAL_FILL_BYTE, coral_fill_bytes(page));
+        *mark = coral_freed_mark_of(page, block);
     }
     return true;
+}
+
+/* An aligned allocation's pointer: its block's start first. */
+void coral_secure_block_out_any(void *p, size_t zero) {
+    coral_page_t *page = coral_secure_page_of(p);
+    if (page != NULL) {
+        uint8_t *block = coral_page_block_start(page, p);
+        coral_secure_block_out(block, 0);
+    }
+    if (zero != 0) memset(p, 0, zero);
 }
 
 /* ---- fresh blocks in a random order ------------------------------------------------ */

@@ -65,7 +65,7 @@ deb: build
 # process (fork, fork_override: qemu 7.2 asserts in the child,
 # "cpu == current_cpu"); churn (its RSS bound would count qemu's own
 # translation cache). See docs/PLATFORMS.md.
-ARM64_EXCLUDE = ^(preload_.*|valgrind_.*|bench_runner|misuse|misuse_secure|fuzz_secure|errors|heaps|stats|stats_override|purge|populate|reclaim|fork|fork_override|churn)$$
+ARM64_EXCLUDE = ^(preload_.*|valgrind_.*|bench_runner|misuse|misuse_secure|fuzz_secure|errors|faults|heaps|stats|stats_override|purge|populate|reclaim|fork|fork_override|churn)$$
 build-arm64/.configured:
 	$(CMAKE) -S . -B build-arm64 -DCMAKE_BUILD_TYPE=Release -DCORAL_SKIP_RUST=ON \
 		-DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-toolchain.cmake >/dev/null

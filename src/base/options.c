@@ -38,7 +38,7 @@ static const option_desc_t option_descs[CORAL_OPT_COUNT] = {
                                 "purge from a background thread (else from allocating threads)",
                                 false},
     [CORAL_OPT_FAIL_OS_AFTER] = {"FAIL_OS_AFTER", 0, 0, INT64_MAX, false,
-                                 "testing: make the Nth OS mapping call fail (0: never)", true},
+                                 "testing: make the Nth kernel call fail (0: never)", true},
     [CORAL_OPT_POPULATE] = {"POPULATE", CORAL_POPULATE_ADAPTIVE, 0, 2, false,
                             "prefault policy: off, on (every mapping) or adaptive", true,
                             populate_names},

@@ -1,7 +1,7 @@
 /* The kernel calls: every mmap, munmap, madvise, mremap, mincore and mprotect
  * coralloc makes goes through here, so each call and the bytes it touches
- * are counted. CORALLOC_FAIL_OS_AFTER=N makes the Nth call that maps memory
- * (mmap, and the mmap that extends a mapping) fail, for testing. */
+ * are counted. CORALLOC_FAIL_OS_AFTER=N makes the Nth of them fail, for
+ * testing. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdatomic.h>
@@ -21,13 +21,20 @@ static void mapped_add(int64_t delta) {
     coral_count_gauge(&coral_counters.mapped, &coral_counters.mapped_peak, delta);
 }
 
-/* Failure injection: counts mapping calls; the Nth one fails. */
-static _Atomic(int64_t) os_map_calls_seen;
+/* Failure injection (CORALLOC_FAIL_OS_AFTER=N): counts the kernel calls;
+ * the Nth one fails as the kernel would fail it (errno ENOMEM), without
+ * being made. Every call counts but one: making a guard page accessible
+ * again (mprotect to read-write), which the secure build cannot do
+ * without. */
+static _Atomic(int64_t) os_calls_seen;
 
 static bool os_should_fail(void) {
     int64_t fail_at = coral_option(CORAL_OPT_FAIL_OS_AFTER);
     if (coral_likely(fail_at <= 0)) return false;
-    return atomic_fetch_add_explicit(&os_map_calls_seen, 1, memory_order_relaxed) + 1 == fail_at;
+    if (atomic_fetch_add_explicit(&os_calls_seen, 1, memory_order_relaxed) + 1 != fail_at)
+        return false;
+    errno = ENOMEM;
+    return true;
 }
 
 static void *os_mmap(void *hint, size_t size, int prot) {
@@ -50,7 +57,7 @@ void *coral_os_map(size_t size) { return os_mmap(NULL, size, PROT_READ | PROT_WR
 void coral_os_unmap(void *p, size_t size) {
     if (p == NULL || size == 0) return;
     coral_count_os_call(CORAL_OS_MUNMAP, size);
-    if (munmap(p, size) != 0)
+    if (os_should_fail() || munmap(p, size) != 0)
         coral_message("munmap(%p, %zu) failed: errno %d", p, size, errno);
     else
         mapped_add(-(int64_t)size);
@@ -83,7 +90,7 @@ void *coral_os_map_aligned(size_t size, size_t alignment) {
 bool coral_os_purge(void *p, size_t size) {
     if (size == 0) return true;
     coral_count_os_call(CORAL_OS_PURGE, size);
-    if (madvise(p, size, MADV_DONTNEED) != 0) {
+    if (os_should_fail() || madvise(p, size, MADV_DONTNEED) != 0) {
         coral_message("madvise(%p, %zu, DONTNEED) failed: errno %d", p, size, errno);
         return false;
     }
@@ -108,7 +115,9 @@ bool coral_os_extend(void *end, size_t size) {
 /* One mremap of [src, src + size) onto dst; dst's own pages are dropped. */
 static bool os_move_once(uint8_t *src, uint8_t *dst, size_t size) {
     coral_count_os_call(CORAL_OS_REMAP, size);
-    if (mremap(src, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, dst) == MAP_FAILED) return false;
+    if (os_should_fail() ||
+        mremap(src, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, dst) == MAP_FAILED)
+        return false;
     mapped_add(-(int64_t)size); /* the source range is gone */
     return true;
 }
@@ -140,7 +149,7 @@ void coral_os_move(void *src, void *dst, size_t size, bool keep, size_t piece) {
  * the pages fault in on first touch as usual. */
 void coral_os_populate(void *p, size_t size) {
     coral_count_os_call(CORAL_OS_POPULATE, size);
-    (void)madvise(p, size, MADV_POPULATE_WRITE);
+    if (!os_should_fail()) (void)madvise(p, size, MADV_POPULATE_WRITE);
 }
 
 /* Which pages of [p, p + size) (page-aligned) are resident: vec gets a
@@ -148,13 +157,13 @@ void coral_os_populate(void *p, size_t size) {
  * cannot tell (vec is then untouched). */
 bool coral_os_resident(const void *p, size_t size, unsigned char *vec) {
     coral_count_os_call(CORAL_OS_MINCORE, size);
-    return mincore((void *)(uintptr_t)p, size, vec) == 0;
+    return !os_should_fail() && mincore((void *)(uintptr_t)p, size, vec) == 0;
 }
 
 /* Ask for transparent huge pages over the range (THP in "madvise" mode). */
 static void os_advise_hugepage(void *p, size_t size) {
     coral_count_os_call(CORAL_OS_ADVISE, size);
-    (void)madvise(p, size, MADV_HUGEPAGE);
+    if (!os_should_fail()) (void)madvise(p, size, MADV_HUGEPAGE);
 }
 
 /* CORALLOC_HUGE_PAGES advises huge pages for a new segment once the process
@@ -174,7 +183,9 @@ void coral_os_new_segment(void *base, size_t size, size_t header) {
 
 bool coral_os_protect(void *p, size_t size, bool accessible) {
     coral_count_os_call(CORAL_OS_PROTECT, size);
-    if (mprotect(p, size, accessible ? PROT_READ | PROT_WRITE : PROT_NONE) == 0) return true;
+    if ((accessible || !os_should_fail()) &&
+        mprotect(p, size, accessible ? PROT_READ | PROT_WRITE : PROT_NONE) == 0)
+        return true;
     coral_message("mprotect(%p, %zu) failed: errno %d", p, size, errno);
     return false;
 }

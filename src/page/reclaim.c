@@ -21,6 +21,8 @@
  * descriptor under the lock; a page it claimed stays until it clears BUSY. */
 #include <pthread.h>
 
+#include <string.h>
+
 #include "page/page.h"
 
 static pthread_mutex_t orphans_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -103,7 +105,9 @@ static void orphan_purge(coral_page_t *page) {
     coral_segment_t *seg = coral_ptr_segment(page);
     uint8_t *span = coral_segment_base(seg) + (size_t)(page - seg->pages) * CORAL_SLICE_SIZE;
     size_t size = (size_t)page->slice_count * CORAL_SLICE_SIZE;
-    coral_os_purge(span, size);
+    /* The owner takes the page back as zero memory: made so by hand when
+     * the kernel refused. */
+    if (!coral_os_purge(span, size)) memset(span, 0, size);
     coral_count(&coral_counters.orphans_reclaimed, 1);
     coral_count(&coral_counters.orphan_bytes_reclaimed, (int64_t)size);
     atomic_fetch_and_explicit(&page->thread_free, ~CORAL_TF_BUSY, memory_order_release);

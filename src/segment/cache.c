@@ -385,9 +385,10 @@ uint64_t coral_segment_cache_purge(uint64_t now, bool force) {
     for (size_t passes = 0; passes < 2 * CACHE_SLOTS; passes++) {
         if (atomic_load_explicit(&cache_bytes, memory_order_relaxed) == 0) break;
         if (!cache_take_due(now, force, &r, &next)) break;
-        coral_os_purge(r.base, r.dirty);
-        r.dirty = 0; /* all zero now, the header too */
-        r.headers = 0;
+        if (coral_os_purge(r.base, r.dirty)) {
+            r.dirty = 0; /* all zero now, the header too */
+            r.headers = 0;
+        }
         cache_insert(r);
     }
     return next;

@@ -102,9 +102,11 @@ static void segment_purge_free(coral_segment_t *seg) {
         unsigned first = (unsigned)__builtin_ctzll(left);
         uint64_t run = left >> first;
         unsigned n = run == ~(uint64_t)0 ? 64 - first : (unsigned)__builtin_ctzll(~run);
-        coral_os_purge(coral_segment_base(seg) + (size_t)first * CORAL_SLICE_SIZE,
-                       (size_t)n * CORAL_SLICE_SIZE);
-        left &= ~(n >= 64 ? ~(uint64_t)0 : ((((uint64_t)1 << n) - 1) << first));
+        uint64_t run_bits = n >= 64 ? ~(uint64_t)0 : ((((uint64_t)1 << n) - 1) << first);
+        if (!coral_os_purge(coral_segment_base(seg) + (size_t)first * CORAL_SLICE_SIZE,
+                            (size_t)n * CORAL_SLICE_SIZE))
+            purge &= ~run_bits; /* still dirty: purged when the segment is next due */
+        left &= ~run_bits;
     }
     atomic_store_explicit(&seg->dirty_slices, dirty & ~purge, memory_order_relaxed);
     backlog_add_slices(purge, -1);

@@ -175,11 +175,47 @@ void *coral_secure_alloc_zero(coral_heap_t *heap) {
     return p;
 }
 
+/* ---- CORAL_VALGRIND builds ------------------------------------------------------------- */
+
+/* p handed out: memcheck's block, cleared after it is one when zero. */
+static void *valgrind_told(void *p, size_t size, bool zero) {
+    if (p == NULL) return NULL;
+    CORAL_VG(VALGRIND_MALLOCLIKE_BLOCK(p, coral_malloc_usable_size(p), 0, zero));
+    if (zero) memset(p, 0, size);
+    return p;
+}
+
+void *coral_valgrind_alloc(coral_heap_t *heap, size_t size, bool zero) {
+    return valgrind_told(coral_heap_alloc_plain(heap, size, false), size, zero);
+}
+
+/* realloc kept or moved p (of old_usable bytes) to q without malloc and
+ * free: memcheck's block follows. */
+static void *valgrind_resized(void *p, size_t old_usable, void *q) {
+#if CORAL_VALGRIND
+    if (q == NULL) return q;
+    size_t usable = coral_malloc_usable_size(q);
+    if (q == p) {
+        VALGRIND_RESIZEINPLACE_BLOCK(p, old_usable, usable, 0);
+        return q;
+    }
+    VALGRIND_FREELIKE_BLOCK(p, 0);
+    VALGRIND_MALLOCLIKE_BLOCK(q, usable, 0, 0);
+    VALGRIND_MAKE_MEM_DEFINED(q, old_usable < usable ? old_usable : usable);
+#else
+    (void)p;
+    (void)old_usable;
+#endif
+    return q;
+}
+
 static void *aligned_plain(coral_heap_t *heap, size_t size, size_t alignment, bool zero);
 
 /* Aligned allocation; alignment is a power of two. */
 void *coral_malloc_aligned_in(coral_heap_t *heap, size_t size, size_t alignment, bool zero) {
     if (alignment <= CORAL_ALIGNMENT) return coral_heap_alloc_inline(heap, size, zero);
+    if (CORAL_VALGRIND)
+        return valgrind_told(aligned_plain(heap, size, alignment, false), size, zero);
     if (!CORAL_SECURE) return aligned_plain(heap, size, alignment, zero);
     void *p = aligned_plain(heap, coral_secure_inner_size(size), alignment, false);
     if (p != NULL) coral_secure_block_out_any(p, zero ? size : 0);
@@ -283,7 +319,8 @@ CORAL_INLINE void *realloc_in(coral_heap_t *heap, void *p, size_t size, bool any
     if (seg->kind == CORAL_SEGMENT_HUGE) {
         bool same = any_heap || coral_page_heap(&seg->pages[0]) == heap ||
                     (coral_page_heap(&seg->pages[0]) == NULL && heap->is_default);
-        if (same && size > CORAL_LARGE_MAX_SIZE) return coral_huge_realloc(seg, p, size);
+        if (same && size > CORAL_LARGE_MAX_SIZE)
+            return valgrind_resized(p, usable, coral_huge_realloc(seg, p, size));
         return realloc_move(heap, p, usable, size);
     }
     coral_page_t *page = coral_segment_page_of(seg, p);
@@ -298,9 +335,9 @@ CORAL_INLINE void *realloc_in(coral_heap_t *heap, void *p, size_t size, bool any
         size <= CORAL_LARGE_MAX_SIZE) {
         void *q = coral_realloc_large_in_place(page, p, size);
         if (q != NULL && CORAL_SECURE) coral_secure_block_out_any(q, 0); /* its new canary */
-        if (q != NULL) return q;
+        if (q != NULL) return valgrind_resized(p, usable, q);
     } else if (same && size <= usable && size >= usable / 2) {
-        return p; /* shrinking by less than half: keep the block */
+        return valgrind_resized(p, usable, p); /* shrinking by less than half: keep the block */
     }
     return realloc_move(heap, p, usable, size);
 }

@@ -85,6 +85,8 @@ CORAL_INLINE void *coral_heap_alloc_plain(coral_heap_t *heap, size_t size, bool 
 
 /* The secure build's malloc(0) (alloc.c): an inaccessible slot. */
 void *coral_secure_alloc_zero(coral_heap_t *heap);
+/* CORAL_VALGRIND builds' malloc (alloc.c): the block told to memcheck. */
+void *coral_valgrind_alloc(coral_heap_t *heap, size_t size, bool zero);
 
 /* malloc (zero: calloc) from heap: what every allocating call goes through.
  * The secure build asks for room for the canary and checks the block
@@ -92,6 +94,7 @@ void *coral_secure_alloc_zero(coral_heap_t *heap);
  * checked, large and huge ones by the plain path (fresh memory stays
  * untouched). */
 CORAL_INLINE void *coral_heap_alloc_inline(coral_heap_t *heap, size_t size, bool zero) {
+    if (CORAL_VALGRIND) return coral_valgrind_alloc(heap, size, zero);
     if (!CORAL_SECURE) return coral_heap_alloc_plain(heap, size, zero);
     if (coral_unlikely(size == 0)) {
         void *p = coral_secure_alloc_zero(heap);
@@ -147,6 +150,7 @@ CORAL_INLINE void coral_free_owned(coral_page_t *slice, void *p) {
 }
 
 CORAL_INLINE void coral_free_inline(void *p) {
+    if (CORAL_VALGRIND && p != NULL) CORAL_VG(VALGRIND_FREELIKE_BLOCK(p, 0));
     uintptr_t a = (uintptr_t)p;
     /* NULL lands here too: the first 4 MiB of the address space is never a
      * segment. */

@@ -143,15 +143,15 @@ static CORAL_NOINLINE size_t malloc_batch(size_t size, size_t n, void **out) {
     return got;
 }
 
-/* The secure build: each block through malloc, with its checks (page.h). */
-static size_t secure_malloc_each(const size_t *sizes, size_t size, size_t n, void **out) {
+/* CORAL_BULK_BLOCKWISE builds: each block through malloc, with its checks. */
+static size_t blockwise_malloc(const size_t *sizes, size_t size, size_t n, void **out) {
     for (size_t i = 0; i < n; i++)
         if ((out[i] = coral_malloc_inline(sizes != NULL ? sizes[i] : size)) == NULL) return i;
     return n;
 }
 
 size_t coral_malloc_bulk(size_t size, size_t n, void **out) {
-    if (CORAL_SECURE) return secure_malloc_each(NULL, size, n, out);
+    if (CORAL_BULK_BLOCKWISE) return blockwise_malloc(NULL, size, n, out);
     /* A batch goes out of line, so that one block costs no more than the
      * malloc fast path (no registers to save). */
     if (coral_likely(n > 1)) return malloc_batch(size, n, out);
@@ -172,7 +172,7 @@ static CORAL_NOINLINE void *malloc_sizes_slow(size_t size) {
 }
 
 size_t coral_malloc_bulk_sizes(const size_t *sizes, size_t n, void **out) {
-    if (CORAL_SECURE) return secure_malloc_each(sizes, 0, n, out);
+    if (CORAL_BULK_BLOCKWISE) return blockwise_malloc(sizes, 0, n, out);
     size_t i = 0;
     while (i < n) {
         /* The heap is loaded once per stretch of inline pops; the slow path
@@ -587,7 +587,7 @@ static void free_array(runs_t *runs, void *const *ptrs, size_t n) {
 }
 
 void coral_free_bulk(void **ptrs, size_t n) {
-    if (CORAL_SECURE) { /* each block through free, with its checks */
+    if (CORAL_BULK_BLOCKWISE) { /* each block through free, with its checks */
         for (size_t i = 0; i < n; i++) coral_free_inline(ptrs[i]);
         return;
     }

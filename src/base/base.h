@@ -40,6 +40,24 @@
 #define CORAL_SECURE 0
 #endif
 
+/* CORAL_VALGRIND=1 (cmake -DCORAL_VALGRIND=ON): client requests that tell
+ * memcheck where coralloc's blocks are (a block is allocated from malloc to
+ * free and inaccessible after; the allocator's own reads and writes of free
+ * blocks are let through), so that a program run under valgrind gets
+ * memcheck's reports about its blocks. Off: CORAL_VG(...) is nothing. */
+#ifndef CORAL_VALGRIND
+#define CORAL_VALGRIND 0
+#endif
+#if CORAL_VALGRIND
+#include <valgrind/memcheck.h>
+#define CORAL_VG(request) request
+#else
+#define CORAL_VG(request) ((void)0)
+#endif
+/* Bulk calls go block by block through malloc and free (whose checks or
+ * client requests apply to each block). */
+#define CORAL_BULK_BLOCKWISE (CORAL_SECURE || CORAL_VALGRIND)
+
 /* ---- platform ------------------------------------------------------------ */
 #define CORAL_OS_PAGE_SIZE ((size_t)4096)
 #define CORAL_CACHE_LINE 64

@@ -396,7 +396,10 @@ static void heap_release_all(coral_heap_t *heap) {
          page != NULL; page = atomic_load_explicit(&page->delayed_next, memory_order_relaxed))
         atomic_store_explicit(&page->delayed_listed, 0, memory_order_relaxed);
     for (unsigned q = 0; q < CORAL_QUEUE_COUNT; q++)
-        while (heap->queues[q].first != NULL) page_release(coral_queue_first(heap, q));
+        while (heap->queues[q].first != NULL) {
+            if (CORAL_VALGRIND) coral_page_valgrind_forget(coral_queue_first(heap, q));
+            page_release(coral_queue_first(heap, q));
+        }
     pthread_mutex_lock(&heap->huge_lock);
     coral_link_t *l = heap->huge_blocks.first;
     heap->huge_blocks.first = heap->huge_blocks.last = NULL;
@@ -405,6 +408,7 @@ static void heap_release_all(coral_heap_t *heap) {
         coral_link_t *next = l->next;
         coral_segment_t *seg = coral_container_of(l, coral_segment_t, link);
         atomic_store_explicit(&seg->pages[0].owner, NULL, memory_order_relaxed);
+        CORAL_VG(VALGRIND_FREELIKE_BLOCK(seg->pages[0].start, 0));
         coral_huge_release(seg);
         l = next;
     }

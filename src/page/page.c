@@ -371,3 +371,24 @@ void coral_page_release_span(coral_page_t *page) {
         (void)coral_os_protect(page->start + page->block_size, CORAL_GUARD_SIZE, true);
     coral_span_free(page);
 }
+
+#if CORAL_VALGRIND
+void coral_page_valgrind_forget(coral_page_t *page) {
+    if (page->flags & CORAL_PAGE_HAS_ALIGNED) return;
+    if (page->class_idx == CORAL_CLASS_LARGE) {
+        if (page->used != 0) VALGRIND_FREELIKE_BLOCK(page->start, 0);
+        return;
+    }
+    coral_page_collect(page);
+    uint8_t free_seen[4096 / 8] = {0}; /* a page has at most 4096 blocks */
+    for (coral_block_t *b = page->free; b != NULL; b = coral_block_next(b)) {
+        size_t i = (size_t)((uint8_t *)b - page->start) / page->block_size;
+        free_seen[i / 8] |= (uint8_t)(1u << (i % 8));
+    }
+    for (size_t i = 0; i < page->capacity; i++)
+        if (!(free_seen[i / 8] & (1u << (i % 8))))
+            VALGRIND_FREELIKE_BLOCK(page->start + i * page->block_size, 0);
+}
+#else
+void coral_page_valgrind_forget(coral_page_t *page) { (void)page; }
+#endif

@@ -146,7 +146,12 @@ CORAL_COLD __attribute__((noreturn)) void coral_bad_link(const coral_block_t *bl
 #endif
 
 CORAL_INLINE coral_block_t *coral_block_next(const coral_block_t *block) {
-#if CORAL_SECURE
+#if CORAL_VALGRIND
+    VALGRIND_MAKE_MEM_DEFINED(block, sizeof *block); /* a free block: inaccessible */
+    coral_block_t *next = block->next;
+    VALGRIND_MAKE_MEM_NOACCESS(block, sizeof *block);
+    return next;
+#elif CORAL_SECURE
     uintptr_t next = (uintptr_t)block->next ^ coral_list_key ^ (uintptr_t)block;
     if (coral_unlikely(next != 0 && ((((next ^ (uintptr_t)block) >> CORAL_SEGMENT_SHIFT) != 0) |
                                      (next & (CORAL_ALIGNMENT - 1)))))
@@ -158,7 +163,11 @@ CORAL_INLINE coral_block_t *coral_block_next(const coral_block_t *block) {
 }
 
 CORAL_INLINE void coral_block_set_next(coral_block_t *block, coral_block_t *next) {
-#if CORAL_SECURE
+#if CORAL_VALGRIND
+    VALGRIND_MAKE_MEM_UNDEFINED(block, sizeof *block);
+    block->next = next;
+    VALGRIND_MAKE_MEM_NOACCESS(block, sizeof *block);
+#elif CORAL_SECURE
     block->next = (coral_block_t *)((uintptr_t)next ^ coral_list_key ^ (uintptr_t)block);
 #else
     block->next = next;
@@ -315,6 +324,12 @@ CORAL_INLINE void coral_secure_block_out(void *p, size_t zero) {
     else if (zero != 0)
         memset(p, 0, zero);
 }
+
+/* CORAL_VALGRIND builds: a user heap frees its pages whole (destroy,
+ * reset): memcheck is told every block of the page still in use is freed.
+ * (Blocks of aligned allocations inside a block are left out: memcheck
+ * knows them by a pointer the page does not keep.) */
+void coral_page_valgrind_forget(coral_page_t *page);
 
 /* ---- orphan pages (reclaim.c) ------------------------------------------------------ */
 

@@ -313,6 +313,9 @@ void *coral_segment_cache_take(size_t size, coral_cache_got_t *got) {
             got->fresh = false;
         }
     }
+    /* (Blocks freed there were inaccessible to memcheck; what the chunks
+     * hold, headers included, is read as it is.) */
+    CORAL_VG(VALGRIND_MAKE_MEM_DEFINED(target.base, size));
     return target.base;
 }
 
@@ -348,6 +351,7 @@ bool coral_segment_cache_take_range(void *addr, size_t size) {
         coral_segment_map_set(a, size, false);
     }
     pthread_mutex_unlock(&cache_lock);
+    if (taken) CORAL_VG(VALGRIND_MAKE_MEM_DEFINED(a, size)); /* as coral_segment_cache_take */
     return taken;
 }
 

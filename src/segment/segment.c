@@ -259,6 +259,9 @@ static coral_page_t *segment_take_span(coral_segment_t *seg, size_t first, size_
     page->slice_offset = 0;
     page->slice_count = (uint32_t)n;
     page->start = coral_segment_base(seg) + first * CORAL_SLICE_SIZE;
+    /* (Blocks freed there before are inaccessible to memcheck: the page
+     * layer writes the span afresh.) */
+    CORAL_VG(VALGRIND_MAKE_MEM_UNDEFINED(page->start, n * CORAL_SLICE_SIZE));
     uint64_t used = atomic_load_explicit(&seg->used_slices, memory_order_relaxed);
     uint64_t dirty = atomic_load_explicit(&seg->dirty_slices, memory_order_relaxed);
     page->is_fresh = (dirty & mask) == 0;

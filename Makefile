@@ -8,7 +8,7 @@ CMAKE ?= cmake
 PREFIX ?= /usr/local
 
 .PHONY: all build test test-release test-asan test-tsan test-arm64 bench clean format \
-	install uninstall deb
+	install uninstall deb fuzz
 
 all: build
 
@@ -78,8 +78,18 @@ test-arm64: build-arm64/.configured
 bench: build
 	./bench/run-bench
 
+# The libFuzzer targets (docs/FUZZING.md), built with clang in build-fuzz:
+# the model fuzzer for FUZZ_SECONDS, then the option parser's for
+# FUZZ_OPTIONS_SECONDS, each growing its corpus in build-fuzz/corpus/.
+FUZZ_SECONDS ?= 60
+FUZZ_OPTIONS_SECONDS ?= 10
+fuzz:
+	tests/fuzz/run_fuzz.sh build build-fuzz
+	tests/fuzz/run_fuzz.sh run build-fuzz fuzz_model $(FUZZ_SECONDS)
+	tests/fuzz/run_fuzz.sh run build-fuzz fuzz_options $(FUZZ_OPTIONS_SECONDS)
+
 format:
 	find include src tests bench/workloads bench/witness bench/src/coralloc_bench/data -name '*.c' -o -name '*.h' -o -name '*.cc' | xargs clang-format -i
 
 clean:
-	rm -rf build build-asan build-tsan build-arm64
+	rm -rf build build-asan build-tsan build-arm64 build-fuzz

@@ -62,10 +62,10 @@ deb: build
 # populate, reclaim) or run the build's programs from host tools
 # (bench_runner, preload_*, valgrind_*, misuse: LD_PRELOAD of an arm64
 # library into host python's children); tests that fork a multi-threaded
-# process (fork, fork_override: qemu 7.2 asserts in the child,
+# process (fork, fork_override, fork_storm: qemu 7.2 asserts in the child,
 # "cpu == current_cpu"); churn (its RSS bound would count qemu's own
 # translation cache). See docs/PLATFORMS.md.
-ARM64_EXCLUDE = ^(preload_.*|valgrind_.*|bench_runner|misuse|errors|heaps|stats|stats_override|purge|populate|reclaim|fork|fork_override|churn)$$
+ARM64_EXCLUDE = ^(preload_.*|valgrind_.*|bench_runner|misuse|errors|heaps|stats|stats_override|purge|populate|reclaim|fork|fork_override|fork_storm|churn)$$
 build-arm64/.configured:
 	$(CMAKE) -S . -B build-arm64 -DCMAKE_BUILD_TYPE=Release -DCORAL_SKIP_RUST=ON \
 		-DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-toolchain.cmake >/dev/null

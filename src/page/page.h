@@ -231,9 +231,16 @@ CORAL_COLD __attribute__((noreturn)) void coral_secure_write_after_free(const co
 extern uint64_t coral_canary_key, coral_freed_key;
 #endif
 
+/* A canary's bytes are all in 0x80..0xfe, even: never NUL, an ASCII
+ * character or 0xff, so an overflow by one byte of a string (its NUL, a
+ * character) or of those fills always changes it; a freed mark is odd, so
+ * the two never match. */
+#define CORAL_CANARY_HIGH 0x8080808080808080ull
+#define CORAL_CANARY_EVEN 0xfefefefefefefefeull
+
 CORAL_INLINE uint64_t coral_canary_of(const void *block) {
 #if CORAL_SECURE
-    return coral_canary_key ^ (uintptr_t)block;
+    return ((coral_canary_key ^ (uintptr_t)block) | CORAL_CANARY_HIGH) & CORAL_CANARY_EVEN;
 #else
     return (uintptr_t)block;
 #endif
@@ -241,7 +248,7 @@ CORAL_INLINE uint64_t coral_canary_of(const void *block) {
 
 CORAL_INLINE uint64_t coral_freed_mark_of(const coral_page_t *page, const void *block) {
 #if CORAL_SECURE
-    return coral_freed_key ^ (uintptr_t)block ^ (uint64_t)page->epoch * 0x9e3779b97f4a7c15ull;
+    return (coral_freed_key ^ (uintptr_t)block ^ (uint64_t)page->epoch * 0x9e3779b97f4a7c15ull) | 1;
 #else
     (void)page;
     return (uintptr_t)block;

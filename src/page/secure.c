@@ -18,8 +18,7 @@ void coral_secure_init(void) {
     coral_os_random(keys, sizeof keys);
     coral_list_key = (uintptr_t)keys[0];
     coral_canary_key = keys[1];
-    /* The two marks of a block must never be equal. */
-    coral_freed_key = keys[2] != keys[1] ? keys[2] : ~keys[1];
+    coral_freed_key = keys[2]; /* (a freed mark never equals a canary: page.h) */
 }
 
 static _Atomic(uint32_t) epochs;

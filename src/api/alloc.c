@@ -92,7 +92,7 @@ void coral_free_slow(void *p) {
         return;
     }
     if (seg == NULL) {
-        coral_misuse("free(): invalid pointer %p (not allocated by coralloc)", p);
+        coral_page_invalid_free(p, "not allocated by coralloc");
         return;
     }
     coral_count_frees(CORAL_CLASS_LARGE, 1);
@@ -325,7 +325,7 @@ CORAL_INLINE void *realloc_in(coral_heap_t *heap, void *p, size_t size, bool any
     }
     coral_page_t *page = coral_segment_page_of(seg, p);
     if (page->slice_count == 0) return realloc_invalid(p, "freed block?");
-    if (CORAL_SECURE && !coral_secure_block_check(p, false)) { /* reported */
+    if (CORAL_SECURE && !coral_secure_page_check(page, p, false)) { /* reported */
         errno = EINVAL;
         return NULL;
     }

@@ -96,11 +96,7 @@ void *coral_valgrind_alloc(coral_heap_t *heap, size_t size, bool zero);
 CORAL_INLINE void *coral_heap_alloc_inline(coral_heap_t *heap, size_t size, bool zero) {
     if (CORAL_VALGRIND) return coral_valgrind_alloc(heap, size, zero);
     if (!CORAL_SECURE) return coral_heap_alloc_plain(heap, size, zero);
-    if (coral_unlikely(size == 0)) {
-        void *p = coral_secure_alloc_zero(heap);
-        if (p == NULL) errno = ENOMEM;
-        return p;
-    }
+    if (coral_unlikely(size == 0)) return coral_secure_alloc_zero(heap);
     size_t inner = coral_secure_inner_size(size);
     if (coral_likely(inner <= CORAL_DIRECT_MAX_SIZE)) { /* the fast path knows the page */
         coral_page_t *page;

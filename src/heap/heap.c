@@ -273,22 +273,18 @@ coral_page_t *coral_heap_find_page(coral_heap_t *heap, unsigned cls) {
 
 /* ---- frees the fast path leaves to the heap -------------------------------------- */
 
-static CORAL_COLD void invalid_free(const void *p, const char *why) {
-    coral_misuse("free(): invalid pointer %p (%s)", p, why);
-}
-
 /* The page is full or holds aligned blocks, or this was its last (or only
  * a suspicious) block. A misuse found here leaves the page as it was. */
 void coral_heap_free_local(coral_page_t *page, void *p) {
     if (page->slice_count == 0) {
-        invalid_free(p, "in no page in use: double free?");
+        coral_page_invalid_free(p, "in no page in use: double free?");
         return;
     }
     coral_block_t *block = p;
     if (page->flags & CORAL_PAGE_HAS_ALIGNED)
         block = (coral_block_t *)coral_page_block_start(page, p);
     else if ((uint8_t *)p != coral_page_block_start(page, p)) {
-        invalid_free(p, "inside a block, not its start");
+        coral_page_invalid_free(p, "inside a block, not its start");
         return;
     }
     if (page->used == 0 || block == page->local_free) {
@@ -306,7 +302,7 @@ void coral_heap_free_local(coral_page_t *page, void *p) {
 void coral_heap_free_remote(coral_segment_t *seg, coral_page_t *page, void *p) {
     if (seg->kind == CORAL_SEGMENT_HUGE) {
         if (p != (void *)page->start) {
-            invalid_free(p, "inside a huge block, not its start");
+            coral_page_invalid_free(p, "inside a huge block, not its start");
             return;
         }
         coral_huge_free(seg);

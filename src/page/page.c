@@ -245,7 +245,7 @@ uint8_t *coral_page_block_start(const coral_page_t *page, const void *p) {
     return start + (offset / page->block_size) * page->block_size;
 }
 
-static CORAL_COLD void invalid_free(const void *p, const char *why) {
+void coral_page_invalid_free(const void *p, const char *why) {
     coral_misuse("free(): invalid pointer %p (%s)", p, why);
 }
 
@@ -329,14 +329,14 @@ void coral_page_push_remote(coral_page_t *page, coral_block_t *head, coral_block
 
 void coral_page_free_remote(coral_page_t *page, void *p) {
     if (page->slice_count == 0) {
-        invalid_free(p, "in no page in use: double free?");
+        coral_page_invalid_free(p, "in no page in use: double free?");
         return;
     }
     coral_block_t *block = p;
     if (page->shared_flags & CORAL_PAGE_HAS_ALIGNED)
         block = (coral_block_t *)coral_page_block_start(page, p);
     else if (page->class_idx == CORAL_CLASS_LARGE && (uint8_t *)p != page->start) {
-        invalid_free(p, "inside a large block, not its start");
+        coral_page_invalid_free(p, "inside a large block, not its start");
         return;
     }
     coral_page_push_remote(page, block, block, 1);

@@ -123,6 +123,9 @@ void coral_page_set_delay(coral_page_t *page, uintptr_t state, bool override_nev
 bool coral_page_notice_pending(coral_page_t *page);
 /* Until the purger has returned a claimed page's memory. */
 void coral_page_wait_not_busy(coral_page_t *page);
+/* A free of p that is a misuse: "free(): invalid pointer p (why)"
+ * (coral_misuse: the caller then leaves p alone). */
+CORAL_COLD void coral_page_invalid_free(const void *p, const char *why);
 /* The start of the block that p points into. */
 uint8_t *coral_page_block_start(const coral_page_t *page, const void *p);
 /* Owner: give the page's span back to its segment (orphan listing, a purge
@@ -220,7 +223,8 @@ void *coral_zero_slot_alloc(void);
 bool coral_is_zero_slot(const void *p);
 bool coral_zero_slot_free(void *p);
 /* The slow halves of the checks below (secure.c): p is not a block start
- * (an aligned block, or a misuse), or its mark is not its canary. */
+ * (an aligned block, or a misuse), or its mark is not its canary; any
+ * pointer of an aligned allocation handed out. */
 bool coral_secure_check_slow(coral_page_t *page, void *p, bool release);
 void coral_secure_block_out_any(void *p, size_t zero);
 CORAL_COLD __attribute__((noreturn)) void coral_secure_write_after_free(const coral_page_t *page,
@@ -277,6 +281,18 @@ CORAL_INLINE coral_page_t *coral_secure_page_of(const void *p) {
     return page->slice_count != 0 ? page : NULL;
 }
 
+/* A block of page passed the checks of its free: a block of a size class
+ * gets its fill and its freed mark (a large block's span is given back). */
+CORAL_INLINE void coral_secure_mark_freed(const coral_page_t *page, uint8_t *block) {
+    if (page->class_idx == CORAL_CLASS_LARGE) return;
+    uint64_t *w = (uint64_t *)(void *)block + 1;
+    for (size_t n = coral_fill_bytes(page) / 8; n > 0; n--) {
+        __asm__("" : "+r"(w)); /* a few stores: no call to memset */
+        *w++ = CORAL_FILL_WORD;
+    }
+    *coral_mark_word(page, block) = coral_freed_mark_of(page, block);
+}
+
 /* The checks a free (`release`: then the freed mark and the fill are
  * written) or a realloc (a live block) makes of p, in `page` (in use, of a
  * normal segment): false when it found a misuse (reported; with
@@ -289,23 +305,8 @@ CORAL_INLINE bool coral_secure_page_check(coral_page_t *page, void *p, bool rele
     if (coral_unlikely((size_t)(block - page->start) + page->block_size > blocks_end ||
                        *coral_mark_word(page, block) != coral_canary_of(block)))
         return coral_secure_check_slow(page, p, release);
-    if (release && page->class_idx != CORAL_CLASS_LARGE) {
-        uint64_t *w = (uint64_t *)(void *)block + 1;
-        for (size_t n = coral_fill_bytes(page) / 8; n > 0; n--) {
-            __asm__("" : "+r"(w)); /* a few stores: no call to memset */
-            *w++ = CORAL_FILL_WORD;
-        }
-        *coral_mark_word(page, block) = coral_freed_mark_of(page, block);
-    }
+    if (release) coral_secure_mark_freed(page, block);
     return true;
-}
-
-/* The same for any pointer: huge blocks, freed pages and pointers not ours
- * pass (the plain path checks them). */
-CORAL_INLINE bool coral_secure_block_check(void *p, bool release) {
-    if (!CORAL_SECURE) return true;
-    coral_page_t *page = coral_secure_page_of(p);
-    return page == NULL || coral_secure_page_check(page, p, release);
 }
 
 /* A block just popped off `page`'s free list for a request: a write after

@@ -60,20 +60,14 @@ bool coral_secure_check_slow(coral_page_t *page, void *p, bool release) {
                      usable);
         return false;
     }
-    if (release && page->class_idx != CORAL_CLASS_LARGE) {
-        memset(block + sizeof(coral_block_t), CORAL_FILL_BYTE, coral_fill_bytes(page));
-        *mark = coral_freed_mark_of(page, block);
-    }
+    if (release) coral_secure_mark_freed(page, block);
     return true;
 }
 
 /* An aligned allocation's pointer: its block's start first. */
 void coral_secure_block_out_any(void *p, size_t zero) {
     coral_page_t *page = coral_secure_page_of(p);
-    if (page != NULL) {
-        uint8_t *block = coral_page_block_start(page, p);
-        coral_secure_block_out(block, 0);
-    }
+    if (page != NULL) coral_secure_page_out(page, coral_page_block_start(page, p), 0);
     if (zero != 0) memset(p, 0, zero);
 }
 

@@ -3,6 +3,8 @@
  *   - mixed sizes allocated and freed in a scrambled order;
  *   - blocks freed by another thread, then collected;
  *   - bulk calls, a user heap, large and huge blocks;
+ *   - pages of an exited thread adopted, then freed into by the adopter
+ *     (each page names its new owner: the free fast path's one test);
  *   - a free list led outside its page is reported (then repaired). */
 #include <pthread.h>
 #include <stdint.h>
@@ -58,6 +60,24 @@ static void test_bulk_heaps_big(void) {
     CHECK_EQ(coral_test_check(), 0);
 }
 
+static void *allocate_and_exit(void *arg) {
+    (void)arg;
+    for (size_t i = 0; i < N; i++) CHECK_NOT_NULL(blocks[i] = coral_malloc(size_of(i) % 700 + 1));
+    return NULL;
+}
+
+static void test_adopted_pages(void) {
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, allocate_and_exit, NULL), 0);
+    CHECK_EQ(pthread_join(t, NULL), 0); /* its segments are abandoned */
+    coral_collect(1);                   /* and adopted by this thread */
+    CHECK_EQ(coral_test_check(), 0);
+    for (size_t i = 0; i < N; i += 2) coral_free(blocks[i]);
+    CHECK_EQ(coral_test_check(), 0);
+    for (size_t i = 1; i < N; i += 2) coral_free(blocks[i]);
+    CHECK_EQ(coral_test_check(), 0);
+}
+
 static void test_broken_list_found(void) {
     void *a = coral_malloc(48), *b = coral_malloc(48);
     coral_free(a); /* a is on its page's local free list, first */
@@ -73,6 +93,7 @@ int main(void) {
     test_mixed_sizes();
     test_remote_frees();
     test_bulk_heaps_big();
+    test_adopted_pages();
     test_broken_list_found();
     printf("invariants: ok\n");
     return 0;

@@ -99,6 +99,17 @@ void coral_free_slow(void *p) {
     coral_heap_free_remote(seg, &seg->pages[0], p); /* huge segments only get here */
 }
 
+void coral_free_unusual(coral_segment_t *seg, coral_page_t *slice, void *p) {
+    coral_page_t *page = coral_slice_head(slice);
+    coral_count_frees(page->class_idx, 1);
+    /* The segment says who owns it: the slice's own id part is 0 on an
+     * interior or released slice. */
+    if (atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == coral_thread_id())
+        coral_heap_free_local(page, p);
+    else
+        coral_heap_free_remote(seg, page, p);
+}
+
 /* ---- usable size ---------------------------------------------------------------------- */
 
 static size_t usable_size_of(coral_segment_t *seg, const void *p) {
@@ -106,7 +117,7 @@ static size_t usable_size_of(coral_segment_t *seg, const void *p) {
     coral_page_t *page = coral_segment_page_of(seg, p);
     if (page->slice_count == 0) return 0;
     uint8_t *block = (uint8_t *)p;
-    if (page->shared_flags & CORAL_PAGE_HAS_ALIGNED) block = coral_page_block_start(page, p);
+    if (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED) block = coral_page_block_start(page, p);
     return (size_t)(block + page->block_size - CORAL_CANARY_SIZE - (const uint8_t *)p);
 }
 

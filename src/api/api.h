@@ -125,38 +125,24 @@ CORAL_INLINE void *coral_heap_calloc_inline(coral_heap_t *heap, size_t n, size_t
     return coral_heap_alloc_inline(heap, total, true);
 }
 
-/* free() by the segment's owner thread; slice is p's slice descriptor. */
-CORAL_INLINE void coral_free_owned(coral_page_t *slice, void *p) {
-    coral_block_t *block = p;
-    /* Full, aligned or interior pages and a block freed twice in a row take
-     * the heap's path. A page that becomes empty is retired unless it is
-     * the first of its class queue (link.prev == NULL), which the next
-     * malloc of the class would take again at once. */
-    if (coral_likely(slice->flags == 0 && block != slice->local_free)) {
-        coral_count_frees(slice->class_idx, 1);
-        coral_block_set_next(block, slice->local_free);
-        slice->local_free = block;
-        if (coral_unlikely(--slice->used == 0) && slice->link.prev != NULL)
-            coral_heap_page_retire(slice);
-        return;
-    }
-    coral_page_t *page = coral_slice_head(slice);
-    coral_count_frees(page->class_idx, 1);
-    coral_heap_free_local(page, p);
-}
+/* A free the fast path leaves: a flagged slice (a full, aligned or
+ * interior page, a released span), a block freed twice in a row, another
+ * thread's segment, a huge block (alloc.c). */
+void coral_free_unusual(coral_segment_t *seg, coral_page_t *slice, void *p);
 
 CORAL_INLINE void coral_free_inline(void *p) {
     if (CORAL_VALGRIND && p != NULL) CORAL_VG(VALGRIND_FREELIKE_BLOCK(p, 0));
-    uintptr_t a = (uintptr_t)p;
+    uintptr_t a = (uintptr_t)p, chunk = coral_opaque(a >> CORAL_SEGMENT_SHIFT);
     /* NULL lands here too: the first 4 MiB of the address space is never a
      * segment. */
-    if (coral_unlikely(coral_map_kind(a) != CORAL_MAP_SEGMENT)) {
+    if (coral_unlikely(coral_map_kind_of_chunk(chunk) != CORAL_MAP_SEGMENT)) {
         coral_free_slow(p);
         return;
     }
-    coral_segment_t *seg = coral_ptr_segment(p);
+    /* The segment from the chunk number the map was indexed with. */
+    coral_segment_t *seg = (coral_segment_t *)(chunk << CORAL_SEGMENT_SHIFT);
     /* The slice's own descriptor: the page's head unless its flags say
-     * INTERIOR (a later slice of a multi-slice page), which the heap's
+     * INTERIOR (a later slice of a multi-slice page), which the unusual
      * path resolves. */
     coral_page_t *slice = coral_segment_slice_of(seg, p);
     /* The secure build checks the block first: a misuse it reports (with
@@ -165,14 +151,21 @@ CORAL_INLINE void coral_free_inline(void *p) {
         coral_page_t *page = coral_slice_head(slice);
         if (page->slice_count != 0 && !coral_secure_page_check(page, p, true)) return;
     }
-    if (coral_likely(atomic_load_explicit(&seg->thread_id, memory_order_relaxed) ==
-                     coral_thread_id())) {
-        coral_free_owned(slice, p);
+    coral_block_t *block = p;
+    /* One compare says the calling thread owns the page and no flag is set
+     * (tid_flags, segment.h). A page that becomes empty is retired unless it
+     * is the first of its class queue (link.prev == NULL), which the next
+     * malloc of the class would take again at once. */
+    if (coral_likely(coral_slice_tid_flags(slice) == coral_thread_id() &&
+                     block != slice->local_free)) {
+        coral_count_frees(slice->class_idx, 1);
+        coral_block_set_next(block, slice->local_free);
+        slice->local_free = block;
+        if (coral_unlikely(--slice->used == 0) && slice->link.prev != NULL)
+            coral_heap_page_retire(slice);
         return;
     }
-    coral_page_t *page = coral_slice_head(slice);
-    coral_count_frees(page->class_idx, 1);
-    coral_heap_free_remote(seg, page, p);
+    coral_free_unusual(seg, slice, p);
 }
 
 #endif /* CORAL_API_H */

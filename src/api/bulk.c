@@ -299,7 +299,7 @@ static void run_free_local(runs_t *runs, size_t r) {
                      count, (void *)head, page->used);
         return;
     }
-    if (page->flags & CORAL_PAGE_IN_FULL) coral_heap_page_unfull(page);
+    if (coral_slice_flags(page) & CORAL_PAGE_IN_FULL) coral_heap_page_unfull(page);
     if (count == page->used && page_emptied(page, count)) return;
     coral_block_set_next(runs->tail[r], page->local_free);
     page->local_free = head;
@@ -342,8 +342,9 @@ static void runs_flush(runs_t *runs) {
 static coral_page_t *owned_class_page(coral_page_t *slice) {
     coral_page_t *page = coral_slice_head(slice); /* a later slice leads to its head */
     if (coral_unlikely(page->slice_count == 0)) return NULL;
-    if (coral_likely(page->flags == 0)) return page;
-    if (page->flags != CORAL_PAGE_IN_FULL || page->class_idx == CORAL_CLASS_LARGE) return NULL;
+    unsigned flags = coral_slice_flags(page);
+    if (coral_likely(flags == 0)) return page;
+    if (flags != CORAL_PAGE_IN_FULL || page->class_idx == CORAL_CLASS_LARGE) return NULL;
     return page;
 }
 
@@ -356,7 +357,7 @@ static coral_page_t *owned_class_page(coral_page_t *slice) {
 static coral_page_t *remote_class_page(coral_segment_t *seg, coral_page_t *slice) {
     if (seg->kind != CORAL_SEGMENT_NORMAL) return NULL;
     coral_page_t *page = coral_slice_head(slice);
-    if (page->slice_count == 0 || (page->shared_flags & CORAL_PAGE_HAS_ALIGNED)) return NULL;
+    if (page->slice_count == 0 || (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED)) return NULL;
     return page;
 }
 
@@ -378,8 +379,8 @@ static coral_page_t *run_page(void *p, bool *owned) {
  * another thread's page too: it never changes while the page has a block
  * in use. */
 static unsigned cache_class_of(const runs_t *runs, const coral_page_t *page) {
-    if (runs->cache == NULL || page->class_idx == CORAL_CLASS_LARGE ||
-        (page->shared_flags & (CORAL_PAGE_USER_HEAP | CORAL_PAGE_HAS_ALIGNED)))
+    if (runs->cache == NULL || page->class_idx == CORAL_CLASS_LARGE || page->is_user_heap ||
+        (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED))
         return 0;
     return runs->cache->want[page->class_idx] ? page->class_idx : 0;
 }

@@ -23,7 +23,7 @@
  * a page with cached blocks is never released) and "freed" for the
  * program and the statistics. Its page is not touched, so blocks of any
  * thread can be cached; not blocks of a user heap (coral_heap_destroy
- * frees its pages whatever is live: CORAL_PAGE_USER_HEAP), of a page with
+ * frees its pages whatever is live: page->is_user_heap), of a page with
  * aligned blocks, nor large or huge blocks (bulk.c decides).
  *
  * The marker: word 0 of a cached block holds its address XOR the cache's

@@ -66,6 +66,14 @@
 /* A value unique among live threads: the thread pointer. */
 CORAL_INLINE uintptr_t coral_thread_id(void) { return (uintptr_t)__builtin_thread_pointer(); }
 
+/* x, which the compiler may no longer recompute from what it was made of:
+ * keeps a fast path's arithmetic as written where the compiler's own
+ * choice costs an instruction more (free: a chunk number shifted back). */
+CORAL_INLINE uintptr_t coral_opaque(uintptr_t x) {
+    __asm__("" : "+r"(x));
+    return x;
+}
+
 /* A short wait in a spin loop. */
 CORAL_INLINE void coral_spin_pause(void) {
 #if defined(__x86_64__) || defined(__i386__)

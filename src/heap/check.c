@@ -62,7 +62,8 @@ static bool check_span(check_t *c, coral_segment_t *seg, const coral_page_t *pag
         if (!(used & ((uint64_t)1 << (first + i))))
             return fail(c, "a page's slice is not marked used", page);
         const coral_page_t *s = &seg->pages[first + i];
-        if (i > 0 && (s->slice_offset != i * sizeof *s || !(s->flags & CORAL_PAGE_INTERIOR)))
+        if (i > 0 &&
+            (s->slice_offset != i * sizeof *s || !(coral_slice_flags(s) & CORAL_PAGE_INTERIOR)))
             return fail(c, "an interior slice does not lead to its head", s);
     }
     if (page->start != coral_segment_base(seg) + first * CORAL_SLICE_SIZE)
@@ -77,7 +78,7 @@ static bool check_heap(check_t *c, coral_heap_t *heap) {
             coral_segment_t *seg = coral_ptr_segment(page);
             if (coral_page_heap(page) != heap)
                 return fail(c, "a page's owner is not its heap", page);
-            bool full = (page->flags & CORAL_PAGE_IN_FULL) != 0;
+            bool full = (coral_slice_flags(page) & CORAL_PAGE_IN_FULL) != 0;
             if (full != (q == CORAL_QUEUE_FULL) || (!full && page->class_idx != q))
                 return fail(c, "a page is in the wrong queue", page);
             if (!check_span(c, seg, page)) return false;
@@ -95,8 +96,11 @@ static bool check_segment(check_t *c, coral_segment_t *seg, uintptr_t thread_id)
         return fail(c, "a segment of the thread has another owner", seg);
     uint32_t heads = 0;
     for (coral_page_t *p = coral_segment_next_span(seg, NULL); p != NULL;
-         p = coral_segment_next_span(seg, p))
+         p = coral_segment_next_span(seg, p)) {
+        if (coral_slice_tid(p) != thread_id)
+            return fail(c, "a page's tid_flags does not name its segment's owner", p);
         heads++;
+    }
     if (heads != seg->used_pages) return fail(c, "a segment's span count is wrong", seg);
     return true;
 }

@@ -12,7 +12,7 @@
 /* ---- queues ------------------------------------------------------------------ */
 
 static unsigned queue_of(const coral_page_t *page) {
-    return (page->flags & CORAL_PAGE_IN_FULL) ? CORAL_QUEUE_FULL : page->class_idx;
+    return (coral_slice_flags(page) & CORAL_PAGE_IN_FULL) ? CORAL_QUEUE_FULL : page->class_idx;
 }
 
 /* Keep direct[] pointing at the first page of each small class. */
@@ -45,7 +45,7 @@ static void queue_remove(coral_heap_t *heap, unsigned q, coral_page_t *page) {
 
 static void page_push_full(coral_heap_t *heap, coral_page_t *page) {
     coral_page_set_delay(page, CORAL_DELAY_USE, false);
-    __atomic_store_n(&page->flags, page->flags | CORAL_PAGE_IN_FULL, __ATOMIC_RELAXED);
+    coral_slice_set_flags(page, coral_slice_flags(page) | CORAL_PAGE_IN_FULL);
     queue_push_front(heap, CORAL_QUEUE_FULL, page);
 }
 
@@ -60,7 +60,7 @@ static bool page_try_full(coral_heap_t *heap, coral_page_t *page) {
         return false;
     }
     queue_remove(heap, page->class_idx, page);
-    __atomic_store_n(&page->flags, page->flags | CORAL_PAGE_IN_FULL, __ATOMIC_RELAXED);
+    coral_slice_set_flags(page, coral_slice_flags(page) | CORAL_PAGE_IN_FULL);
     queue_push_front(heap, CORAL_QUEUE_FULL, page);
     return true;
 }
@@ -72,7 +72,7 @@ void coral_heap_add_large_page(coral_heap_t *heap, coral_page_t *page) {
 void coral_heap_page_unfull(coral_page_t *page) {
     coral_heap_t *heap = coral_page_heap(page);
     queue_remove(heap, CORAL_QUEUE_FULL, page);
-    __atomic_store_n(&page->flags, page->flags & ~CORAL_PAGE_IN_FULL, __ATOMIC_RELAXED);
+    coral_slice_set_flags(page, coral_slice_flags(page) & ~CORAL_PAGE_IN_FULL);
     coral_page_set_delay(page, CORAL_DELAY_NONE, false);
     queue_push_back(heap, page->class_idx, page);
 }
@@ -90,7 +90,7 @@ static void page_release(coral_page_t *page) {
  * the owner releases it when it takes the notice. */
 void coral_heap_page_retire(coral_page_t *page) {
     if (page->class_idx != CORAL_CLASS_LARGE && page->link.prev == NULL &&
-        !(page->flags & CORAL_PAGE_IN_FULL))
+        !(coral_slice_flags(page) & CORAL_PAGE_IN_FULL))
         return;
     if (coral_page_notice_pending(page)) return;
     if (page->class_idx == CORAL_CLASS_LARGE) coral_purger_start_ahead((int64_t)page->block_size);
@@ -106,6 +106,7 @@ void coral_heap_page_retire(coral_page_t *page) {
  * turned out empty and was released instead. */
 static bool heap_adopt_page(coral_heap_t *heap, coral_page_t *page) {
     atomic_store_explicit(&page->owner, &heap->owner, memory_order_release);
+    coral_slice_set_tid(page, heap->thread->segments.thread_id);
     coral_page_set_delay(page, CORAL_DELAY_NONE, true);
     coral_page_collect(page);
     if (page->used == 0) {
@@ -225,7 +226,7 @@ static void delayed_pages_collect(coral_heap_t *heap) {
         coral_page_collect(page);
         if (page->used == 0)
             coral_heap_page_retire(page);
-        else if (page->flags & CORAL_PAGE_IN_FULL)
+        else if (coral_slice_flags(page) & CORAL_PAGE_IN_FULL)
             coral_heap_page_unfull(page);
         page = next;
     }
@@ -281,7 +282,7 @@ void coral_heap_free_local(coral_page_t *page, void *p) {
         return;
     }
     coral_block_t *block = p;
-    if (page->flags & CORAL_PAGE_HAS_ALIGNED)
+    if (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED)
         block = (coral_block_t *)coral_page_block_start(page, p);
     else if ((uint8_t *)p != coral_page_block_start(page, p)) {
         coral_page_invalid_free(p, "inside a block, not its start");
@@ -295,7 +296,7 @@ void coral_heap_free_local(coral_page_t *page, void *p) {
     coral_block_set_next(block, page->local_free);
     page->local_free = block;
     page->used--;
-    if (page->flags & CORAL_PAGE_IN_FULL) coral_heap_page_unfull(page);
+    if (coral_slice_flags(page) & CORAL_PAGE_IN_FULL) coral_heap_page_unfull(page);
     if (page->used == 0) coral_heap_page_retire(page);
 }
 
@@ -365,7 +366,7 @@ void coral_heap_abandon(coral_heap_t *heap) {
             coral_link_t *next = l->next;
             coral_page_t *page = coral_container_of(l, coral_page_t, link);
             page->link.next = page->link.prev = NULL;
-            __atomic_store_n(&page->flags, page->flags & ~CORAL_PAGE_IN_FULL, __ATOMIC_RELAXED);
+            coral_slice_set_flags(page, coral_slice_flags(page) & ~CORAL_PAGE_IN_FULL);
             atomic_store_explicit(&page->owner, NULL, memory_order_release);
             l = next;
         }

@@ -80,8 +80,7 @@ void *coral_heap_malloc_large(coral_heap_t *heap, size_t size, size_t alignment,
     if (alignment > CORAL_SLICE_SIZE) {
         p = (uint8_t *)align_up((uintptr_t)p, alignment);
         if (p != page->start) {
-            __atomic_store_n(&page->flags, page->flags | CORAL_PAGE_HAS_ALIGNED, __ATOMIC_RELAXED);
-            page->shared_flags |= CORAL_PAGE_HAS_ALIGNED;
+            coral_slice_set_flags(page, coral_slice_flags(page) | CORAL_PAGE_HAS_ALIGNED);
         }
     }
     if (zero && !page->is_fresh) memset(p, 0, size);

@@ -162,6 +162,9 @@ coral_heap_t *coral_thread_init(void) {
     if (heap == NULL) return NULL;
     coral_thread_t *thread = &heap->thread_storage;
     thread->segments.thread_id = coral_thread_id();
+    /* Slice descriptors keep their flags above the id (segment.h). */
+    if (thread->segments.thread_id & ~CORAL_SLICE_TID_MASK)
+        coral_fatal("thread pointer %p above 2^56", (void *)thread->segments.thread_id);
     thread->heap_default = heap;
     coral_list_push_front(&thread->heaps, &heap->thread_link);
     coral_heap_init(heap, thread);

@@ -54,8 +54,10 @@ void coral_page_init(coral_page_t *page, coral_page_owner_t *owner, bool user_he
     page->used = 0;
     page->capacity = 0;
     page->reserved = (uint32_t)(((size_t)page->slice_count * CORAL_SLICE_SIZE) / block_size);
-    __atomic_store_n(&page->flags, 0, __ATOMIC_RELAXED);
-    page->shared_flags = user_heap ? CORAL_PAGE_USER_HEAP : 0;
+    /* The owner makes its pages: the id is the segment's, no flag set. */
+    coral_slice_set(
+        page, atomic_load_explicit(&coral_ptr_segment(page)->thread_id, memory_order_relaxed), 0);
+    page->is_user_heap = user_heap;
     page->free_is_zero = 0;
     page->class_idx = (uint8_t)cls;
     page->block_size = block_size;
@@ -333,7 +335,7 @@ void coral_page_free_remote(coral_page_t *page, void *p) {
         return;
     }
     coral_block_t *block = p;
-    if (page->shared_flags & CORAL_PAGE_HAS_ALIGNED)
+    if (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED)
         block = (coral_block_t *)coral_page_block_start(page, p);
     else if (page->class_idx == CORAL_CLASS_LARGE && (uint8_t *)p != page->start) {
         coral_page_invalid_free(p, "inside a large block, not its start");
@@ -374,7 +376,7 @@ void coral_page_release_span(coral_page_t *page) {
 
 #if CORAL_VALGRIND
 void coral_page_valgrind_forget(coral_page_t *page) {
-    if (page->flags & CORAL_PAGE_HAS_ALIGNED) return;
+    if (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED) return;
     if (page->class_idx == CORAL_CLASS_LARGE) {
         if (page->used != 0) VALGRIND_FREELIKE_BLOCK(page->start, 0);
         return;

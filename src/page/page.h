@@ -45,15 +45,11 @@ CORAL_INLINE size_t coral_class_size(unsigned cls) {
 }
 
 /* ---- page flags ----------------------------------------------------------------
- * page->flags (owner's line; with CORAL_PAGE_INTERIOR from segment.h). Any
- * bit set makes the free fast path step aside. */
+ * The flags of the slice descriptor (coral_slice_flags, segment.h), beside
+ * the segment layer's INTERIOR and FREED. Any bit set makes the free fast
+ * path step aside; other threads read them too. */
 #define CORAL_PAGE_IN_FULL 1u     /* in the heap's full queue */
 #define CORAL_PAGE_HAS_ALIGNED 2u /* may hold pointers inside blocks */
-/* page->shared_flags only: the page was made for a user heap (coral_heap_new),
- * whose destroy frees it whatever is live: never in a bulk cache. Set at
- * page init, kept when the page is adopted. */
-#define CORAL_PAGE_USER_HEAP 8u
-
 /* ---- the remote-free word ---------------------------------------------------------
  * page->thread_free packs, from the low bits up (page.c has the protocol):
  *   bits 0-1   the delay state;

@@ -248,7 +248,7 @@ static uint64_t slice_mask(size_t first, size_t n) {
  * the free fast path (which reads the slice's own descriptor) elsewhere. */
 void coral_slice_mark_interior(coral_page_t *slice, size_t i) {
     slice->slice_offset = (uint32_t)(i * sizeof(coral_page_t));
-    __atomic_store_n(&slice->flags, CORAL_PAGE_INTERIOR, __ATOMIC_RELAXED);
+    coral_slice_set(slice, 0, CORAL_PAGE_INTERIOR);
 }
 
 /* Take slices [first, first+n) as a span. Caller holds seg's span_lock. */
@@ -331,7 +331,7 @@ void coral_span_free(coral_page_t *page) {
     backlog_add_slices(slice_mask(first, page->slice_count), +1);
     page->slice_count = 0;
     page->block_size = 0;
-    __atomic_store_n(&page->flags, CORAL_SLICE_FREED, __ATOMIC_RELAXED);
+    coral_slice_set(page, 0, CORAL_SLICE_FREED);
     /* Marked before the release: after it the segment may be someone else's. */
     segment_mark_purgeable(seg);
     if (--seg->used_pages == 0) segment_release(seg);
@@ -345,7 +345,16 @@ void coral_span_free(coral_page_t *page) {
  * onto the pages' thread_free lists only. An adopter pops the segment under
  * the same lock (which orders it after the owner's last writes), sets owner
  * and thread_id, and its heap layer takes each page in use, collecting the
- * remote frees. */
+ * remote frees and setting the page's tid_flags id. Before its release
+ * store the exiting owner clears the id part of its pages' tid_flags, so
+ * that no free takes the owner's fast path into an abandoned page, even
+ * from a later thread that gets the exiting one's id. */
+
+static void segment_clear_page_tids(coral_segment_t *seg) {
+    for (coral_page_t *page = coral_segment_next_span(seg, NULL); page != NULL;
+         page = coral_segment_next_span(seg, page))
+        coral_slice_set_tid(page, 0);
+}
 
 void coral_segments_abandon(coral_thread_segments_t *ts) {
     ts->small_segment = NULL;
@@ -358,6 +367,7 @@ void coral_segments_abandon(coral_thread_segments_t *ts) {
             segment_to_cache(seg);
         } else {
             seg->owner = NULL;
+            segment_clear_page_tids(seg);
             atomic_store_explicit(&seg->thread_id, 0, memory_order_release);
             pthread_mutex_lock(&abandoned_lock);
             coral_list_push_front(&abandoned, &seg->link);

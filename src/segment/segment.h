@@ -46,17 +46,19 @@
  * a span are INTERIOR and lead back to the head (slice_offset).
  *
  * Who writes what: the span fields (slice_offset, slice_count, start,
- * is_fresh, the INTERIOR flag) belong to this layer; the block lists, the
- * counts and the remote-free word to the page layer (page/page.h has the
- * protocol); `link` and `owner` to the heap that holds the page.
+ * is_fresh, the INTERIOR and FREED flags) belong to this layer; the block
+ * lists, the counts, the remote-free word and the page flags to the page
+ * layer (page/page.h has the protocol); `link` and `owner` to the heap that
+ * holds the page; tid_flags is written as its comment says.
  *
  * 128 bytes, a power of two, so finding one is a shift. The first cache
  * line holds what the owner's fast paths write on every call (free,
  * local_free, used) and what only the owner reads; a remote free never
  * reads it. The second holds what remote frees write (thread_free) and
- * everything they read (slice_offset, slice_count, reserved, shared_flags,
+ * everything they read (tid_flags, slice_offset, slice_count, reserved,
  * owner): a free from another thread then costs the owner nothing on its
- * malloc and free lines. */
+ * malloc line. The owner's free reads tid_flags there too: a line that
+ * remote frees write only while they free into the same page. */
 typedef struct coral_block_s {
     struct coral_block_s *next;
 } coral_block_t;
@@ -72,10 +74,13 @@ typedef struct coral_page_s {
     coral_block_t *local_free; /* blocks the owner freed, moved to free later */
     uint32_t used;             /* blocks handed out and not yet returned */
     uint32_t capacity;         /* blocks carved out of the span so far */
-    uint8_t flags;             /* CORAL_PAGE_* (page/page.h) */
     uint8_t free_is_zero;      /* every block on `free` is zero but its link */
     uint8_t is_fresh;          /* the span came zeroed from the OS */
     uint8_t class_idx;         /* size class, or CORAL_CLASS_LARGE */
+    /* The page was made for a user heap (coral_heap_new), whose destroy
+     * frees it whatever is live: never in a bulk cache. Set at page init,
+     * kept when the page is adopted; read by any thread. */
+    uint8_t is_user_heap;
     uint32_t epoch; /* the secure build: a new value at every page init (page/secure.c) */
     size_t block_size;
     uint8_t *start;    /* first block */
@@ -88,29 +93,64 @@ typedef struct coral_page_s {
     _Atomic(struct coral_page_s *) delayed_next; /* in owner->delayed_pages */
     coral_link_t orphan_link; /* the orphan list (page/reclaim.c), under its lock */
     uint64_t orphan_since_ms; /* when it was listed as an orphan, under that lock */
-    uint32_t slice_offset;    /* every descriptor: bytes back to the span's head */
-    uint32_t slice_count;     /* head descriptor: slices in the span; 0 = free */
-    uint32_t reserved;        /* blocks that fit in the span */
+    /* The owner thread's id ORed with the slice's flags shifted to the top
+     * byte (coral_slice_flags): equal to coral_thread_id() exactly when the
+     * calling thread owns the page and no flag is set, the one test of the
+     * free fast path. The thread-id part is the segment owner's on the head
+     * of a span in use, 0 elsewhere (interior and free slices, huge and
+     * abandoned segments). Written only by the segment's owner (or, for an
+     * abandoned segment, the thread adopting it: before it frees into the
+     * page), with relaxed stores; any thread reads it. A reader that is not
+     * the owner can never see its own id: the word holds either 0 or the id
+     * of a thread that is alive (an exiting owner clears the id before it
+     * abandons the segment). */
+    _Atomic(uintptr_t) tid_flags;
+    uint16_t slice_offset; /* every descriptor: bytes back to the span's head */
+    uint16_t slice_count;  /* head descriptor: slices in the span; 0 = free */
+    uint16_t reserved;     /* blocks that fit in the span */
     /* Set by the remote freer that pushes the page on owner->delayed_pages,
      * cleared by the owner when it takes it off; a listed page is never
      * released (page/page.c). */
     _Atomic(uint8_t) delayed_listed;
     _Atomic(uint8_t) orphan_listed;
-    /* CORAL_PAGE_HAS_ALIGNED and CORAL_PAGE_USER_HEAP, for other threads. */
-    uint8_t shared_flags;
-    uint8_t padding2;
 } coral_page_t;
 
 _Static_assert(sizeof(coral_page_t) == 128, "slice descriptors are 128 bytes");
 
-/* flags: a later slice of a span, not its head (the free fast path, which
- * reads the slice's own descriptor, steps aside for it). The page layer's
- * flags are the other bits. */
+/* ---- slice flags -------------------------------------------------------------------
+ * The top byte of tid_flags (user-space addresses, and so thread ids, are
+ * below 2^56 on every target). Any flag set makes the free fast path step
+ * aside. This layer's two: */
+#define CORAL_SLICE_FLAG_SHIFT 56
+#define CORAL_SLICE_TID_MASK ((((uintptr_t)1) << CORAL_SLICE_FLAG_SHIFT) - 1)
+/* a later slice of a span, not its head (the heap's path resolves it) */
 #define CORAL_PAGE_INTERIOR 4u
-/* flags: the head of a span given back (slice_count 0), until a page is
- * made there again: a free into it (a double free of a block of a released
- * page) leaves the fast path for the heap's, which reports it. */
+/* the head of a span given back (slice_count 0), until a page is made there
+ * again: a free into it (a double free of a block of a released page)
+ * leaves the fast path for the heap's, which reports it */
 #define CORAL_SLICE_FREED 16u
+
+CORAL_INLINE uintptr_t coral_slice_tid_flags(const coral_page_t *s) {
+    return atomic_load_explicit(&((coral_page_t *)s)->tid_flags, memory_order_relaxed);
+}
+CORAL_INLINE unsigned coral_slice_flags(const coral_page_t *s) {
+    return (unsigned)(coral_slice_tid_flags(s) >> CORAL_SLICE_FLAG_SHIFT);
+}
+/* The owner thread's id part (0: none). */
+CORAL_INLINE uintptr_t coral_slice_tid(const coral_page_t *s) {
+    return coral_slice_tid_flags(s) & CORAL_SLICE_TID_MASK;
+}
+/* Writer (see tid_flags): both parts at once. */
+CORAL_INLINE void coral_slice_set(coral_page_t *s, uintptr_t tid, unsigned flags) {
+    atomic_store_explicit(&s->tid_flags, tid | ((uintptr_t)flags << CORAL_SLICE_FLAG_SHIFT),
+                          memory_order_relaxed);
+}
+CORAL_INLINE void coral_slice_set_flags(coral_page_t *s, unsigned flags) {
+    coral_slice_set(s, coral_slice_tid(s), flags);
+}
+CORAL_INLINE void coral_slice_set_tid(coral_page_t *s, uintptr_t tid) {
+    coral_slice_set(s, tid, coral_slice_flags(s));
+}
 
 /* ---- segments ----------------------------------------------------------------- */
 #define CORAL_SEGMENT_NORMAL 1u
@@ -191,14 +231,17 @@ extern uint8_t coral_segment_map[CORAL_MAP_CHUNKS];
  * only changes while no block of its chunk is live, so no free can read the
  * byte being written. (Under TSan the read is atomic too, which keeps the
  * tool's model exact.) */
-CORAL_INLINE uint8_t coral_map_kind(uintptr_t addr) {
-    size_t chunk = addr >> CORAL_SEGMENT_SHIFT;
+CORAL_INLINE uint8_t coral_map_kind_of_chunk(uintptr_t chunk) {
     if (coral_unlikely(chunk >= CORAL_MAP_CHUNKS)) return CORAL_MAP_NONE;
 #if defined(__SANITIZE_THREAD__)
     return __atomic_load_n(&coral_segment_map[chunk], __ATOMIC_RELAXED);
 #else
     return coral_segment_map[chunk];
 #endif
+}
+
+CORAL_INLINE uint8_t coral_map_kind(uintptr_t addr) {
+    return coral_map_kind_of_chunk(addr >> CORAL_SEGMENT_SHIFT);
 }
 
 void coral_segment_map_set(void *start, size_t size, bool present);

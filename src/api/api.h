@@ -80,6 +80,7 @@ CORAL_INLINE void *coral_heap_alloc_plain(coral_heap_t *heap, size_t size, bool 
         else
             memset(block, 0, size);
     }
+    CORAL_RETURN_REGISTER(block); /* the slow paths above stay tail calls */
     return block;
 }
 

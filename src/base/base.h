@@ -74,6 +74,15 @@ CORAL_INLINE uintptr_t coral_opaque(uintptr_t x) {
     return x;
 }
 
+/* Hold x in the register a function returns its result in (x86-64; a no-op
+ * elsewhere): at the end of malloc's fast path the compiler otherwise keeps
+ * the block in another register and adds a move before `ret`. */
+#if defined(__x86_64__)
+#define CORAL_RETURN_REGISTER(x) __asm__("" : "+a"(x))
+#else
+#define CORAL_RETURN_REGISTER(x) ((void)0)
+#endif
+
 /* A short wait in a spin loop. */
 CORAL_INLINE void coral_spin_pause(void) {
 #if defined(__x86_64__) || defined(__i386__)

@@ -10,7 +10,8 @@
  *   - realloc: the part a written huge block grows by, and the part of a
  *     moved block the copy writes; contents stay intact.
  *   - `off` makes no populate and no mincore call at all.
- * Each case runs in a child process (the policy's score is process-wide).
+ * Each case runs in a child process (the policy's score is process-wide),
+ * with huge pages off (CORALLOC_HUGE_PAGES=0).
  * RSS and residency are only meaningful without a sanitizer: release only. */
 #define _GNU_SOURCE
 #include <stdlib.h>
@@ -198,9 +199,12 @@ int main(int argc, char **argv) {
             if (strcmp(argv[1], cases[i].name) == 0) return cases[i].run();
         return 2;
     }
+    /* In 4 KiB pages: the huge-page policy (test_purge) would make the
+     * RSS and residency these cases measure whole 2 MiB pages. */
     static const char *const adaptive[] = {"CORALLOC_POPULATE=adaptive",
-                                           "CORALLOC_PURGE_DELAY_MS=3600000", NULL};
-    static const char *const off[] = {"CORALLOC_POPULATE=off", NULL};
+                                           "CORALLOC_PURGE_DELAY_MS=3600000",
+                                           "CORALLOC_HUGE_PAGES=0", NULL};
+    static const char *const off[] = {"CORALLOC_POPULATE=off", "CORALLOC_HUGE_PAGES=0", NULL};
     for (size_t i = 0; i < n; i++) run_child(cases[i].name, adaptive);
     run_child("off", off);
     return 0;

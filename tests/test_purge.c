@@ -15,10 +15,14 @@
  * touches only its first OS page for its first blocks, and goes to the
  * segment of the thread's other small pages, not to the newest segment,
  * which large blocks then hand back to the pool whole.
- * And CORALLOC_HUGE_PAGES=1 leaves a small program's segments alone.
+ * And the huge-page policy: a small program's segment keeps 4 KiB pages,
+ * a thread's further segments get huge pages while it writes its pages
+ * densely (not when it touches one page of each 64 KiB block), a huge
+ * block gets them, and CORALLOC_HUGE_PAGES=0 advises nothing.
  * Each case runs in a child process with its options in the environment.
  * RSS figures are only meaningful without a sanitizer: release only. */
 #define _GNU_SOURCE
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -293,28 +297,96 @@ static int child_small_apart(void) {
     return 0;
 }
 
-/* CORALLOC_HUGE_PAGES=1: a small program gets no huge page advice; once it
- * holds more than 16 MiB of segments, each new segment does. */
-static int child_hugepages(void) {
+/* The huge-page policy (CORALLOC_HUGE_PAGES, on by default). */
+static long long hugepage_advice(void) { return stats_os_calls("hugepage"); }
+
+/* A small program (one segment) gets no huge page advice; a thread that
+ * needs more segments, writing the pages it carves, gets it for each
+ * segment after its first. */
+static int child_hugepages_dense(void) {
     void *small[1000];
     for (size_t i = 0; i < 1000; i++) CHECK_NOT_NULL(small[i] = coral_malloc(1000));
-    CHECK_EQ(stats_os_calls("hugepage"), 0);
+    CHECK_EQ(stats_get("segments"), 1);
+    CHECK_EQ(hugepage_advice(), 0);
     enum { BIG = 40 }; /* 40 MiB in 1 MiB blocks: 10+ segments */
     void *big[BIG];
     for (size_t i = 0; i < BIG; i++) CHECK_NOT_NULL(big[i] = coral_malloc(MiB));
-    long long segments = stats_get("segments"), advised = stats_os_calls("hugepage");
+    long long segments = stats_get("segments"), advised = hugepage_advice();
     printf("huge pages: %lld of %lld segments advised\n", advised, segments);
     CHECK_GE(segments, 10);
-    CHECK_EQ(advised, segments - 4);
+    CHECK_EQ(advised, segments - 1);
     for (size_t i = 0; i < BIG; i++) coral_free(big[i]);
     for (size_t i = 0; i < 1000; i++) coral_free(small[i]);
+    return 0;
+}
+
+/* A program that touches one OS page of each 64 KiB block (its pages
+ * measured sparse by the populate policy) gets no huge page: its RSS is
+ * the pages it touches, not 2 MiB for each. */
+static int child_hugepages_sparse(void) {
+    enum { N = 1600 }; /* 100 MiB of blocks */
+    static char *blocks[N];
+    size_t rss0 = rss_kib();
+    for (size_t i = 0; i < N; i++) {
+        CHECK_NOT_NULL(blocks[i] = coral_malloc(64 * KiB));
+        blocks[i][0] = 1;
+    }
+    size_t grown = rss_kib() - rss0;
+    printf("huge pages, sparse: %lld advised, RSS +%zu KiB for %d touched pages\n",
+           hugepage_advice(), grown, N);
+    CHECK_GE(stats_get("segments"), 20);
+    CHECK_EQ(hugepage_advice(), 0);
+    CHECK_LT(grown, 16 * MiB / KiB);
+    for (size_t i = 0; i < N; i++) coral_free(blocks[i]);
+    return 0;
+}
+
+/* THP is available to madvise (the kernel's mode is madvise or always). */
+static bool thp_madvise_works(void) {
+    char mode[128] = {0};
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (f == NULL) return false;
+    bool ok = fgets(mode, sizeof mode, f) != NULL && strstr(mode, "[never]") == NULL;
+    fclose(f);
+    return ok;
+}
+
+/* A huge block gets huge pages: written whole, it faults once per 2 MiB
+ * (where the kernel gives THP), not once per 4 KiB. */
+static int child_hugepages_block(void) {
+    enum { SIZE = 32 << 20 };
+    long long advised = hugepage_advice();
+    long faults = minor_faults();
+    char *p = coral_malloc(SIZE);
+    CHECK_NOT_NULL(p);
+    memset(p, 5, SIZE);
+    faults = minor_faults() - faults;
+    printf("huge pages: a 32 MiB block written in %ld faults\n", faults);
+    CHECK_EQ(hugepage_advice(), advised + 1);
+    if (thp_madvise_works()) CHECK_LT(faults, SIZE / (64 * 1024)); /* 4 KiB pages: 8192 */
+    coral_free(p);
+    return 0;
+}
+
+/* CORALLOC_HUGE_PAGES=0: the same work advises nothing. */
+static int child_hugepages_off(void) {
+    void *big[20];
+    for (size_t i = 0; i < 20; i++) CHECK_NOT_NULL(big[i] = coral_malloc(MiB));
+    void *huge = coral_malloc(32 * MiB);
+    CHECK_NOT_NULL(huge);
+    CHECK_EQ(hugepage_advice(), 0);
+    coral_free(huge);
+    for (size_t i = 0; i < 20; i++) coral_free(big[i]);
     return 0;
 }
 
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "background") == 0) return child_background();
     if (argc == 2 && strcmp(argv[1], "collect") == 0) return child_collect();
-    if (argc == 2 && strcmp(argv[1], "hugepages") == 0) return child_hugepages();
+    if (argc == 2 && strcmp(argv[1], "hugepages-dense") == 0) return child_hugepages_dense();
+    if (argc == 2 && strcmp(argv[1], "hugepages-sparse") == 0) return child_hugepages_sparse();
+    if (argc == 2 && strcmp(argv[1], "hugepages-block") == 0) return child_hugepages_block();
+    if (argc == 2 && strcmp(argv[1], "hugepages-off") == 0) return child_hugepages_off();
     if (argc == 2 && strcmp(argv[1], "thread-start") == 0) return child_thread_start();
     if (argc == 2 && strcmp(argv[1], "pool-kinds") == 0) return child_pool_kinds();
     if (argc == 2 && strcmp(argv[1], "pool-gather") == 0) return child_pool_gather();
@@ -336,7 +408,10 @@ int main(int argc, char **argv) {
     run_child("pool-exact", held);
     run_child("first-carve", none);
     run_child("small-apart", held);
-    static const char *const hp[] = {"CORALLOC_HUGE_PAGES=1", NULL};
-    run_child("hugepages", hp);
+    run_child("hugepages-dense", none);
+    run_child("hugepages-sparse", none);
+    run_child("hugepages-block", none);
+    static const char *const hp_off[] = {"CORALLOC_HUGE_PAGES=0", NULL};
+    run_child("hugepages-off", hp_off);
     return 0;
 }

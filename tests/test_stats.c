@@ -126,7 +126,7 @@ static const env_case_t env_cases[] = {
     {"PURGE_THREAD", "false", 0, 1, "x"},
     {"FAIL_OS_AFTER", "0", 0, 0, "1e3"},
     {"POPULATE", "off", 0, 2, "sometimes"},
-    {"HUGE_PAGES", "1", 1, 0, "huge"},
+    {"HUGE_PAGES", "0", 0, 1, "huge"},
 };
 
 static int child_print_option(const char *name) {

@@ -46,8 +46,10 @@ static const option_desc_t option_descs[CORAL_OPT_COUNT] = {
                                  "KiB of blocks coral_free_bulk keeps per thread for the next "
                                  "coral_malloc_bulk calls (0: off)",
                                  true},
-    [CORAL_OPT_HUGE_PAGES] = {"HUGE_PAGES", 0, 0, 1, true,
-                              "back segments with transparent huge pages", false},
+    [CORAL_OPT_HUGE_PAGES] = {"HUGE_PAGES", 1, 0, 1, true,
+                              "transparent huge pages for huge blocks and for a thread's "
+                              "segments after its first, while pages are written densely",
+                              false},
     [CORAL_OPT_ON_ERROR] = {"ON_ERROR", CORAL_ON_ERROR_ABORT, 0, 1, false,
                             "a misuse detected (double free, invalid pointer, overflow): abort, "
                             "or warn (print, leak the block, go on)",

@@ -151,7 +151,7 @@ static coral_segment_t *huge_segment_new(size_t total, size_t offset, size_t ali
                                          coral_cache_got_t *got) {
     coral_segment_t *seg;
     if (alignment <= CORAL_SEGMENT_SIZE) {
-        seg = coral_segment_cache_take(total, got);
+        seg = coral_segment_cache_take(total, coral_huge_pages_for_big_block(), got);
     } else {
         /* The block starts `offset` (= the alignment) after the segment:
          * align the segment to the alignment too. */
@@ -302,7 +302,8 @@ static coral_segment_t *huge_grow(coral_segment_t *seg, size_t total) {
         seg->huge_dirty = total; /* the cached pages' data is not known */
     } else if (!coral_os_extend(end, more)) {
         coral_cache_got_t got;
-        coral_segment_t *moved = coral_segment_cache_take(total, &got);
+        coral_segment_t *moved =
+            coral_segment_cache_take(total, coral_huge_pages_for_big_block(), &got);
         if (moved == NULL) {
             errno = ENOMEM;
             return NULL;

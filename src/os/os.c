@@ -13,11 +13,7 @@
 
 #include "os/os.h"
 
-/* Bytes mapped now: the huge-page policy's measure of the process's size. */
-static _Atomic(int64_t) os_mapped;
-
 static void mapped_add(int64_t delta) {
-    atomic_fetch_add_explicit(&os_mapped, delta, memory_order_relaxed);
     coral_count_gauge(&coral_counters.mapped, &coral_counters.mapped_peak, delta);
 }
 
@@ -106,7 +102,11 @@ bool coral_os_extend(void *end, size_t size) {
     coral_count_os_call(CORAL_OS_MMAP, size);
     if (p == MAP_FAILED) return false;
     mapped_add(+(int64_t)size);
-    if (p == end) return true;
+    if (p == end) {
+        /* Only huge blocks grow so: their growth gets huge pages as they do. */
+        if (coral_huge_pages_for_big_block()) coral_os_advise_huge(end, size);
+        return true;
+    }
     /* A kernel before 4.17 took the address as a hint only. */
     coral_os_unmap(p, size);
     return false;
@@ -160,23 +160,14 @@ bool coral_os_resident(const void *p, size_t size, unsigned char *vec) {
     return !os_should_fail() && mincore((void *)(uintptr_t)p, size, vec) == 0;
 }
 
-/* Ask for transparent huge pages over the range (THP in "madvise" mode). */
-static void os_advise_hugepage(void *p, size_t size) {
+/* Ask for transparent huge pages over the range (THP in "madvise" mode):
+ * a clean 2 MiB-aligned 2 MiB of it then faults in as one page, one fault. */
+void coral_os_advise_huge(void *p, size_t size) {
     coral_count_os_call(CORAL_OS_ADVISE, size);
     if (!os_should_fail()) (void)madvise(p, size, MADV_HUGEPAGE);
 }
 
-/* CORALLOC_HUGE_PAGES advises huge pages for a new segment once the process
- * had this much mapped before it: a small program keeps its 4 KiB pages,
- * whose resident size a 2 MiB page would multiply. */
-#define HUGE_PAGES_FROM_BYTES ((int64_t)16 << 20)
-
 void coral_os_new_segment(void *base, size_t size, size_t header) {
-    /* Huge pages first: a populate afterwards then faults in 2 MiB pages. */
-    if (coral_option(CORAL_OPT_HUGE_PAGES) &&
-        atomic_load_explicit(&os_mapped, memory_order_relaxed) - (int64_t)size >=
-            HUGE_PAGES_FROM_BYTES)
-        os_advise_hugepage(base, size);
     if (coral_option(CORAL_OPT_POPULATE) == CORAL_POPULATE_ON && size > header)
         coral_os_populate((uint8_t *)base + header, size - header);
 }

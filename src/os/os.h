@@ -40,10 +40,12 @@ void coral_os_populate(void *p, size_t size);
 /* Which pages of [p, p + size) are resident (mincore): false if unknown. */
 bool coral_os_resident(const void *p, size_t size, unsigned char *vec);
 /* A new mapping of `size` bytes for a segment, of which the first `header`
- * bytes are metadata: huge pages (CORALLOC_HUGE_PAGES, once the process
- * maps enough to fill them) and populate (CORALLOC_POPULATE=on) as the
- * policies say. */
+ * bytes are metadata: populated whole when CORALLOC_POPULATE=on. */
 void coral_os_new_segment(void *base, size_t size, size_t header);
+/* Transparent huge pages for [p, p + size) (MADV_HUGEPAGE): advised before
+ * anything there is touched, so that each clean 2 MiB faults in as one
+ * page. Callers ask coral_huge_pages_for_* first. */
+void coral_os_advise_huge(void *p, size_t size);
 /* Make [p, p + size) (whole OS pages) inaccessible, or read-write again: a
  * guard page. False (errno set) when the kernel refuses. */
 bool coral_os_protect(void *p, size_t size, bool accessible);
@@ -65,6 +67,20 @@ void coral_populate_big_block(uint8_t *p, size_t size);
 void coral_populate_note_big_block(const uint8_t *p, size_t size);
 void coral_populate_growth(uint8_t *p, size_t old_size, size_t new_size);
 void coral_populate_copy(void *dst, size_t size);
+
+/* ---- the huge-page policy (populate.c) ----------------------------------------- */
+
+/* CORALLOC_HUGE_PAGES: should a thread's new segment, taken because its
+ * other segments are full, get huge pages? Yes while the spans the process
+ * carves are written densely (the measures of the populate policy). */
+bool coral_huge_pages_for_segment(void);
+/* Should a huge block's mapping (or its growth) get huge pages? Yes
+ * whenever CORALLOC_HUGE_PAGES is on: a block of more than 2 MiB is no
+ * small program's, and is mostly written (a program that touches a huge
+ * block sparsely pays 2 MiB per touched 2 MiB, as under mimalloc 3). The
+ * populate policy's score cannot tell: a block in huge pages reads as
+ * resident wherever it was touched. */
+bool coral_huge_pages_for_big_block(void);
 
 /* ---- the purge scheduler (purge.c) -------------------------------------------- */
 

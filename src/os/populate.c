@@ -57,6 +57,22 @@
  * delays a decision by one block. */
 static _Atomic(unsigned) big_block_share;
 
+/* The running score of the class pages the process fills, the same way:
+ * a page of blocks up to an OS page is written whole (carving links every
+ * block), a page of bigger blocks as much as mincore finds resident. It
+ * starts dense: a program that fills pages of small blocks has shown
+ * nothing else; one sparse page of big blocks makes it sparse. */
+static _Atomic(unsigned) span_share = SHARE_ONE;
+
+static void score_add(_Atomic(unsigned) *score, unsigned sample) {
+    unsigned old = atomic_load_explicit(score, memory_order_relaxed);
+    atomic_store_explicit(score, (old + 3u * sample) / 4u, memory_order_relaxed);
+}
+
+static bool score_dense(_Atomic(unsigned) *score) {
+    return atomic_load_explicit(score, memory_order_relaxed) >= SHARE_DENSE;
+}
+
 bool coral_populate_adaptive(void) {
     return coral_option(CORAL_OPT_POPULATE) == CORAL_POPULATE_ADAPTIVE;
 }
@@ -112,25 +128,22 @@ static void populate_range(uint8_t *p, size_t size) {
  * first page). */
 void coral_populate_class_span(uint8_t *start, size_t bytes, size_t block_size, const uint8_t *full,
                                size_t full_bytes) {
-    if (full == NULL || page_ceil(bytes) < CORAL_POPULATE_MIN_BYTES) return;
-    if (block_size > CORAL_OS_PAGE_SIZE && resident_share(full, full_bytes) < SHARE_DENSE) return;
-    populate_range(start, bytes);
+    if (full == NULL) return;
+    unsigned share = block_size > CORAL_OS_PAGE_SIZE ? resident_share(full, full_bytes) : SHARE_ONE;
+    score_add(&span_share, share);
+    if (share >= SHARE_DENSE) populate_range(start, bytes);
 }
 
 /* A large or huge block was placed on clean memory [p, p + size). */
 void coral_populate_big_block(uint8_t *p, size_t size) {
-    if (page_ceil(size) < CORAL_POPULATE_MIN_BYTES ||
-        atomic_load_explicit(&big_block_share, memory_order_relaxed) < SHARE_DENSE)
-        return;
+    if (page_ceil(size) < CORAL_POPULATE_MIN_BYTES || !score_dense(&big_block_share)) return;
     populate_range(p, size);
 }
 
 /* A large or huge block placed on clean memory is freed: how much of it
  * the program wrote moves the score. */
 void coral_populate_note_big_block(const uint8_t *p, size_t size) {
-    unsigned sample = resident_share((const uint8_t *)page_floor((uintptr_t)p), size);
-    unsigned old = atomic_load_explicit(&big_block_share, memory_order_relaxed);
-    atomic_store_explicit(&big_block_share, (old + 3u * sample) / 4u, memory_order_relaxed);
+    score_add(&big_block_share, resident_share((const uint8_t *)page_floor((uintptr_t)p), size));
 }
 
 /* realloc grew the block at p from old_size to new_size bytes (in place,
@@ -159,3 +172,9 @@ void coral_populate_copy(void *dst, size_t size) {
     if (resident_in_window(last, 1) != 0) return;
     populate_range(p, size);
 }
+
+bool coral_huge_pages_for_segment(void) {
+    return coral_option(CORAL_OPT_HUGE_PAGES) && score_dense(&span_share);
+}
+
+bool coral_huge_pages_for_big_block(void) { return coral_option(CORAL_OPT_HUGE_PAGES) != 0; }

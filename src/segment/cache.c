@@ -286,11 +286,13 @@ static size_t cache_fill(uint8_t *dst, size_t size) {
 }
 
 /* `size` bytes (whole chunks), 4 MiB-aligned, from the cache or the OS; NULL
- * when the OS has no memory. got->dirty: bytes up to base + got->dirty may
+ * when the OS has no memory. `huge_pages`: advised for huge pages, before
+ * the caller touches it (a clean 2 MiB then faults in as one page; what is
+ * resident stays in 4 KiB pages). got->dirty: bytes up to base + got->dirty may
  * hold old data, the rest reads as zero; got->fresh: a new mapping;
  * got->header: the first slice holds a freed segment's header, every
  * descriptor free (else, when dirty, it may hold anything). */
-void *coral_segment_cache_take(size_t size, coral_cache_got_t *got) {
+void *coral_segment_cache_take(size_t size, bool huge_pages, coral_cache_got_t *got) {
     cache_region_t target = {NULL, 0, 0, 0, 0};
     if (atomic_load_explicit(&cache_bytes, memory_order_relaxed) != 0) {
         pthread_mutex_lock(&cache_lock);
@@ -316,6 +318,7 @@ void *coral_segment_cache_take(size_t size, coral_cache_got_t *got) {
     /* (Blocks freed there were inaccessible to memcheck; what the chunks
      * hold, headers included, is read as it is.) */
     CORAL_VG(VALGRIND_MAKE_MEM_DEFINED(target.base, size));
+    if (huge_pages) coral_os_advise_huge(target.base, size);
     return target.base;
 }
 
@@ -389,7 +392,10 @@ uint64_t coral_segment_cache_purge(uint64_t now, bool force) {
     for (size_t passes = 0; passes < 2 * CACHE_SLOTS; passes++) {
         if (atomic_load_explicit(&cache_bytes, memory_order_relaxed) == 0) break;
         if (!cache_take_due(now, force, &r, &next)) break;
-        if (coral_os_purge(r.base, r.dirty)) {
+        /* Up to the 2 MiB its data ends in: in huge pages, all of it is
+         * resident (the region is whole chunks, so this stays inside). */
+        size_t huge = (size_t)2 << 20;
+        if (coral_os_purge(r.base, (r.dirty + huge - 1) & ~(huge - 1))) {
             r.dirty = 0; /* all zero now, the header too */
             r.headers = 0;
         }

@@ -173,9 +173,9 @@ static void guard_slice_set(coral_segment_t *seg, bool accessible) {
 
 /* A segment from the cache: its header is set up, its slices known dirty
  * where the cache says they may hold data. */
-static coral_segment_t *segment_map_new(void) {
+static coral_segment_t *segment_map_new(bool huge_pages) {
     coral_cache_got_t got;
-    coral_segment_t *seg = coral_segment_cache_take(CORAL_SEGMENT_SIZE, &got);
+    coral_segment_t *seg = coral_segment_cache_take(CORAL_SEGMENT_SIZE, huge_pages, &got);
     if (seg == NULL) return NULL;
     _Static_assert(sizeof(coral_segment_t) <= CORAL_SLICE_SIZE, "segment header fits slice 0");
     /* A fresh one reads as zero; a freed segment's descriptors are all free
@@ -189,7 +189,10 @@ static coral_segment_t *segment_map_new(void) {
      * threads read them without synchronisation. */
     seg->kind = CORAL_SEGMENT_NORMAL;
     seg->size = CORAL_SEGMENT_SIZE;
-    size_t dirty = (got.dirty + CORAL_SLICE_SIZE - 1) / CORAL_SLICE_SIZE;
+    /* In huge pages, a touch makes all of its 2 MiB resident: every slice
+     * counts as dirty, so that the free ones are purged like used ones. */
+    size_t dirty = huge_pages ? CORAL_SLICES_PER_SEGMENT
+                              : (got.dirty + CORAL_SLICE_SIZE - 1) / CORAL_SLICE_SIZE;
     atomic_store_explicit(&seg->used_slices, 1 | CORAL_GUARD_SLICE_BITS, memory_order_relaxed);
     atomic_store_explicit(&seg->dirty_slices, 1 | slice_mask(0, dirty), /* the header too */
                           memory_order_relaxed);
@@ -307,8 +310,18 @@ coral_page_t *coral_span_alloc_owned(coral_thread_segments_t *ts, size_t n) {
     return page;
 }
 
+/* Huge pages (CORALLOC_HUGE_PAGES) go to a thread's segments from its
+ * second on, while the process writes the pages it carves densely: a
+ * thread that needs another segment has filled one, so its memory is no
+ * small program's, and the 2 MiB pages of the new one will be used. A
+ * thread's first segment keeps 4 KiB pages: a small program (or a thread
+ * that allocates little) pays for no 2 MiB it does not fill. */
+static bool span_wants_huge_pages(const coral_thread_segments_t *ts) {
+    return ts->segments.first != NULL && coral_huge_pages_for_segment();
+}
+
 coral_page_t *coral_span_alloc_new(coral_thread_segments_t *ts, size_t n) {
-    coral_segment_t *seg = segment_map_new();
+    coral_segment_t *seg = segment_map_new(span_wants_huge_pages(ts));
     if (seg == NULL) return NULL;
     seg->used_pages = 0; /* used_slices is 1: the header only */
     segment_own(seg, ts);

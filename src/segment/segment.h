@@ -255,8 +255,10 @@ typedef struct coral_cache_got_s {
     bool fresh;   /* a new mapping */
     bool header;  /* the first slice holds a freed segment's header, every descriptor free */
 } coral_cache_got_t;
-/* `size` bytes (whole chunks), 4 MiB-aligned, from the cache or the OS. */
-void *coral_segment_cache_take(size_t size, coral_cache_got_t *got);
+/* `size` bytes (whole chunks), 4 MiB-aligned, from the cache or the OS;
+ * advised for huge pages before anything is written there when
+ * `huge_pages` (coral_huge_pages_for_*). */
+void *coral_segment_cache_take(size_t size, bool huge_pages, coral_cache_got_t *got);
 /* The range [addr, addr + size), if the cache holds all of it in one region. */
 bool coral_segment_cache_take_range(void *addr, size_t size);
 /* Free chunks (bytes up to base + dirty may hold data): kept or unmapped. */

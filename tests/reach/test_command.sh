@@ -118,7 +118,7 @@ options_list)
     head -n1 "$TMP/out" | grep -q '^option  *default  *accepted  *value  *what$' || fail "header: $out"
     grep -Eq '^CORALLOC_PURGE_DELAY_MS +250 +0-3600000 +250 ' "$TMP/out" || fail "delay row: $out"
     grep -Eq '^CORALLOC_POPULATE +adaptive +off\|on\|adaptive +adaptive ' "$TMP/out" || fail "populate row: $out"
-    grep -Eq '^CORALLOC_HUGE_PAGES +0 +boolean +0 .*\[start-up only\]$' "$TMP/out" || fail "huge pages row: $out"
+    grep -Eq '^CORALLOC_HUGE_PAGES +1 +boolean +1 .*\[start-up only\]$' "$TMP/out" || fail "huge pages row: $out"
     ;;
 options_current)
     CORALLOC_PURGE_DELAY_MS=9 CORALLOC_SEGMENT_CACHE=bad run options --option populate=off

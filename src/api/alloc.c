@@ -175,6 +175,16 @@ void *coral_secure_alloc_zero(coral_heap_t *heap) {
     return p;
 }
 
+void coral_secure_free_checked(void *p) {
+    coral_segment_t *seg = coral_ptr_segment(p);
+    coral_page_t *slice = coral_segment_slice_of(seg, p);
+    if (seg->kind == CORAL_SEGMENT_NORMAL) {
+        coral_page_t *page = coral_slice_head(slice);
+        if (page->slice_count != 0 && !coral_secure_page_check(page, p, true)) return;
+    }
+    coral_free_in_segment(seg, slice, p);
+}
+
 /* ---- CORAL_VALGRIND builds ------------------------------------------------------------- */
 
 /* p handed out: memcheck's block, cleared after it is one when zero. */

@@ -88,7 +88,7 @@ void coral_free_slow(void *p) {
     if (CORAL_SECURE && coral_zero_slot_free(p)) return;
     coral_segment_t *seg = coral_segment_of_any(p);
     if (seg == NULL && CORAL_SECURE && coral_huge_was_freed(p)) {
-        coral_misuse("double free detected: huge block %p was already free (and unmapped)", p);
+        coral_misuse("double free detected: huge block %p was already free (and inaccessible)", p);
         return;
     }
     if (seg == NULL) {

@@ -23,8 +23,9 @@ static size_t align_up(size_t x, size_t a) { return (x + a - 1) & ~(a - 1); }
 
 static void *huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool zero);
 
-/* The secure build: the last blocks of huge segments unmapped at their
- * free, so that a second free of one is named as such. A ring any thread
+/* The secure build: the last huge blocks freed (their mappings made
+ * inaccessible or unmapped at the free), so that a second free of one is
+ * named as such. A ring any thread
  * writes (one slot each, by fetch_add) and reads; an entry is a hint, not a
  * proof: a block mapped at the same address later takes it out. */
 #define FREED_HUGE_RING 64

@@ -194,7 +194,8 @@ CORAL_INLINE void coral_block_set_next(coral_block_t *block, coral_block_t *next
  *     after free).
  *   - large blocks end at a guard page (the last OS page of their span),
  *     huge blocks too (the page after the block), normal segments with a
- *     guard slice (segment.h); freed huge blocks are unmapped at once.
+ *     guard slice (segment.h); a freed huge block is made inaccessible
+ *     (or unmapped) at once (heap/large.c).
  *   - fresh blocks are linked in a random order.
  *   - malloc(0) returns a slot of an inaccessible region.
  * None of it exists in the default build: the constants are 0 and the

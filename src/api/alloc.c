@@ -88,7 +88,7 @@ void coral_free_slow(void *p) {
     if (CORAL_SECURE && coral_zero_slot_free(p)) return;
     coral_segment_t *seg = coral_segment_of_any(p);
     if (seg == NULL && CORAL_SECURE && coral_huge_was_freed(p)) {
-        coral_misuse("double free detected: huge block %p was already free (and unmapped)", p);
+        coral_misuse("double free detected: huge block %p was already free (and inaccessible)", p);
         return;
     }
     if (seg == NULL) {
@@ -184,6 +184,16 @@ void *coral_secure_alloc_zero(coral_heap_t *heap) {
     void *p = coral_heap_alloc_plain(heap, CORAL_CANARY_SIZE, false);
     if (p != NULL) coral_secure_block_out(p, 0);
     return p;
+}
+
+void coral_secure_free_checked(void *p) {
+    coral_segment_t *seg = coral_ptr_segment(p);
+    coral_page_t *slice = coral_segment_slice_of(seg, p);
+    if (seg->kind == CORAL_SEGMENT_NORMAL) {
+        coral_page_t *page = coral_slice_head(slice);
+        if (page->slice_count != 0 && !coral_secure_page_check(page, p, true)) return;
+    }
+    coral_free_in_segment(seg, slice, p);
 }
 
 /* ---- CORAL_VALGRIND builds ------------------------------------------------------------- */

@@ -97,16 +97,17 @@ void *coral_valgrind_alloc(coral_heap_t *heap, size_t size, bool zero);
 CORAL_INLINE void *coral_heap_alloc_inline(coral_heap_t *heap, size_t size, bool zero) {
     if (CORAL_VALGRIND) return coral_valgrind_alloc(heap, size, zero);
     if (!CORAL_SECURE) return coral_heap_alloc_plain(heap, size, zero);
-    if (coral_unlikely(size == 0)) return coral_secure_alloc_zero(heap);
-    size_t inner = coral_secure_inner_size(size);
-    if (coral_likely(inner <= CORAL_DIRECT_MAX_SIZE)) { /* the fast path knows the page */
+    /* 1 .. the largest size whose block a direct[] page holds (0 wraps). */
+    if (coral_likely(size - 1 < CORAL_DIRECT_MAX_SIZE - CORAL_CANARY_SIZE)) {
         coral_page_t *page;
-        coral_block_t *block = coral_pop_direct(heap, inner, &page);
-        if (coral_likely(block != NULL)) {
-            coral_secure_page_out(page, block, zero ? size : 0);
+        coral_block_t *block = coral_pop_direct(heap, size + CORAL_CANARY_SIZE, &page);
+        if (coral_likely(block != NULL)) { /* a direct[] page: of a size class */
+            coral_secure_small_out(page, block, zero ? size : 0);
             return block;
         }
     }
+    if (coral_unlikely(size == 0)) return coral_secure_alloc_zero(heap);
+    size_t inner = coral_secure_inner_size(size);
     bool big = inner > CORAL_CLASS_MAX_SIZE;
     void *p = coral_heap_alloc_plain(heap, inner, zero && big);
     if (coral_likely(p != NULL)) coral_secure_block_out(p, zero && !big ? size : 0);
@@ -131,6 +132,29 @@ CORAL_INLINE void *coral_heap_calloc_inline(coral_heap_t *heap, size_t n, size_t
  * thread's segment, a huge block (alloc.c). */
 void coral_free_unusual(coral_segment_t *seg, coral_page_t *slice, void *p);
 
+/* The secure build's free of a block its fast check did not pass (alloc.c):
+ * the checks that name the misuse, then the free. */
+void coral_secure_free_checked(void *p);
+
+/* free() of p, a pointer into the first chunk of seg (slice: its slice
+ * descriptor), by any thread. One compare says the calling thread owns the
+ * page and no flag is set (tid_flags, segment.h). A page that becomes empty
+ * is retired unless it is the first of its class queue (link.prev ==
+ * NULL), which the next malloc of the class would take again at once. */
+CORAL_INLINE void coral_free_in_segment(coral_segment_t *seg, coral_page_t *slice, void *p) {
+    coral_block_t *block = p;
+    if (coral_likely(coral_slice_tid_flags(slice) == coral_thread_id() &&
+                     block != slice->local_free)) {
+        coral_count_frees(slice->class_idx, 1);
+        coral_block_set_next(block, slice->local_free);
+        slice->local_free = block;
+        if (coral_unlikely(--slice->used == 0) && slice->link.prev != NULL)
+            coral_heap_page_retire(slice);
+        return;
+    }
+    coral_free_unusual(seg, slice, p);
+}
+
 CORAL_INLINE void coral_free_inline(void *p) {
     if (CORAL_VALGRIND && p != NULL) CORAL_VG(VALGRIND_FREELIKE_BLOCK(p, 0));
     uintptr_t a = (uintptr_t)p, chunk = coral_opaque(a >> CORAL_SEGMENT_SHIFT);
@@ -146,27 +170,14 @@ CORAL_INLINE void coral_free_inline(void *p) {
      * INTERIOR (a later slice of a multi-slice page), which the unusual
      * path resolves. */
     coral_page_t *slice = coral_segment_slice_of(seg, p);
-    /* The secure build checks the block first: a misuse it reports (with
-     * CORALLOC_ON_ERROR=warn) leaves the block alone. */
-    if (CORAL_SECURE && seg->kind == CORAL_SEGMENT_NORMAL) {
-        coral_page_t *page = coral_slice_head(slice);
-        if (page->slice_count != 0 && !coral_secure_page_check(page, p, true)) return;
-    }
-    coral_block_t *block = p;
-    /* One compare says the calling thread owns the page and no flag is set
-     * (tid_flags, segment.h). A page that becomes empty is retired unless it
-     * is the first of its class queue (link.prev == NULL), which the next
-     * malloc of the class would take again at once. */
-    if (coral_likely(coral_slice_tid_flags(slice) == coral_thread_id() &&
-                     block != slice->local_free)) {
-        coral_count_frees(slice->class_idx, 1);
-        coral_block_set_next(block, slice->local_free);
-        slice->local_free = block;
-        if (coral_unlikely(--slice->used == 0) && slice->link.prev != NULL)
-            coral_heap_page_retire(slice);
+    /* The secure build checks the block first (page.h); what the fast
+     * check does not pass takes the checked path, where a misuse reported
+     * (with CORALLOC_ON_ERROR=warn) leaves the block alone. */
+    if (CORAL_SECURE && coral_unlikely(!coral_secure_free_fast(seg, slice, p))) {
+        coral_secure_free_checked(p);
         return;
     }
-    coral_free_unusual(seg, slice, p);
+    coral_free_in_segment(seg, slice, p);
 }
 
 #endif /* CORAL_API_H */

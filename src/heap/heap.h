@@ -163,7 +163,7 @@ int coral_heap_check_thread(const char **why, const void **where);
 void *coral_heap_malloc_large(coral_heap_t *heap, size_t size, size_t alignment, bool zero);
 void *coral_realloc_large_in_place(coral_page_t *page, void *p, size_t size);
 void *coral_huge_realloc(coral_segment_t *seg, void *p, size_t size);
-/* The secure build: p was a huge block, lately freed (and unmapped). */
+/* The secure build: p was a huge block, lately freed (its mapping gone or inaccessible). */
 bool coral_huge_was_freed(const void *p);
 size_t coral_huge_usable(coral_segment_t *seg, const void *p);
 void coral_huge_free(coral_segment_t *seg);

@@ -23,8 +23,9 @@ static size_t align_up(size_t x, size_t a) { return (x + a - 1) & ~(a - 1); }
 
 static void *huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool zero);
 
-/* The secure build: the last blocks of huge segments unmapped at their
- * free, so that a second free of one is named as such. A ring any thread
+/* The secure build: the last huge blocks freed (their mappings made
+ * inaccessible or unmapped at the free), so that a second free of one is
+ * named as such. A ring any thread
  * writes (one slot each, by fetch_add) and reads; an entry is a hint, not a
  * proof: a block mapped at the same address later takes it out. */
 #define FREED_HUGE_RING 64
@@ -48,6 +49,71 @@ bool coral_huge_was_freed(const void *p) {
     for (size_t i = 0; i < FREED_HUGE_RING; i++)
         if (atomic_load_explicit(&freed_huge[i], memory_order_relaxed) == (uintptr_t)p) return true;
     return false;
+}
+
+/* The secure build: freed huge mappings kept inaccessible for reuse. A
+ * read or write of a freed huge block faults as if it were unmapped, and
+ * the next huge block that fits takes the mapping back with its pages
+ * resident: no fault per page again (refaulting every page of every huge
+ * block is what unmapping at free cost). A slot holds a mapping's base
+ * (4 MiB-aligned) with its size in chunks in the low bits, 0 when empty;
+ * any thread takes one (exchange: the one that got it owns it) or puts one
+ * in an empty slot (compare-exchange): no lock, so a fork at any time
+ * leaves the slots consistent. At most HUGE_KEEP_BYTES are kept; a mapping
+ * that would pass that is unmapped. */
+#define HUGE_KEEP_SLOTS 8
+#define HUGE_KEEP_BYTES ((size_t)128 << 20)
+static _Atomic(uintptr_t) huge_kept[HUGE_KEEP_SLOTS];
+static _Atomic(size_t) huge_kept_bytes;
+
+static size_t kept_size(uintptr_t slot) { return (slot & CORAL_SEGMENT_MASK) * CORAL_SEGMENT_SIZE; }
+
+/* Keep the (inaccessible) mapping of `size` bytes at base; false: full. */
+static bool huge_keep(void *base, size_t size) {
+    size_t chunks = size / CORAL_SEGMENT_SIZE;
+    if (chunks > CORAL_SEGMENT_MASK) return false;
+    size_t before = atomic_fetch_add_explicit(&huge_kept_bytes, size, memory_order_relaxed);
+    if (before + size <= HUGE_KEEP_BYTES) {
+        for (size_t i = 0; i < HUGE_KEEP_SLOTS; i++) {
+            uintptr_t empty = 0;
+            if (atomic_compare_exchange_strong_explicit(&huge_kept[i], &empty,
+                                                        (uintptr_t)base | chunks,
+                                                        memory_order_release, memory_order_relaxed))
+                return true;
+        }
+    }
+    atomic_fetch_sub_explicit(&huge_kept_bytes, size, memory_order_relaxed);
+    return false;
+}
+
+/* A kept mapping of at least `size` bytes (the smallest such), made
+ * accessible again, or NULL; *got_size is its size. */
+static void *huge_take_kept(size_t size, size_t *got_size) {
+    size_t best = HUGE_KEEP_SLOTS;
+    for (size_t i = 0; i < HUGE_KEEP_SLOTS; i++) {
+        uintptr_t v = atomic_load_explicit(&huge_kept[i], memory_order_relaxed);
+        if (v != 0 && kept_size(v) >= size &&
+            (best == HUGE_KEEP_SLOTS ||
+             kept_size(v) <
+                 kept_size(atomic_load_explicit(&huge_kept[best], memory_order_relaxed))))
+            best = i;
+    }
+    if (best == HUGE_KEEP_SLOTS) return NULL;
+    uintptr_t v = atomic_exchange_explicit(&huge_kept[best], 0, memory_order_acquire);
+    if (v == 0) return NULL;   /* another thread took it first */
+    if (kept_size(v) < size) { /* another mapping was put there meanwhile */
+        if (!huge_keep((void *)(v & ~CORAL_SEGMENT_MASK), kept_size(v)))
+            coral_os_unmap((void *)(v & ~CORAL_SEGMENT_MASK), kept_size(v));
+        return NULL;
+    }
+    atomic_fetch_sub_explicit(&huge_kept_bytes, kept_size(v), memory_order_relaxed);
+    void *base = (void *)(v & ~CORAL_SEGMENT_MASK);
+    *got_size = kept_size(v);
+    if (!coral_os_protect(base, *got_size, true)) {
+        coral_os_unmap(base, *got_size);
+        return NULL;
+    }
+    return base;
 }
 
 void *coral_heap_malloc_large(coral_heap_t *heap, size_t size, size_t alignment, bool zero) {
@@ -150,7 +216,15 @@ static void huge_init_header(coral_segment_t *seg, size_t size, size_t offset,
 static coral_segment_t *huge_segment_new(size_t total, size_t offset, size_t alignment,
                                          coral_cache_got_t *got) {
     coral_segment_t *seg;
-    if (alignment <= CORAL_SEGMENT_SIZE) {
+    size_t kept = 0;
+    if (CORAL_SECURE && alignment <= CORAL_SEGMENT_SIZE &&
+        (seg = huge_take_kept(total, &kept)) != NULL) {
+        got->dirty = total; /* its pages hold an earlier block's data */
+        got->fresh = false;
+        got->header = false;
+        if (kept > total) /* the chunks past what the block needs: to the cache */
+            coral_segment_cache_put((uint8_t *)seg + total, kept - total, kept - total, false);
+    } else if (alignment <= CORAL_SEGMENT_SIZE) {
         seg = coral_segment_cache_take(total, coral_huge_pages_for_big_block(), got);
     } else {
         /* The block starts `offset` (= the alignment) after the segment:
@@ -219,7 +293,8 @@ static void *huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool 
 
 /* The block is gone: its chunks go to the cache. The header stays as it is
  * (used == 0), so a second free of the block is reported. The secure
- * build unmaps them at once: a read after free faults. */
+ * build makes the whole mapping inaccessible at once (a read after free
+ * faults) and keeps it for a later huge block, or unmaps it. */
 void coral_huge_release(coral_segment_t *seg) {
     coral_page_t *page = &seg->pages[0];
     if (page->is_fresh && coral_populate_adaptive())
@@ -229,9 +304,10 @@ void coral_huge_release(coral_segment_t *seg) {
     coral_count(&coral_counters.huge_bytes, -(int64_t)seg->pages[0].block_size);
     coral_count(&coral_counters.segments, -1);
     if (CORAL_SECURE) {
+        size_t size = seg->size; /* (the header is inaccessible once protected) */
         freed_huge_note(page->start, true);
-        coral_segment_map_set(seg, seg->size, false);
-        coral_os_unmap(seg, seg->size);
+        coral_segment_map_set(seg, size, false);
+        if (!coral_os_protect(seg, size, false) || !huge_keep(seg, size)) coral_os_unmap(seg, size);
         return;
     }
     coral_segment_cache_put(seg, seg->size, seg->huge_dirty, true);

@@ -151,11 +151,13 @@ CORAL_INLINE coral_block_t *coral_block_next(const coral_block_t *block) {
     VALGRIND_MAKE_MEM_NOACCESS(block, sizeof *block);
     return next;
 #elif CORAL_SECURE
-    uintptr_t next = (uintptr_t)block->next ^ coral_list_key ^ (uintptr_t)block;
-    if (coral_unlikely(next != 0 && ((((next ^ (uintptr_t)block) >> CORAL_SEGMENT_SHIFT) != 0) |
-                                     (next & (CORAL_ALIGNMENT - 1)))))
-        coral_bad_link(block, next);
-    return (coral_block_t *)next;
+    /* d = next ^ block: in the block's segment and 16-aligned, next leaves
+     * only bits 4-21 of d set; a NULL link makes d the block itself. */
+    uintptr_t d = (uintptr_t)block->next ^ coral_list_key;
+    const uintptr_t outside = ~(uintptr_t)(CORAL_SEGMENT_MASK & ~(CORAL_ALIGNMENT - 1));
+    if (coral_unlikely((d & outside) != 0) && d != (uintptr_t)block)
+        coral_bad_link(block, d ^ (uintptr_t)block);
+    return (coral_block_t *)(d ^ (uintptr_t)block);
 #else
     return block->next;
 #endif
@@ -178,15 +180,18 @@ CORAL_INLINE void coral_block_set_next(coral_block_t *block, coral_block_t *next
  *   - the last 8 bytes of every block of a size class and of every large
  *     block are not the program's (malloc_usable_size stops before them):
  *     while the block is live they hold its canary, once it is freed its
- *     freed mark, both keyed by the secret key and the block's address. A
- *     free finds the mark (a double free, however many frees came between)
- *     or anything but the canary (an overflow past the usable size).
- *   - a freed block of a size class is filled with CORAL_FILL_BYTE (past
- *     its link, up to CORAL_FILL_MAX bytes); malloc finds a block with the
- *     freed mark whose fill changed (a write after free).
+ *     freed mark, both keyed by the secret key, the page's epoch (a random
+ *     value drawn at every page init) and the block's address. A free finds
+ *     the mark (a double free, however many frees came between) or anything
+ *     but the canary (an overflow past the usable size).
+ *   - a freed block of a size class is filled with CORAL_FILL_BYTE past its
+ *     link, up to the block's first CORAL_FILL_END bytes (or its mark);
+ *     malloc finds a block with the freed mark whose fill changed (a write
+ *     after free).
  *   - large blocks end at a guard page (the last OS page of their span),
  *     huge blocks too (the page after the block), normal segments with a
- *     guard slice (segment.h); freed huge blocks are unmapped at once.
+ *     guard slice (segment.h); a freed huge block is made inaccessible
+ *     (or unmapped) at once (heap/large.c).
  *   - fresh blocks are linked in a random order.
  *   - malloc(0) returns a slot of an inaccessible region.
  * None of it exists in the default build: the constants are 0 and the
@@ -195,7 +200,10 @@ CORAL_INLINE void coral_block_set_next(coral_block_t *block, coral_block_t *next
 #define CORAL_GUARD_SIZE (CORAL_SECURE ? CORAL_OS_PAGE_SIZE : 0)
 #define CORAL_FILL_BYTE 0xdf
 #define CORAL_FILL_WORD (0x0101010101010101ull * CORAL_FILL_BYTE)
-#define CORAL_FILL_MAX ((size_t)64)
+/* The fill covers the words at offsets 8, 16 and 24: with the link, the
+ * first 32 bytes of a block (a 32-byte block's last word is its mark; a
+ * 16-byte block has no room for a fill). */
+#define CORAL_FILL_END ((size_t)32)
 
 /* The bytes asked of the plain allocator for a request of size bytes: room
  * for the canary (saturating: a size near SIZE_MAX still fails). */
@@ -205,8 +213,9 @@ CORAL_INLINE size_t coral_secure_inner_size(size_t size) {
 
 /* Called once at start-up, before any block is linked: the keys. */
 void coral_secure_init(void);
-/* A page's epoch, part of its blocks' freed marks: the marks a span's
- * earlier pages left in its memory never match a new page's blocks. */
+/* A new page's epoch: a random value, part of its blocks' canaries and
+ * freed marks, so that the marks a span's earlier pages left in its memory
+ * never match a new page's blocks. */
 uint32_t coral_secure_next_epoch(void);
 /* Link n fresh blocks from `first` (block_size apart) in a random order in
  * front of `rest`: the head of the new list. */
@@ -227,45 +236,55 @@ CORAL_COLD __attribute__((noreturn)) void coral_secure_write_after_free(const co
                                                                         const uint8_t *block);
 
 #if CORAL_SECURE
-/* Written once by coral_secure_init; read-only afterwards. */
-extern uint64_t coral_canary_key, coral_freed_key;
+/* Written once by coral_secure_init; read-only afterwards. Every byte of
+ * the canary key is in 0x80..0xfe and even. */
+extern uint64_t coral_canary_key;
 #endif
 
 /* A canary's bytes are all in 0x80..0xfe, even: never NUL, an ASCII
  * character or 0xff, so an overflow by one byte of a string (its NUL, a
- * character) or of those fills always changes it; a freed mark is odd, so
- * the two never match. */
+ * character) or of those fills always changes it. The key's bytes are so;
+ * what the page and the address change of it is bits 1-6 of each byte
+ * (CORAL_CANARY_VARY), which keeps them so. */
 #define CORAL_CANARY_HIGH 0x8080808080808080ull
 #define CORAL_CANARY_EVEN 0xfefefefefefefefeull
+#define CORAL_CANARY_VARY 0x7e7e7e7e7e7e7e7eull
 
-CORAL_INLINE uint64_t coral_canary_of(const void *block) {
+CORAL_INLINE uint64_t coral_canary_of(const coral_page_t *page, const void *block) {
 #if CORAL_SECURE
-    return ((coral_canary_key ^ (uintptr_t)block) | CORAL_CANARY_HIGH) & CORAL_CANARY_EVEN;
-#else
-    return (uintptr_t)block;
-#endif
-}
-
-CORAL_INLINE uint64_t coral_freed_mark_of(const coral_page_t *page, const void *block) {
-#if CORAL_SECURE
-    return (coral_freed_key ^ (uintptr_t)block ^ (uint64_t)page->epoch * 0x9e3779b97f4a7c15ull) | 1;
+    return coral_canary_key ^ (((uintptr_t)block ^ page->epoch) & CORAL_CANARY_VARY);
 #else
     (void)page;
     return (uintptr_t)block;
 #endif
 }
 
+/* A freed mark is the block's canary made odd: never a canary. */
+CORAL_INLINE uint64_t coral_freed_mark_of(uint64_t canary) { return canary | 1; }
+
 /* The word after the usable bytes of the block at `block`. */
 CORAL_INLINE uint64_t *coral_mark_word(const coral_page_t *page, void *block) {
     return (uint64_t *)(void *)((uint8_t *)block + page->block_size - CORAL_CANARY_SIZE);
 }
 
-/* The filled bytes of a freed block of a size class: past its link, up to
- * its mark or CORAL_FILL_MAX. */
-CORAL_INLINE size_t coral_fill_bytes(const coral_page_t *page) {
-    size_t body = page->block_size - CORAL_CANARY_SIZE;
-    if (body > CORAL_FILL_MAX) body = CORAL_FILL_MAX;
-    return body - sizeof(coral_block_t);
+/* The fill of a freed block of a size class: three stores (the third is
+ * the mark's word in a 32-byte block: the mark, written after, takes it). */
+CORAL_INLINE void coral_secure_fill(const coral_page_t *page, uint8_t *block) {
+    if (page->block_size <= 16) return;
+    uint64_t *w = (uint64_t *)(void *)block;
+    w[1] = CORAL_FILL_WORD;
+    w[2] = CORAL_FILL_WORD;
+    w[3] = CORAL_FILL_WORD;
+}
+
+/* Whether a freed block's fill is as coral_secure_fill left it. */
+CORAL_INLINE bool coral_secure_fill_intact(const coral_page_t *page, const uint8_t *block) {
+    size_t bs = page->block_size;
+    if (bs <= 16) return true;
+    const uint64_t *w = (const uint64_t *)(const void *)block;
+    uint64_t diff = (w[1] ^ CORAL_FILL_WORD) | (w[2] ^ CORAL_FILL_WORD);
+    if (bs > CORAL_FILL_END) diff |= w[3] ^ CORAL_FILL_WORD;
+    return diff == 0;
 }
 
 /* The page in use of a pointer into a normal segment, else NULL. */
@@ -277,45 +296,72 @@ CORAL_INLINE coral_page_t *coral_secure_page_of(const void *p) {
     return page->slice_count != 0 ? page : NULL;
 }
 
-/* A block of page passed the checks of its free: a block of a size class
- * gets its fill and its freed mark (a large block's span is given back). */
-CORAL_INLINE void coral_secure_mark_freed(const coral_page_t *page, uint8_t *block) {
+/* A block of page passed the checks of its free (its canary was `canary`):
+ * a block of a size class gets its fill and its freed mark (a large
+ * block's span is given back). */
+CORAL_INLINE void coral_secure_mark_freed(const coral_page_t *page, uint8_t *block,
+                                          uint64_t canary) {
     if (page->class_idx == CORAL_CLASS_LARGE) return;
-    uint64_t *w = (uint64_t *)(void *)block + 1;
-    for (size_t n = coral_fill_bytes(page) / 8; n > 0; n--) {
-        __asm__("" : "+r"(w)); /* a few stores: no call to memset */
-        *w++ = CORAL_FILL_WORD;
-    }
-    *coral_mark_word(page, block) = coral_freed_mark_of(page, block);
+    uint64_t *mark = coral_mark_word(page, block);
+    coral_secure_fill(page, block);
+    *mark = coral_freed_mark_of(canary);
+}
+
+/* Whether p, in `page` (in use, of a normal segment), looks like a live
+ * block start: its mark word, which lies inside the page's blocks, holds
+ * its canary. No division: an interior pointer never finds its own canary
+ * a block size after it. */
+CORAL_INLINE bool coral_secure_intact(const coral_page_t *page, uint8_t *block, uint64_t canary) {
+    size_t blocks_end = (size_t)page->reserved * page->block_size; /* (the mark read is in it) */
+    return (size_t)(block - page->start) + page->block_size <= blocks_end &&
+           *coral_mark_word(page, block) == canary;
 }
 
 /* The checks a free (`release`: then the freed mark and the fill are
  * written) or a realloc (a live block) makes of p, in `page` (in use, of a
  * normal segment): false when it found a misuse (reported; with
- * CORALLOC_ON_ERROR=warn the caller leaves p). The common case, a block
- * start whose canary is intact, needs no division: an interior pointer
- * never finds its own canary a block size after it. */
+ * CORALLOC_ON_ERROR=warn the caller leaves p). */
 CORAL_INLINE bool coral_secure_page_check(coral_page_t *page, void *p, bool release) {
-    uint8_t *block = p;
-    size_t blocks_end = (size_t)page->reserved * page->block_size; /* (the mark read is in it) */
-    if (coral_unlikely((size_t)(block - page->start) + page->block_size > blocks_end ||
-                       *coral_mark_word(page, block) != coral_canary_of(block)))
+    uint64_t canary = coral_canary_of(page, p);
+    if (coral_unlikely(!coral_secure_intact(page, p, canary)))
         return coral_secure_check_slow(page, p, release);
-    if (release) coral_secure_mark_freed(page, block);
+    if (release) coral_secure_mark_freed(page, p, canary);
     return true;
 }
 
-/* A block just popped off `page`'s free list for a request: a write after
- * free is reported (fatal), the first `zero` bytes cleared, the canary
- * written. */
-CORAL_INLINE void coral_secure_page_out(coral_page_t *page, void *p, size_t zero) {
+/* The free fast path's check: p's slice descriptor `slice` in seg, with no
+ * flag (so the head of a page of a size class in use, or a descriptor no
+ * span uses, whose zero size no pointer passes), and a live block start
+ * there: its fill and mark are written. False: the caller takes the
+ * checked slow path (coral_secure_page_check). */
+CORAL_INLINE bool coral_secure_free_fast(const coral_segment_t *seg, coral_page_t *slice, void *p) {
+    if (coral_slice_flags(slice) != 0 || seg->kind != CORAL_SEGMENT_NORMAL) return false;
+    uint64_t canary = coral_canary_of(slice, p), *mark = coral_mark_word(slice, p);
+    if (coral_unlikely(!coral_secure_intact(slice, p, canary))) return false;
+    coral_secure_fill(slice, p);
+    *mark = coral_freed_mark_of(canary);
+    return true;
+}
+
+/* A block of a size class just popped off `page`'s free list: a write
+ * after free is reported (fatal), the canary written, the first `zero`
+ * bytes cleared. */
+CORAL_INLINE void coral_secure_small_out(coral_page_t *page, void *p, size_t zero) {
+    uint64_t canary = coral_canary_of(page, p);
     uint64_t *mark = coral_mark_word(page, p);
-    if (page->class_idx != CORAL_CLASS_LARGE && *mark == coral_freed_mark_of(page, p)) {
-        const uint64_t *w = (const uint64_t *)p + 1;
-        for (size_t n = coral_fill_bytes(page) / 8; n > 0; n--, w++)
-            if (coral_unlikely(*w != CORAL_FILL_WORD)) coral_secure_write_after_free(page, p);
+    if (*mark == coral_freed_mark_of(canary) && coral_unlikely(!coral_secure_fill_intact(page, p)))
+        coral_secure_write_after_free(page, p);
+    *mark = canary;
+    if (zero != 0) memset(p, 0, zero);
+}
+
+/* The same for a block of any page in use (a large block has no fill). */
+CORAL_INLINE void coral_secure_page_out(coral_page_t *page, void *p, size_t zero) {
+    if (page->class_idx != CORAL_CLASS_LARGE) {
+        coral_secure_small_out(page, p, zero);
+        return;
     }
-    *mark = coral_canary_of(p);
+    *coral_mark_word(page, p) = coral_canary_of(page, p);
     if (zero != 0) memset(p, 0, zero);
 }
 

@@ -11,20 +11,33 @@
 /* Written once by coral_secure_init, before the first block is linked or
  * handed out; read-only afterwards. */
 uintptr_t coral_list_key;
-uint64_t coral_canary_key, coral_freed_key;
+uint64_t coral_canary_key;
+static uint64_t epoch_key; /* seeds the pages' epochs */
 
 void coral_secure_init(void) {
     uint64_t keys[3];
     coral_os_random(keys, sizeof keys);
     coral_list_key = (uintptr_t)keys[0];
-    coral_canary_key = keys[1];
-    coral_freed_key = keys[2]; /* (a freed mark never equals a canary: page.h) */
+    coral_canary_key = (keys[1] | CORAL_CANARY_HIGH) & CORAL_CANARY_EVEN; /* (page.h) */
+    epoch_key = keys[2];
 }
 
-static _Atomic(uint32_t) epochs;
+/* splitmix64: a step of a generator whose state is *state. */
+static uint64_t mix_next(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static _Atomic(uint64_t) epochs; /* pages made so far */
 
 uint32_t coral_secure_next_epoch(void) {
-    return atomic_fetch_add_explicit(&epochs, 1, memory_order_relaxed) + 1;
+    /* The n-th output of a generator seeded by the secret: distinct
+     * counters give unrelated values, none an attacker can predict. */
+    uint64_t state = epoch_key ^ atomic_fetch_add_explicit(&epochs, 1, memory_order_relaxed) *
+                                     0xd1b54a32d192ed03ull;
+    return (uint32_t)mix_next(&state);
 }
 
 void coral_bad_link(const coral_block_t *block, uintptr_t next) {
@@ -34,11 +47,13 @@ void coral_bad_link(const coral_block_t *block, uintptr_t next) {
 }
 
 void coral_secure_write_after_free(const coral_page_t *page, const uint8_t *block) {
-    const uint8_t *b = block + sizeof(coral_block_t), *end = b + coral_fill_bytes(page);
-    while (b < end && *b == CORAL_FILL_BYTE) b++;
+    size_t end = page->block_size - CORAL_CANARY_SIZE;
+    if (end > CORAL_FILL_END) end = CORAL_FILL_END;
+    size_t at = sizeof(coral_block_t);
+    while (at < end && block[at] == CORAL_FILL_BYTE) at++;
     coral_fatal("write after free detected: block %p of %zu bytes was written at offset %zu after "
                 "it was freed",
-                (const void *)block, page->block_size - CORAL_CANARY_SIZE, (size_t)(b - block));
+                (const void *)block, page->block_size - CORAL_CANARY_SIZE, at);
 }
 
 /* ---- the slow halves of the block checks (page.h) ------------------------------- */
@@ -50,17 +65,17 @@ bool coral_secure_check_slow(coral_page_t *page, void *p, bool release) {
         coral_misuse("invalid pointer %p (inside a block of %zu bytes, not its start)", p, usable);
         return false;
     }
-    uint64_t *mark = coral_mark_word(page, block);
-    if (*mark == coral_freed_mark_of(page, block)) {
+    uint64_t canary = coral_canary_of(page, block), *mark = coral_mark_word(page, block);
+    if (*mark == coral_freed_mark_of(canary)) {
         coral_misuse("double free detected: block %p of %zu bytes was already free", p, usable);
         return false;
     }
-    if (*mark != coral_canary_of(block)) {
+    if (*mark != canary) {
         coral_misuse("heap overflow detected: block %p of %zu bytes was written past its end", p,
                      usable);
         return false;
     }
-    if (release) coral_secure_mark_freed(page, block);
+    if (release) coral_secure_mark_freed(page, block, canary);
     return true;
 }
 
@@ -73,14 +88,6 @@ void coral_secure_block_out_any(void *p, size_t zero) {
 
 /* ---- fresh blocks in a random order ------------------------------------------------ */
 
-/* splitmix64: a step of the shuffle's generator. */
-static uint64_t mix_next(uint64_t *state) {
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 #define CARVE_SHUFFLE_MAX 256u /* a carve step is at most this many blocks (page.c) */
 
 coral_block_t *coral_secure_carve(uint8_t *first, uint32_t n, size_t block_size,
@@ -92,12 +99,17 @@ coral_block_t *coral_secure_carve(uint8_t *first, uint32_t n, size_t block_size,
     while (n > 0) {
         uint32_t k = n < CARVE_SHUFFLE_MAX ? n : CARVE_SHUFFLE_MAX;
         uint16_t order[CARVE_SHUFFLE_MAX];
-        for (uint32_t i = 0; i < k; i++) order[i] = (uint16_t)i;
-        for (uint32_t i = k - 1; i > 0; i--) { /* Fisher-Yates */
-            uint32_t j = (uint32_t)(mix_next(&state) % (i + 1));
-            uint16_t t = order[i];
+        /* Fisher-Yates, inside out: order[0..i] is a random permutation of
+         * 0..i once i is placed. j is uniform in 0..i to within 2^-8 (a
+         * 16-bit draw scaled by a multiply, no division); each 64-bit
+         * output of the generator gives four draws. */
+        uint64_t bits = 0;
+        for (uint32_t i = 0; i < k; i++) {
+            if ((i & 3) == 0) bits = mix_next(&state);
+            uint32_t j = (uint32_t)(((bits & 0xffffu) * (i + 1)) >> 16);
+            bits >>= 16;
             order[i] = order[j];
-            order[j] = t;
+            order[j] = (uint16_t)i;
         }
         for (uint32_t i = 0; i < k; i++) {
             coral_block_t *b = (coral_block_t *)(void *)(first + (size_t)order[i] * block_size);

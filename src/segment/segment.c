@@ -334,6 +334,25 @@ coral_page_t *coral_span_alloc_new(coral_thread_segments_t *ts, size_t n) {
     return page;
 }
 
+/* The secure build: a thread keeps up to SPARE_SEGMENTS empty segments
+ * rather than give them to the cache, so a program that empties and
+ * refills its segments does not make their guard slices accessible and
+ * inaccessible again (two mprotect calls per segment) each time. A spare
+ * is an owned segment like any other: the purger purges its free slices,
+ * its slices serve new spans, and thread exit gives it to the cache. (A
+ * walk of the thread's segments: only when one empties.) */
+#define SPARE_SEGMENTS 32
+
+static bool segment_keep_empty(const coral_segment_t *seg) {
+    if (!CORAL_SECURE) return false;
+    unsigned empty = 0;
+    for (const coral_link_t *l = seg->owner->segments.first; l != NULL; l = l->next) {
+        const coral_segment_t *other = coral_container_of(l, coral_segment_t, link);
+        if (other != seg && other->used_pages == 0 && ++empty == SPARE_SEGMENTS) return false;
+    }
+    return true;
+}
+
 void coral_span_free(coral_page_t *page) {
     coral_segment_t *seg = coral_ptr_segment(page);
     size_t first = (size_t)(page - seg->pages);
@@ -347,7 +366,7 @@ void coral_span_free(coral_page_t *page) {
     coral_slice_set(page, 0, CORAL_SLICE_FREED);
     /* Marked before the release: after it the segment may be someone else's. */
     segment_mark_purgeable(seg);
-    if (--seg->used_pages == 0) segment_release(seg);
+    if (--seg->used_pages == 0 && !segment_keep_empty(seg)) segment_release(seg);
 }
 
 /* ---- abandonment and adoption --------------------------------------------------

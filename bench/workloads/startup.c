@@ -9,11 +9,17 @@
  * its malloc comes from the same shared object as the parent's (passed on
  * its command line) and exits 3 otherwise.
  *
- * Figure: procs_per_sec, ms_per_proc (wall time per process, start to exit).
+ * With --exec=PROGRAM the children run PROGRAM (no arguments, the same
+ * environment) instead: the bare cost of starting and ending a process
+ * under the allocator, e.g. --exec=/bin/true, which makes no allocation.
+ *
+ * Figure: procs_per_sec, ms_per_proc (wall time per process, start to exit);
+ * also the children's CPU time and minor faults per process (getrusage).
  */
 #include "common.h"
 
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 extern char **environ;
@@ -72,13 +78,15 @@ static int child(long seed, long blocks, const char *want_lib) {
 
 int main(int argc, char **argv) {
     long procs = 200, blocks = 300, is_child = 0, seed = 1;
-    const char *lib = NULL;
+    const char *lib = NULL, *exec = NULL;
     opt_t opts[] = {
         {"procs", "processes to start, one after another", &procs, NULL},
         {"blocks", "allocations per process", &blocks, NULL},
         {"child", "(internal) run as a child with this seed", &is_child, NULL},
         {"seed", "(internal) the child's seed", &seed, NULL},
         {"lib", "(internal) the parent's malloc library", NULL, &lib},
+        {"exec", "children run this program (no arguments) instead of the allocations", NULL,
+         &exec},
     };
     OPTS_PARSE(argc, argv, "Many short processes: start-up, a few allocations, exit.", opts);
     if (procs < 1 || blocks < 1) usage_error("startup: need procs >= 1, blocks >= 1");
@@ -98,8 +106,10 @@ int main(int argc, char **argv) {
     for (long i = 0; i < procs; i++) {
         snprintf(seed_arg, sizeof seed_arg, "--seed=%ld", i + 1);
         char *cargv[] = {self, "--child=1", blocks_arg, seed_arg, lib_arg, NULL};
+        char *eargv[] = {(char *)exec, NULL};
+        const char *path = exec != NULL ? exec : self;
         pid_t pid;
-        int err = posix_spawn(&pid, self, NULL, NULL, cargv, environ);
+        int err = posix_spawn(&pid, path, NULL, NULL, exec != NULL ? eargv : cargv, environ);
         if (err != 0) check_failed("startup: posix_spawn: %s", strerror(err));
         int status;
         if (waitpid(pid, &status, 0) != pid) check_failed("startup: waitpid failed");
@@ -107,8 +117,15 @@ int main(int argc, char **argv) {
             check_failed("startup: child %ld ended with status 0x%x", i, status);
     }
     double elapsed = now_sec() - t0;
+    struct rusage ru;
+    getrusage(RUSAGE_CHILDREN, &ru);
+    double cpu = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                 (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
     report_malloc_lib();
-    printf("info: procs=%ld blocks=%ld seconds=%.4f\n", procs, blocks, elapsed);
+    printf("info: procs=%ld blocks=%ld seconds=%.4f exec=%s\n", procs, blocks, elapsed,
+           exec != NULL ? exec : "(allocations)");
+    printf("info: per process: cpu_ms=%.4f minflt=%.1f\n", cpu * 1000.0 / (double)procs,
+           (double)ru.ru_minflt / (double)procs);
     printf("result: procs_per_sec=%.1f ms_per_proc=%.4f\n", (double)procs / elapsed,
            elapsed * 1000.0 / (double)procs);
     return 0;

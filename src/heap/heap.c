@@ -265,7 +265,11 @@ coral_page_t *coral_heap_find_room(coral_heap_t *heap, unsigned cls) {
 coral_page_t *coral_heap_find_page(coral_heap_t *heap, unsigned cls) {
     coral_page_t *page = find_room(heap, cls);
     if (page == NULL) return NULL;
-    if (page->free == NULL) coral_page_extend(page);
+    /* A fresh page of a heap with no full page was not prefaulted
+     * (page_populate): carve it an OS page at a time, so a small program
+     * faults in only what its blocks lie on. */
+    if (page->free == NULL)
+        coral_page_extend(page, page->is_fresh && heap->queues[CORAL_QUEUE_FULL].first == NULL);
     /* (Only a page still below a step needs a top-up: cheap test first.) */
     else if (coral_unlikely(page->capacity < CORAL_CARVE_MIN_BLOCKS))
         coral_page_top_up_first_carve(page);

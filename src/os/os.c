@@ -68,6 +68,13 @@ void *coral_os_map_aligned(size_t size, size_t alignment) {
     if (p == NULL) return NULL;
     if (((uintptr_t)p & (alignment - 1)) == 0) return p;
     coral_os_unmap(p, size);
+    /* Then at the aligned address just below: the kernel took p from the top
+     * of a free gap, so that range is usually free too and the hint is
+     * taken (a process's first segment: three calls, not five). */
+    uint8_t *below = (uint8_t *)((uintptr_t)p & ~(uintptr_t)(alignment - 1));
+    p = os_mmap(below, size, PROT_READ | PROT_WRITE);
+    if (p == below) return p;
+    coral_os_unmap(p, size);
     if (size > SIZE_MAX - alignment) {
         errno = ENOMEM;
         return NULL;

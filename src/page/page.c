@@ -104,15 +104,23 @@ static void page_carve(coral_page_t *page, uint32_t n) {
  * is touched only as it is needed. The first carve of a page links only the
  * blocks that start in its first OS page: many pages (a class used once)
  * never get past their first blocks, and linking a step of bigger blocks
- * would fault in pages for blocks never used. The blocks
+ * would fault in pages for blocks never used. With to_os_page_end (the
+ * caller knows the page's memory is untouched and not prefaulted) every
+ * carve stops there: a small program faults in the pages its blocks lie
+ * on, not a step ahead of them. The blocks
  * carved first keep circulating between free and local_free, so the count
  * also sets how often a page's free list runs dry and malloc takes the slow
  * path (see coral_page_top_up_first_carve). */
-void coral_page_extend(coral_page_t *page) {
+void coral_page_extend(coral_page_t *page, bool to_os_page_end) {
     size_t bs = page->block_size;
     uint32_t step = carve_step(bs);
-    if (page->capacity == 0 && bs < CORAL_OS_PAGE_SIZE)
-        step = (uint32_t)((CORAL_OS_PAGE_SIZE + bs - 1) / bs); /* starts below 4 KiB */
+    if (bs < CORAL_OS_PAGE_SIZE && (page->capacity == 0 || to_os_page_end)) {
+        /* The blocks that start in the OS page of the next uncarved one. */
+        uintptr_t first = (uintptr_t)page->start + (size_t)page->capacity * bs;
+        uintptr_t end = (first | (CORAL_OS_PAGE_SIZE - 1)) + 1;
+        uint32_t in_page = (uint32_t)((end - first + bs - 1) / bs);
+        if (page->capacity == 0 || in_page < step) step = in_page;
+    }
     page_carve(page, step);
 }
 

@@ -92,8 +92,9 @@ extern coral_page_t coral_page_empty;
  * class cls (or CORAL_CLASS_LARGE), blocks of block_size, owned by owner. */
 void coral_page_init(coral_page_t *page, coral_page_owner_t *owner, bool user_heap, unsigned cls,
                      size_t block_size);
-/* Carve the next step of blocks onto the (empty) free list. */
-void coral_page_extend(coral_page_t *page);
+/* Carve the next step of blocks onto the (empty) free list; with
+ * to_os_page_end, no block that starts past the OS page of the first. */
+void coral_page_extend(coral_page_t *page, bool to_os_page_end);
 /* A carve step links this many blocks of sizes 256 B-1 KiB, fewer above,
  * more below. So a page with this many carved needs no top-up: above
  * 256 bytes a step is at most this many, and up to 256 bytes the first

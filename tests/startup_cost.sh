@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# startup_cost.sh: what preloading libcoralloc.so adds to a process's start
+# and exit, asserted without timing (docs/DESIGN.md, "Start-up and exit").
+#
+# usage: startup_cost.sh LIBCORALLOC_SO STARTUP_ALLOC
+#
+# 1. /bin/true (which never allocates) under the preload makes no system
+#    call beyond loading the library: one open, read, fstat and close, at
+#    most 3 mmaps (2 segments and the .bss) and one mprotect (RELRO); no
+#    thread, no madvise, no /proc or /sys file, no signal or atfork set-up.
+# 2. It resolves none of the library's libc imports (lazy binding): at most
+#    4 bindings from the library (data the loader must bind: stderr,
+#    __cxa_finalize).
+# 3. A program that allocates a few hundred blocks and exits
+#    (tests/preload/startup_alloc.c) adds to that 2 mmaps (the heap pool and
+#    one segment; one more mmap and a munmap when the kernel's first address
+#    for the segment is not 4 MiB-aligned) and nothing else: no purge
+#    thread, no madvise.
+# Needs strace (exit 77, SKIPPED, without it).
+set -u
+LIB=$(readlink -f "${1:?libcoralloc.so path}")
+ALLOC=${2:?startup_alloc path}
+command -v strace >/dev/null 2>&1 || { echo "SKIPPED: strace is not installed"; exit 77; }
+unset LD_PRELOAD LD_DEBUG LD_BIND_NOW
+TMP=$(mktemp -d /tmp/coral_startup.XXXXXX) || exit 1
+trap 'rm -rf "$TMP"' EXIT
+status=0
+fail() {
+    echo "FAIL: $*"
+    status=1
+}
+
+# Per system call name, how many calls: "name count" lines, sorted. (The
+# command's exit status is the caller's business.)
+calls() { # out-file command...
+    local out=$1
+    shift
+    strace -f -qq -o "$out.raw" "$@" >/dev/null 2>&1
+    sed -n 's/^\([0-9]* *\)\{0,1\}\([a-z_0-9]*\)(.*/\2/p' "$out.raw" | sort | uniq -c |
+        awk '{print $2, $1}' >"$out"
+}
+
+# The calls the preloaded run adds (name and how many more), checked
+# against the budget in $TMP/budget ("name max" lines).
+check_added() { # label plain preloaded
+    local label=$1 plain=$2 pre=$3
+    join -a 2 -e 0 -o 0,1.2,2.2 "$plain" "$pre" | awk '$3 > $2 {print $1, $3 - $2}' >"$TMP/added"
+    echo "$label: system calls added by the preload: $(tr '\n' ' ' <"$TMP/added")"
+    while read -r name n; do
+        max=$(awk -v n="$name" '$1 == n {print $2}' "$TMP/budget")
+        if [ -z "$max" ]; then
+            fail "$label: $n call(s) of $name (none expected)"
+        elif [ "$n" -gt "$max" ]; then
+            fail "$label: $n more $name calls (at most $max expected)"
+        fi
+    done <"$TMP/added"
+    if grep -E '"/(proc|sys)/' "$pre.raw" >/dev/null; then
+        fail "$label: reads /proc or /sys: $(grep -E '"/(proc|sys)/' "$pre.raw" | head -3)"
+    fi
+}
+
+LOAD_BUDGET="openat 1
+read 1
+pread64 2
+newfstatat 1
+fstat 1
+close 1
+mprotect 1"
+
+# 1. /bin/true
+calls "$TMP/true.plain" /bin/true
+calls "$TMP/true.pre" env LD_PRELOAD="$LIB" /bin/true
+calls "$TMP/env.plain" env /bin/true
+printf '%s\nmmap 3\n' "$LOAD_BUDGET" >"$TMP/budget"
+check_added "/bin/true" "$TMP/env.plain" "$TMP/true.pre"
+
+# 2. lazy binding: the loader binds none of the library's functions.
+bindings=$(LD_DEBUG=bindings LD_PRELOAD="$LIB" /bin/true 2>&1 |
+    grep -c "binding file $LIB \[0\] to .*normal symbol")
+echo "/bin/true: $bindings symbol bindings from the library at start-up"
+[ "$bindings" -le 4 ] || fail "/bin/true: $bindings bindings from the library (at most 4): \
+linked with -z now or -fno-plt?"
+
+# 3. a program that allocates
+LD_PRELOAD="$LIB" "$ALLOC" || fail "startup_alloc failed under the preload"
+calls "$TMP/alloc.plain" env "$ALLOC"
+calls "$TMP/alloc.pre" env LD_PRELOAD="$LIB" "$ALLOC"
+printf '%s\nmmap 6\nmunmap 1\n' "$LOAD_BUDGET" >"$TMP/budget"
+check_added "startup_alloc" "$TMP/alloc.plain" "$TMP/alloc.pre"
+
+[ $status -eq 0 ] && echo "start-up cost as expected"
+exit $status

@@ -68,7 +68,6 @@ close 1
 mprotect 1"
 
 # 1. /bin/true
-calls "$TMP/true.plain" /bin/true
 calls "$TMP/true.pre" env LD_PRELOAD="$LIB" /bin/true
 calls "$TMP/env.plain" env /bin/true
 printf '%s\nmmap 3\n' "$LOAD_BUDGET" >"$TMP/budget"

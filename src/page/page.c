@@ -53,7 +53,7 @@ void coral_page_init(coral_page_t *page, coral_page_owner_t *owner, bool user_he
     page->local_free = NULL;
     page->used = 0;
     page->capacity = 0;
-    page->reserved = (uint32_t)(((size_t)page->slice_count * CORAL_SLICE_SIZE) / block_size);
+    page->reserved = (uint16_t)(((size_t)page->slice_count * CORAL_SLICE_SIZE) / block_size);
     /* The owner makes its pages: the id is the segment's, no flag set. */
     coral_slice_set(
         page, atomic_load_explicit(&coral_ptr_segment(page)->thread_id, memory_order_relaxed), 0);

@@ -250,7 +250,7 @@ static uint64_t slice_mask(size_t first, size_t n) {
 /* Slice i (>= 1) of a span: leads back to the head; its INTERIOR flag sends
  * the free fast path (which reads the slice's own descriptor) elsewhere. */
 void coral_slice_mark_interior(coral_page_t *slice, size_t i) {
-    slice->slice_offset = (uint32_t)(i * sizeof(coral_page_t));
+    slice->slice_offset = (uint16_t)(i * sizeof(coral_page_t));
     coral_slice_set(slice, 0, CORAL_PAGE_INTERIOR);
 }
 
@@ -260,7 +260,7 @@ static coral_page_t *segment_take_span(coral_segment_t *seg, size_t first, size_
     coral_page_t *page = &seg->pages[first];
     for (size_t i = 1; i < n; i++) coral_slice_mark_interior(&seg->pages[first + i], i);
     page->slice_offset = 0;
-    page->slice_count = (uint32_t)n;
+    page->slice_count = (uint16_t)n;
     page->start = coral_segment_base(seg) + first * CORAL_SLICE_SIZE;
     /* (Blocks freed there before are inaccessible to memcheck: the page
      * layer writes the span afresh.) */
@@ -458,7 +458,7 @@ bool coral_span_resize(coral_page_t *page, size_t slices) {
                               memory_order_relaxed);
         coral_count(&coral_counters.page_bytes, -(int64_t)((now - slices) * CORAL_SLICE_SIZE));
         backlog_add_slices(slice_mask(first + slices, now - slices), +1);
-        page->slice_count = (uint32_t)slices;
+        page->slice_count = (uint16_t)slices;
         segment_mark_purgeable(seg);
         return true;
     }
@@ -473,6 +473,6 @@ bool coral_span_resize(coral_page_t *page, size_t slices) {
     backlog_add_slices(dirty & grow, -1);
     coral_count_gauge(&coral_counters.page_bytes, &coral_counters.page_bytes_peak,
                       (int64_t)((slices - now) * CORAL_SLICE_SIZE));
-    page->slice_count = (uint32_t)slices;
+    page->slice_count = (uint16_t)slices;
     return true;
 }

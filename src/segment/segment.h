@@ -105,6 +105,9 @@ typedef struct coral_page_s {
      * of a thread that is alive (an exiting owner clears the id before it
      * abandons the segment). */
     _Atomic(uintptr_t) tid_flags;
+    /* 16 bits each: an offset is at most 63 descriptors (8064 bytes), a
+     * span at most 64 slices, a page at most 4096 blocks (the remote-free
+     * word's count has 16 bits too; coral_test_check asserts it). */
     uint16_t slice_offset; /* every descriptor: bytes back to the span's head */
     uint16_t slice_count;  /* head descriptor: slices in the span; 0 = free */
     uint16_t reserved;     /* blocks that fit in the span */

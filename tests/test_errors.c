@@ -138,21 +138,22 @@ static int child_double_free_reclaimed(void) {
 
 /* coral_free_bulk of a block of another thread's page that its owner has
  * freed and released already: reported as the ordinary free would, not
- * pushed onto the released span's list. The owner fills three pages of
- * 1 KiB blocks and frees them all: the pages behind the first go back to
- * the segment (malloc_usable_size then says 0). */
-enum { THREE_PAGES_OF_1K = 3 * PAGE_OF_1K };
-static void *released_blocks[THREE_PAGES_OF_1K];
+ * pushed onto the released span's list. The owner fills six pages of
+ * 1 KiB blocks and frees them all: the pages behind the front 256 KiB of
+ * the class queue (which the heap keeps) go back to the segment
+ * (malloc_usable_size then says 0). */
+enum { SIX_PAGES_OF_1K = 6 * PAGE_OF_1K };
+static void *released_blocks[SIX_PAGES_OF_1K];
 
 static void fill_and_free_three_pages(void) {
-    for (size_t i = 0; i < THREE_PAGES_OF_1K; i++) released_blocks[i] = coral_malloc(1024);
-    for (size_t i = 0; i < THREE_PAGES_OF_1K; i++) coral_free(released_blocks[i]);
+    for (size_t i = 0; i < SIX_PAGES_OF_1K; i++) released_blocks[i] = coral_malloc(1024);
+    for (size_t i = 0; i < SIX_PAGES_OF_1K; i++) coral_free(released_blocks[i]);
 }
 
 static int child_bulk_free_released_remote(void) {
     start_idle_owner(fill_and_free_three_pages);
     void *released = NULL;
-    for (size_t i = 0; i < THREE_PAGES_OF_1K && released == NULL; i++)
+    for (size_t i = 0; i < SIX_PAGES_OF_1K && released == NULL; i++)
         if (coral_malloc_usable_size(released_blocks[i]) == 0) released = released_blocks[i];
     CHECK_NOT_NULL(released);
     void *one[1] = {released};

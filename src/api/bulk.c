@@ -262,15 +262,16 @@ _Static_assert(OPEN_RUNS == CORAL_SLICES_PER_SEGMENT, "a slot per slice of a seg
 static size_t run_slot(uintptr_t key) { return key % OPEN_RUNS; }
 
 /* The owner freed the last blocks in use of a page, `count` of them in one
- * run. As after free(), a page that is not the first of its class queue
- * goes back to its segment. The first is kept for the next allocations;
- * when every block it ever carved was in use (as after a malloc_bulk that
- * carved them), there is no list of free blocks to keep: it is reset, so
- * that the next allocations carve its blocks by address again. Else the
- * run is pushed as usual (then not carving again spares the next malloc()s
- * a carving step). Returns false when the run is still to be pushed. */
+ * run. As after free(), a page the heap does not keep goes back to its
+ * segment. A kept one (coral_heap_keeps_empty_page) stays for the next
+ * allocations; when every block it ever carved was in use (as after a
+ * malloc_bulk that carved them), there is no list of free blocks to keep:
+ * it is reset, so that the next allocations carve its blocks by address
+ * again. Else the run is pushed as usual (then not carving again spares the
+ * next malloc()s a carving step). Returns false when the run is still to be
+ * pushed. */
 static bool page_emptied(coral_page_t *page, uint32_t count) {
-    if (page->link.prev != NULL) {
+    if (!coral_heap_keeps_empty_page(page)) {
         /* (Unless a remote free is telling the heap about it: then it stays
          * until the heap takes it, see heap.c, and the run is pushed.) */
         if (coral_page_notice_pending(page)) return false;

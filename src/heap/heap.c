@@ -84,14 +84,35 @@ static void page_release(coral_page_t *page) {
     coral_page_release_span(page);
 }
 
-/* Give the span back unless the page is the first of its class queue: the
- * next malloc of the class takes that page, so releasing it would only make
- * a new one at once. A page with a notice pending (page layer) stays too:
- * the owner releases it when it takes the notice. */
+/* Empty pages at the front of a class queue are kept up to this many bytes
+ * of the queue (the first page whatever its size): the next mallocs of the
+ * class take them before any other, so releasing them would only make new
+ * ones at once, e.g. in a program that fills and empties a few pages of a
+ * class in rounds. A kept page's memory is returned when the page is
+ * released: once it is found further back on emptying again, at
+ * coral_collect / malloc_trim (coral_heap_collect), or at thread exit. */
+#define KEEP_EMPTY_BYTES (4 * CORAL_SLICE_SIZE)
+
+static size_t page_span_bytes(const coral_page_t *page) {
+    return (size_t)page->slice_count * CORAL_SLICE_SIZE;
+}
+
+bool coral_heap_keeps_empty_page(const coral_page_t *page) {
+    if (page->class_idx == CORAL_CLASS_LARGE || (coral_slice_flags(page) & CORAL_PAGE_IN_FULL))
+        return false;
+    if (page->link.prev == NULL) return true;
+    size_t bytes = page_span_bytes(page);
+    for (const coral_link_t *l = page->link.prev; l != NULL && bytes <= KEEP_EMPTY_BYTES;
+         l = l->prev)
+        bytes += page_span_bytes(coral_container_of(l, coral_page_t, link));
+    return bytes <= KEEP_EMPTY_BYTES;
+}
+
+/* Give the span back unless the page is kept (coral_heap_keeps_empty_page). A page
+ * with a notice pending (page layer) stays too: the owner releases it when
+ * it takes the notice. */
 void coral_heap_page_retire(coral_page_t *page) {
-    if (page->class_idx != CORAL_CLASS_LARGE && page->link.prev == NULL &&
-        !(coral_slice_flags(page) & CORAL_PAGE_IN_FULL))
-        return;
+    if (coral_heap_keeps_empty_page(page)) return;
     if (coral_page_notice_pending(page)) return;
     if (page->class_idx == CORAL_CLASS_LARGE) coral_purger_start_ahead((int64_t)page->block_size);
     page_release(page);

@@ -141,8 +141,11 @@ void coral_heap_abandon(coral_heap_t *heap);
 /* In a fork's child, for the forking thread's heaps. */
 void coral_heap_after_fork_child(coral_heap_t *heap);
 
-/* The page's last block was freed: release it unless it is the first of
- * its class queue (or a notice is pending). */
+/* An empty page there stays in the heap: it is a class page within the
+ * front 256 KiB of its class queue, or the first page of it. */
+bool coral_heap_keeps_empty_page(const coral_page_t *page);
+/* The page's last block was freed: release it unless the heap keeps it
+ * (coral_heap_keeps_empty_page) or a notice is pending. */
 void coral_heap_page_retire(coral_page_t *page);
 /* A block of a full page was freed: back to its class queue. */
 void coral_heap_page_unfull(coral_page_t *page);

@@ -69,12 +69,15 @@ void coral_page_init(coral_page_t *page, coral_page_owner_t *owner, bool user_he
 }
 
 /* Blocks per carve once a page is past its first: 4 KiB worth, or 16
- * blocks when that is more (at most 16 KiB); blocks of an OS page or more
- * one at a time (linking more would fault in a page each for blocks nobody
- * asked for yet). */
-static uint32_t carve_step(size_t bs) {
-    if (bs >= CORAL_OS_PAGE_SIZE) return 1;
+ * blocks when that is more (at most 16 KiB). Blocks of an OS page or more
+ * go one at a time from a fresh span (linking more would fault in a page
+ * each for blocks nobody asked for yet), 16 KiB worth from a span already
+ * touched (its pages are resident: linking faults nothing in). */
+static uint32_t carve_step(const coral_page_t *page) {
+    size_t bs = page->block_size;
+    if (bs >= CORAL_OS_PAGE_SIZE && page->is_fresh) return 1;
     size_t span = bs < 1024 ? CORAL_CARVE_MIN_BLOCKS * bs : CORAL_CARVE_MIN_BLOCKS * 1024;
+    if (span < bs) span = bs;
     if (span < CORAL_OS_PAGE_SIZE) span = CORAL_OS_PAGE_SIZE;
     return (uint32_t)(span / bs);
 }
@@ -113,7 +116,7 @@ static void page_carve(coral_page_t *page, uint32_t n) {
  * path (see coral_page_top_up_first_carve). */
 void coral_page_extend(coral_page_t *page, bool to_os_page_end) {
     size_t bs = page->block_size;
-    uint32_t step = carve_step(bs);
+    uint32_t step = carve_step(page);
     if (bs < CORAL_OS_PAGE_SIZE && (page->capacity == 0 || to_os_page_end)) {
         /* The blocks that start in the OS page of the next uncarved one. */
         uintptr_t first = (uintptr_t)page->start + (size_t)page->capacity * bs;
@@ -130,7 +133,7 @@ void coral_page_extend(coral_page_t *page, bool to_os_page_end) {
  * of a step now. Otherwise a malloc/free loop of 512-byte blocks would take
  * the slow path every 8 pairs instead of every 16. */
 void coral_page_top_up_first_carve(coral_page_t *page) {
-    uint32_t step = carve_step(page->block_size);
+    uint32_t step = carve_step(page);
     if (page->capacity < step && page->capacity < page->reserved)
         page_carve(page, step - page->capacity);
 }

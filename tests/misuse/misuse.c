@@ -54,13 +54,15 @@ static void double_free_delayed(size_t size) {
 }
 
 /* A block of a page that has since been released (all its blocks freed,
- * not the first page of its class) freed again. */
+ * behind the front 256 KiB of its class queue, which the heap keeps) freed
+ * again. Freed last to first, a[100]'s page empties last, behind the kept
+ * ones. */
 static void double_free_released(void) {
-    enum { N = 2000 }; /* two pages of 48-byte blocks */
+    enum { N = 8000 }; /* six pages of 48-byte blocks */
     static void *a[N];
     void *keep = malloc(48);
     for (int i = 0; i < N; i++) a[i] = malloc(48);
-    for (int i = 0; i < N; i++) free(a[i]);
+    for (int i = N - 1; i >= 0; i--) free(a[i]);
     free(launder(a[100]));
     free(keep);
 }

@@ -90,10 +90,11 @@ void *coral_secure_alloc_zero(coral_heap_t *heap);
 void *coral_valgrind_alloc(coral_heap_t *heap, size_t size, bool zero);
 
 /* malloc (zero: calloc) from heap: what every allocating call goes through.
- * The secure build asks for room for the canary and checks the block
- * (page.h): blocks of a size class are cleared after their fill is
- * checked, large and huge ones by the plain path (fresh memory stays
- * untouched). */
+ * The secure build asks for room for the canary; a block of a size class
+ * is checked and gets its canary where it is popped (page.h: here, or in
+ * the slow paths' page_pop), a large one in coral_heap_malloc_large. The
+ * slow paths clear what zero asks after the check (large and huge blocks:
+ * fresh memory stays untouched). */
 CORAL_INLINE void *coral_heap_alloc_inline(coral_heap_t *heap, size_t size, bool zero) {
     if (CORAL_VALGRIND) return coral_valgrind_alloc(heap, size, zero);
     if (!CORAL_SECURE) return coral_heap_alloc_plain(heap, size, zero);
@@ -101,17 +102,13 @@ CORAL_INLINE void *coral_heap_alloc_inline(coral_heap_t *heap, size_t size, bool
     if (coral_likely(size - 1 < CORAL_DIRECT_MAX_SIZE - CORAL_CANARY_SIZE)) {
         coral_page_t *page;
         coral_block_t *block = coral_pop_direct(heap, size + CORAL_CANARY_SIZE, &page);
-        if (coral_likely(block != NULL)) { /* a direct[] page: of a size class */
-            coral_secure_small_out(page, block, zero ? size : 0);
-            return block;
-        }
+        if (coral_unlikely(block == NULL))
+            return coral_malloc_refill(size + CORAL_CANARY_SIZE, heap, zero);
+        coral_secure_small_out(page, block, zero ? size : 0); /* a direct[] page: of a class */
+        return block;
     }
     if (coral_unlikely(size == 0)) return coral_secure_alloc_zero(heap);
-    size_t inner = coral_secure_inner_size(size);
-    bool big = inner > CORAL_CLASS_MAX_SIZE;
-    void *p = coral_heap_alloc_plain(heap, inner, zero && big);
-    if (coral_likely(p != NULL)) coral_secure_block_out(p, zero && !big ? size : 0);
-    return p;
+    return coral_malloc_generic(coral_secure_inner_size(size), heap, zero);
 }
 
 CORAL_INLINE void *coral_malloc_inline(size_t size) {

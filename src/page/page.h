@@ -366,16 +366,6 @@ CORAL_INLINE void coral_secure_page_out(coral_page_t *page, void *p, size_t zero
     if (zero != 0) memset(p, 0, zero);
 }
 
-/* The same for a block start p (at most CORAL_LARGE_MAX_SIZE) from any
- * path; huge blocks need none of it. */
-CORAL_INLINE void coral_secure_block_out(void *p, size_t zero) {
-    coral_page_t *page = coral_secure_page_of(p);
-    if (page != NULL)
-        coral_secure_page_out(page, p, zero);
-    else if (zero != 0)
-        memset(p, 0, zero);
-}
-
 /* CORAL_VALGRIND builds: a user heap frees its pages whole (destroy,
  * reset): memcheck is told every block of the page still in use is freed.
  * (Blocks of aligned allocations inside a block are left out: memcheck

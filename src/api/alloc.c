@@ -188,9 +188,7 @@ void *coral_secure_alloc_zero(coral_heap_t *heap) {
     return coral_malloc_generic(CORAL_CANARY_SIZE, heap, false); /* every slot is taken: a block */
 }
 
-void coral_secure_free_checked(void *p) {
-    coral_segment_t *seg = coral_ptr_segment(p);
-    coral_page_t *slice = coral_segment_slice_of(seg, p);
+void coral_secure_free_checked(coral_segment_t *seg, coral_page_t *slice, void *p) {
     if (seg->kind == CORAL_SEGMENT_NORMAL) {
         coral_page_t *page = coral_slice_head(slice);
         if (page->slice_count != 0 && !coral_secure_page_check(page, p, true)) return;

@@ -129,9 +129,17 @@ CORAL_INLINE void *coral_heap_calloc_inline(coral_heap_t *heap, size_t n, size_t
  * thread's segment, a huge block (alloc.c). */
 void coral_free_unusual(coral_segment_t *seg, coral_page_t *slice, void *p);
 
-/* The secure build's free of a block its fast check did not pass (alloc.c):
- * the checks that name the misuse, then the free. */
-void coral_secure_free_checked(void *p);
+/* The secure build's free of a block its fast path did not take
+ * (alloc.c): the checks that name the misuse, then the free. */
+void coral_secure_free_checked(coral_segment_t *seg, coral_page_t *slice, void *p);
+
+/* The owner's free of block, a block of page: pushed on local_free. */
+CORAL_INLINE void coral_free_push_local(coral_page_t *page, coral_block_t *block) {
+    coral_count_frees(page->class_idx, 1);
+    coral_block_set_next(block, page->local_free);
+    page->local_free = block;
+    if (coral_unlikely(--page->used == 0) && page->link.prev != NULL) coral_heap_page_retire(page);
+}
 
 /* free() of p, a pointer into the first chunk of seg (slice: its slice
  * descriptor), by any thread. One compare says the calling thread owns the
@@ -142,14 +150,22 @@ CORAL_INLINE void coral_free_in_segment(coral_segment_t *seg, coral_page_t *slic
     coral_block_t *block = p;
     if (coral_likely(coral_slice_tid_flags(slice) == coral_thread_id() &&
                      block != slice->local_free)) {
-        coral_count_frees(slice->class_idx, 1);
-        coral_block_set_next(block, slice->local_free);
-        slice->local_free = block;
-        if (coral_unlikely(--slice->used == 0) && slice->link.prev != NULL)
-            coral_heap_page_retire(slice);
+        coral_free_push_local(slice, block);
         return;
     }
     coral_free_unusual(seg, slice, p);
+}
+
+/* The same in the secure build: the owner's free of a block whose checks
+ * pass (page.h) is pushed at once; every other free (another thread's,
+ * a flagged slice, a misuse) takes the checked path. */
+CORAL_INLINE void coral_secure_free_in_segment(coral_segment_t *seg, coral_page_t *slice, void *p) {
+    if (coral_likely(coral_slice_tid_flags(slice) == coral_thread_id()) &&
+        coral_likely(coral_secure_free_fast(slice, p))) {
+        coral_free_push_local(slice, p);
+        return;
+    }
+    coral_secure_free_checked(seg, slice, p);
 }
 
 CORAL_INLINE void coral_free_inline(void *p) {
@@ -167,14 +183,12 @@ CORAL_INLINE void coral_free_inline(void *p) {
      * INTERIOR (a later slice of a multi-slice page), which the unusual
      * path resolves. */
     coral_page_t *slice = coral_segment_slice_of(seg, p);
-    /* The secure build checks the block first (page.h); what the fast
-     * check does not pass takes the checked path, where a misuse reported
-     * (with CORALLOC_ON_ERROR=warn) leaves the block alone. */
-    if (CORAL_SECURE && coral_unlikely(!coral_secure_free_fast(seg, slice, p))) {
-        coral_secure_free_checked(p);
-        return;
-    }
-    coral_free_in_segment(seg, slice, p);
+    /* The secure build checks the block (page.h); a misuse reported on
+     * the checked path (with CORALLOC_ON_ERROR=warn) leaves it alone. */
+    if (CORAL_SECURE)
+        coral_secure_free_in_segment(seg, slice, p);
+    else
+        coral_free_in_segment(seg, slice, p);
 }
 
 #endif /* CORAL_API_H */

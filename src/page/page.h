@@ -330,13 +330,14 @@ CORAL_INLINE bool coral_secure_page_check(coral_page_t *page, void *p, bool rele
     return true;
 }
 
-/* The free fast path's check: p's slice descriptor `slice` in seg, with no
- * flag (so the head of a page of a size class in use, or a descriptor no
- * span uses, whose zero size no pointer passes), and a live block start
- * there: its fill and mark are written. False: the caller takes the
- * checked slow path (coral_secure_page_check). */
-CORAL_INLINE bool coral_secure_free_fast(const coral_segment_t *seg, coral_page_t *slice, void *p) {
-    if (coral_slice_flags(slice) != 0 || seg->kind != CORAL_SEGMENT_NORMAL) return false;
+/* The free fast path's check: p's slice descriptor `slice` is the head of
+ * a page in use that the calling thread owns, with no flag (its tid_flags
+ * equal the thread's id: so in a normal segment), and p looks like a live
+ * block start there: its fill and freed mark are written. False: the
+ * caller takes the checked slow path (coral_secure_page_check). A second
+ * free finds the mark, not the canary: the check also stands for the
+ * default build's test against local_free. */
+CORAL_INLINE bool coral_secure_free_fast(coral_page_t *slice, void *p) {
     uint64_t canary = coral_canary_of(slice, p), *mark = coral_mark_word(slice, p);
     if (coral_unlikely(!coral_secure_intact(slice, p, canary))) return false;
     coral_secure_fill(slice, p);

@@ -140,7 +140,10 @@ size_t coral_page_blocks_bytes(const coral_page_t *page, size_t block_size);
  * or a write after free changed is found when the list is followed
  * (coral_fatal), not followed into memory of the attacker's choice. */
 #if CORAL_SECURE
-extern uintptr_t coral_list_key;
+/* The keys are hidden (the library's own): the fast paths read them
+ * directly, not through the GOT (-fvisibility=hidden covers definitions,
+ * not extern declarations). */
+extern __attribute__((visibility("hidden"))) uintptr_t coral_list_key;
 CORAL_COLD __attribute__((noreturn)) void coral_bad_link(const coral_block_t *block,
                                                          uintptr_t next);
 #endif
@@ -239,7 +242,7 @@ CORAL_COLD __attribute__((noreturn)) void coral_secure_write_after_free(const co
 #if CORAL_SECURE
 /* Written once by coral_secure_init; read-only afterwards. Every byte of
  * the canary key is in 0x80..0xfe and even. */
-extern uint64_t coral_canary_key;
+extern __attribute__((visibility("hidden"))) uint64_t coral_canary_key;
 #endif
 
 /* A canary's bytes are all in 0x80..0xfe, even: never NUL, an ASCII

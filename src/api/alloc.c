@@ -33,13 +33,19 @@ static void *enomem(void) {
 }
 
 /* A block off page's free list (it has one), for a request of size bytes
- * of class cls; zero: cleared. */
+ * of class cls; zero: cleared. The secure build's size counts the canary:
+ * the block is checked and gets its canary here (page.h), with the page at
+ * hand, and the bytes before the canary are cleared after the check. */
 CORAL_INLINE void *page_pop(coral_heap_t *heap, coral_page_t *page, unsigned cls, size_t size,
                             bool zero) {
     coral_block_t *block = page->free;
     page->free = coral_block_next(block);
     page->used++;
     coral_heap_count(heap, allocs, cls, 1);
+    if (CORAL_SECURE) {
+        coral_secure_small_out(page, block, zero ? size - CORAL_CANARY_SIZE : 0);
+        return block;
+    }
     if (zero) {
         if (!page->free_is_zero) return memset(block, 0, size);
         block->next = NULL;
@@ -142,9 +148,8 @@ size_t coral_good_size(size_t size) {
     if (inner + CORAL_GUARD_SIZE <= CORAL_LARGE_MAX_SIZE)
         return ((inner + CORAL_GUARD_SIZE + CORAL_SLICE_SIZE - 1) & ~(CORAL_SLICE_SIZE - 1)) -
                CORAL_GUARD_SIZE - CORAL_CANARY_SIZE;
-    /* huge: the block starts after the 64 KiB header, ends at an OS page */
-    return ((CORAL_SLICE_SIZE + inner + CORAL_OS_PAGE_SIZE - 1) & ~(CORAL_OS_PAGE_SIZE - 1)) -
-           CORAL_SLICE_SIZE;
+    /* huge: the block starts after the 64 KiB header */
+    return coral_huge_block_end(CORAL_SLICE_SIZE, inner) - CORAL_SLICE_SIZE;
 }
 
 /* ---- the standard calls ---------------------------------------------------------------- */
@@ -180,15 +185,10 @@ void coral_free_aligned_sized(void *p, size_t alignment, size_t size) {
 void *coral_secure_alloc_zero(coral_heap_t *heap) {
     void *slot = coral_zero_slot_alloc();
     if (slot != NULL) return slot;
-    /* Every slot is taken: a block. */
-    void *p = coral_heap_alloc_plain(heap, CORAL_CANARY_SIZE, false);
-    if (p != NULL) coral_secure_block_out(p, 0);
-    return p;
+    return coral_malloc_generic(CORAL_CANARY_SIZE, heap, false); /* every slot is taken: a block */
 }
 
-void coral_secure_free_checked(void *p) {
-    coral_segment_t *seg = coral_ptr_segment(p);
-    coral_page_t *slice = coral_segment_slice_of(seg, p);
+void coral_secure_free_checked(coral_segment_t *seg, coral_page_t *slice, void *p) {
     if (seg->kind == CORAL_SEGMENT_NORMAL) {
         coral_page_t *page = coral_slice_head(slice);
         if (page->slice_count != 0 && !coral_secure_page_check(page, p, true)) return;

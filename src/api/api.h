@@ -90,10 +90,11 @@ void *coral_secure_alloc_zero(coral_heap_t *heap);
 void *coral_valgrind_alloc(coral_heap_t *heap, size_t size, bool zero);
 
 /* malloc (zero: calloc) from heap: what every allocating call goes through.
- * The secure build asks for room for the canary and checks the block
- * (page.h): blocks of a size class are cleared after their fill is
- * checked, large and huge ones by the plain path (fresh memory stays
- * untouched). */
+ * The secure build asks for room for the canary; a block of a size class
+ * is checked and gets its canary where it is popped (page.h: here, or in
+ * the slow paths' page_pop), a large one in coral_heap_malloc_large. The
+ * slow paths clear what zero asks after the check (large and huge blocks:
+ * fresh memory stays untouched). */
 CORAL_INLINE void *coral_heap_alloc_inline(coral_heap_t *heap, size_t size, bool zero) {
     if (CORAL_VALGRIND) return coral_valgrind_alloc(heap, size, zero);
     if (!CORAL_SECURE) return coral_heap_alloc_plain(heap, size, zero);
@@ -101,17 +102,13 @@ CORAL_INLINE void *coral_heap_alloc_inline(coral_heap_t *heap, size_t size, bool
     if (coral_likely(size - 1 < CORAL_DIRECT_MAX_SIZE - CORAL_CANARY_SIZE)) {
         coral_page_t *page;
         coral_block_t *block = coral_pop_direct(heap, size + CORAL_CANARY_SIZE, &page);
-        if (coral_likely(block != NULL)) { /* a direct[] page: of a size class */
-            coral_secure_small_out(page, block, zero ? size : 0);
-            return block;
-        }
+        if (coral_unlikely(block == NULL))
+            return coral_malloc_refill(size + CORAL_CANARY_SIZE, heap, zero);
+        coral_secure_small_out(page, block, zero ? size : 0); /* a direct[] page: of a class */
+        return block;
     }
     if (coral_unlikely(size == 0)) return coral_secure_alloc_zero(heap);
-    size_t inner = coral_secure_inner_size(size);
-    bool big = inner > CORAL_CLASS_MAX_SIZE;
-    void *p = coral_heap_alloc_plain(heap, inner, zero && big);
-    if (coral_likely(p != NULL)) coral_secure_block_out(p, zero && !big ? size : 0);
-    return p;
+    return coral_malloc_generic(coral_secure_inner_size(size), heap, zero);
 }
 
 CORAL_INLINE void *coral_malloc_inline(size_t size) {
@@ -132,9 +129,17 @@ CORAL_INLINE void *coral_heap_calloc_inline(coral_heap_t *heap, size_t n, size_t
  * thread's segment, a huge block (alloc.c). */
 void coral_free_unusual(coral_segment_t *seg, coral_page_t *slice, void *p);
 
-/* The secure build's free of a block its fast check did not pass (alloc.c):
- * the checks that name the misuse, then the free. */
-void coral_secure_free_checked(void *p);
+/* The secure build's free of a block its fast path did not take
+ * (alloc.c): the checks that name the misuse, then the free. */
+void coral_secure_free_checked(coral_segment_t *seg, coral_page_t *slice, void *p);
+
+/* The owner's free of block, a block of page: pushed on local_free. */
+CORAL_INLINE void coral_free_push_local(coral_page_t *page, coral_block_t *block) {
+    coral_count_frees(page->class_idx, 1);
+    coral_block_set_next(block, page->local_free);
+    page->local_free = block;
+    if (coral_unlikely(--page->used == 0) && page->link.prev != NULL) coral_heap_page_retire(page);
+}
 
 /* free() of p, a pointer into the first chunk of seg (slice: its slice
  * descriptor), by any thread. One compare says the calling thread owns the
@@ -145,14 +150,22 @@ CORAL_INLINE void coral_free_in_segment(coral_segment_t *seg, coral_page_t *slic
     coral_block_t *block = p;
     if (coral_likely(coral_slice_tid_flags(slice) == coral_thread_id() &&
                      block != slice->local_free)) {
-        coral_count_frees(slice->class_idx, 1);
-        coral_block_set_next(block, slice->local_free);
-        slice->local_free = block;
-        if (coral_unlikely(--slice->used == 0) && slice->link.prev != NULL)
-            coral_heap_page_retire(slice);
+        coral_free_push_local(slice, block);
         return;
     }
     coral_free_unusual(seg, slice, p);
+}
+
+/* The same in the secure build: the owner's free of a block whose checks
+ * pass (page.h) is pushed at once; every other free (another thread's,
+ * a flagged slice, a misuse) takes the checked path. */
+CORAL_INLINE void coral_secure_free_in_segment(coral_segment_t *seg, coral_page_t *slice, void *p) {
+    if (coral_likely(coral_slice_tid_flags(slice) == coral_thread_id()) &&
+        coral_likely(coral_secure_free_fast(slice, p))) {
+        coral_free_push_local(slice, p);
+        return;
+    }
+    coral_secure_free_checked(seg, slice, p);
 }
 
 CORAL_INLINE void coral_free_inline(void *p) {
@@ -170,14 +183,12 @@ CORAL_INLINE void coral_free_inline(void *p) {
      * INTERIOR (a later slice of a multi-slice page), which the unusual
      * path resolves. */
     coral_page_t *slice = coral_segment_slice_of(seg, p);
-    /* The secure build checks the block first (page.h); what the fast
-     * check does not pass takes the checked path, where a misuse reported
-     * (with CORALLOC_ON_ERROR=warn) leaves the block alone. */
-    if (CORAL_SECURE && coral_unlikely(!coral_secure_free_fast(seg, slice, p))) {
-        coral_secure_free_checked(p);
-        return;
-    }
-    coral_free_in_segment(seg, slice, p);
+    /* The secure build checks the block (page.h); a misuse reported on
+     * the checked path (with CORALLOC_ON_ERROR=warn) leaves it alone. */
+    if (CORAL_SECURE)
+        coral_secure_free_in_segment(seg, slice, p);
+    else
+        coral_free_in_segment(seg, slice, p);
 }
 
 #endif /* CORAL_API_H */

@@ -169,6 +169,9 @@ void *coral_huge_realloc(coral_segment_t *seg, void *p, size_t size);
 /* The secure build: p was a huge block, lately freed (its mapping gone or inaccessible). */
 bool coral_huge_was_freed(const void *p);
 size_t coral_huge_usable(coral_segment_t *seg, const void *p);
+/* Where a huge block starting offset bytes into its segment ends for a
+ * request of size bytes (its usable size is the difference). */
+size_t coral_huge_block_end(size_t offset, size_t size);
 void coral_huge_free(coral_segment_t *seg);
 void coral_huge_release(coral_segment_t *seg);
 

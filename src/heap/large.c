@@ -86,26 +86,25 @@ static bool huge_keep(void *base, size_t size) {
     return false;
 }
 
-/* A kept mapping of at least `size` bytes (the smallest such), made
- * accessible again, or NULL; *got_size is its size. */
+/* A kept mapping for a huge block of `size` bytes, made accessible again,
+ * or NULL; *got_size is its size. The smallest that holds size, else the
+ * largest (the caller grows it: its resident pages are reused either way,
+ * where a new mapping would be faulted in and zeroed page by page). */
 static void *huge_take_kept(size_t size, size_t *got_size) {
     size_t best = HUGE_KEEP_SLOTS;
+    size_t best_size = 0;
     for (size_t i = 0; i < HUGE_KEEP_SLOTS; i++) {
-        uintptr_t v = atomic_load_explicit(&huge_kept[i], memory_order_relaxed);
-        if (v != 0 && kept_size(v) >= size &&
-            (best == HUGE_KEEP_SLOTS ||
-             kept_size(v) <
-                 kept_size(atomic_load_explicit(&huge_kept[best], memory_order_relaxed))))
+        size_t v = kept_size(atomic_load_explicit(&huge_kept[i], memory_order_relaxed));
+        bool fits = v >= size, best_fits = best_size >= size;
+        if (v != 0 && (best == HUGE_KEEP_SLOTS || (fits && (!best_fits || v < best_size)) ||
+                       (!fits && !best_fits && v > best_size))) {
             best = i;
+            best_size = v;
+        }
     }
     if (best == HUGE_KEEP_SLOTS) return NULL;
     uintptr_t v = atomic_exchange_explicit(&huge_kept[best], 0, memory_order_acquire);
-    if (v == 0) return NULL;   /* another thread took it first */
-    if (kept_size(v) < size) { /* another mapping was put there meanwhile */
-        if (!huge_keep((void *)(v & ~CORAL_SEGMENT_MASK), kept_size(v)))
-            coral_os_unmap((void *)(v & ~CORAL_SEGMENT_MASK), kept_size(v));
-        return NULL;
-    }
+    if (v == 0) return NULL; /* another thread took it first */
     atomic_fetch_sub_explicit(&huge_kept_bytes, kept_size(v), memory_order_relaxed);
     void *base = (void *)(v & ~CORAL_SEGMENT_MASK);
     *got_size = kept_size(v);
@@ -114,6 +113,28 @@ static void *huge_take_kept(size_t size, size_t *got_size) {
         return NULL;
     }
     return base;
+}
+
+/* A kept mapping of `old` bytes at base (accessible) grown to `total`
+ * (whole chunks), its pages kept: into cached chunks right after it, fresh
+ * address space right after it, or moved (mremap) to a new place. NULL:
+ * no memory (the mapping is unmapped). got->dirty: how far it may hold
+ * data. */
+static coral_segment_t *kept_grow(uint8_t *base, size_t old, size_t total, coral_cache_got_t *got) {
+    got->dirty = total; /* cached chunks' data is not known */
+    if (coral_segment_cache_take_range(base + old, total - old)) return (coral_segment_t *)base;
+    got->dirty = old;
+    if (coral_os_extend(base + old, total - old)) return (coral_segment_t *)base;
+    coral_cache_got_t to_got;
+    coral_segment_t *to =
+        coral_segment_cache_take(total, coral_huge_pages_for_big_block(), &to_got);
+    if (to == NULL) {
+        coral_os_unmap(base, old);
+        return NULL;
+    }
+    coral_os_move(base, to, old, true, CORAL_SEGMENT_SIZE);
+    if (to_got.dirty > old) got->dirty = to_got.dirty;
+    return to;
 }
 
 void *coral_heap_malloc_large(coral_heap_t *heap, size_t size, size_t alignment, bool zero) {
@@ -150,6 +171,7 @@ void *coral_heap_malloc_large(coral_heap_t *heap, size_t size, size_t alignment,
         }
     }
     if (zero && !page->is_fresh) memset(p, 0, size);
+    if (CORAL_SECURE) coral_secure_page_out(page, page->start, 0); /* its canary */
     /* Clean memory: populated if the program writes its big blocks (and
      * measured at its free: populate.c). */
     if (page->is_fresh && coral_populate_adaptive()) coral_populate_big_block(p, size);
@@ -179,6 +201,22 @@ void *coral_realloc_large_in_place(coral_page_t *page, void *p, size_t size) {
 }
 
 /* ---- huge blocks -------------------------------------------------------------------- */
+
+/* Where a huge block starting `offset` bytes into its segment ends for a
+ * request of size bytes: at an OS page; in the secure build at a 2 MiB
+ * boundary (the huge page of x86-64 and of arm64 with 4 KiB pages), with
+ * its guard page right after. A guard inside a 2 MiB region the block uses
+ * would keep the kernel from mapping that region with a huge page (4 KiB
+ * pages instead, a fault each: a block grown by realloc would get all its
+ * memory so); past the boundary it lies in a region the block does not
+ * use. And a realloc that stays within the slack moves no guard (no
+ * mprotect). The slack is the program's (malloc_usable_size counts it)
+ * and untouched until the program writes it. */
+#define HUGE_END_ALIGN (CORAL_SECURE ? (size_t)2 << 20 : CORAL_OS_PAGE_SIZE)
+
+size_t coral_huge_block_end(size_t offset, size_t size) {
+    return align_up(offset + size, HUGE_END_ALIGN);
+}
 
 static size_t huge_offset(size_t alignment) {
     return alignment > CORAL_SLICE_SIZE ? alignment : CORAL_SLICE_SIZE;
@@ -224,6 +262,8 @@ static coral_segment_t *huge_segment_new(size_t total, size_t offset, size_t ali
         got->header = false;
         if (kept > total) /* the chunks past what the block needs: to the cache */
             coral_segment_cache_put((uint8_t *)seg + total, kept - total, kept - total, false);
+        else if (kept < total)
+            seg = kept_grow((uint8_t *)seg, kept, total, got);
     } else if (alignment <= CORAL_SEGMENT_SIZE) {
         seg = coral_segment_cache_take(total, coral_huge_pages_for_big_block(), got);
     } else {
@@ -248,9 +288,11 @@ static void *huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool 
         errno = ENOMEM;
         return NULL;
     }
-    /* The block ends at an OS page (coral_good_size); the mapping at a chunk
-     * (in the secure build, with room for a guard page after the block). */
-    size_t end = align_up(offset + size, CORAL_OS_PAGE_SIZE);
+    /* The block ends at an OS page or 2 MiB (coral_huge_block_end); the
+     * mapping at a chunk (in the secure build, with room for a guard page
+     * after the block). Populated (below) is at most what size covers. */
+    size_t end = coral_huge_block_end(offset, size);
+    size_t asked_end = align_up(offset + size, CORAL_OS_PAGE_SIZE);
     size_t total = align_up(end + CORAL_GUARD_SIZE, CORAL_SEGMENT_SIZE);
     coral_cache_got_t got;
     coral_segment_t *seg = huge_segment_new(total, offset, alignment, &got);
@@ -271,8 +313,8 @@ static void *huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool 
      * (populate.c). */
     size_t clean_from = got.dirty > offset ? got.dirty : offset;
     page->is_fresh = clean_from < end;
-    if (page->is_fresh && coral_populate_adaptive())
-        coral_populate_big_block(coral_segment_base(seg) + clean_from, end - clean_from);
+    if (page->is_fresh && clean_from < asked_end && coral_populate_adaptive())
+        coral_populate_big_block(coral_segment_base(seg) + clean_from, asked_end - clean_from);
     seg->huge_dirty = got.dirty > end ? got.dirty : end;
     coral_count(&coral_counters.huge_allocs, 1);
     coral_count(&coral_counters.huge_live, 1);
@@ -399,9 +441,11 @@ void *coral_huge_realloc(coral_segment_t *seg, void *p, size_t size) {
         errno = ENOMEM;
         return NULL;
     }
-    size_t end = align_up(offset + size, CORAL_OS_PAGE_SIZE);
+    size_t end = coral_huge_block_end(offset, size);
     size_t total = align_up(end + CORAL_GUARD_SIZE, CORAL_SEGMENT_SIZE);
-    /* The secure build's guard page moves to the block's new end. */
+    /* The secure build: the same end (within the slack) leaves the block as
+     * it is; otherwise its guard page moves to the block's new end. */
+    if (CORAL_SECURE && end - offset == seg->pages[0].block_size) return p;
     uint8_t *old_guard = seg->pages[0].start + seg->pages[0].block_size;
     if (CORAL_SECURE) (void)coral_os_protect(old_guard, CORAL_GUARD_SIZE, true);
     if (total > seg->size) {

@@ -92,7 +92,7 @@ static void page_carve(coral_page_t *page, uint32_t n) {
      * keep the list's mark (a collected list is never marked zero). */
     page->free_is_zero = page->is_fresh && (page->free == NULL || page->free_is_zero);
     page->capacity += n;
-    if (CORAL_SECURE) {
+    if (CORAL_SECURE && n > 1) { /* (one block has one order) */
         page->free = coral_secure_carve(first, n, bs, page->free);
         return;
     }

@@ -140,7 +140,10 @@ size_t coral_page_blocks_bytes(const coral_page_t *page, size_t block_size);
  * or a write after free changed is found when the list is followed
  * (coral_fatal), not followed into memory of the attacker's choice. */
 #if CORAL_SECURE
-extern uintptr_t coral_list_key;
+/* The keys are hidden (the library's own): the fast paths read them
+ * directly, not through the GOT (-fvisibility=hidden covers definitions,
+ * not extern declarations). */
+extern __attribute__((visibility("hidden"))) uintptr_t coral_list_key;
 CORAL_COLD __attribute__((noreturn)) void coral_bad_link(const coral_block_t *block,
                                                          uintptr_t next);
 #endif
@@ -239,7 +242,7 @@ CORAL_COLD __attribute__((noreturn)) void coral_secure_write_after_free(const co
 #if CORAL_SECURE
 /* Written once by coral_secure_init; read-only afterwards. Every byte of
  * the canary key is in 0x80..0xfe and even. */
-extern uint64_t coral_canary_key;
+extern __attribute__((visibility("hidden"))) uint64_t coral_canary_key;
 #endif
 
 /* A canary's bytes are all in 0x80..0xfe, even: never NUL, an ASCII
@@ -330,13 +333,14 @@ CORAL_INLINE bool coral_secure_page_check(coral_page_t *page, void *p, bool rele
     return true;
 }
 
-/* The free fast path's check: p's slice descriptor `slice` in seg, with no
- * flag (so the head of a page of a size class in use, or a descriptor no
- * span uses, whose zero size no pointer passes), and a live block start
- * there: its fill and mark are written. False: the caller takes the
- * checked slow path (coral_secure_page_check). */
-CORAL_INLINE bool coral_secure_free_fast(const coral_segment_t *seg, coral_page_t *slice, void *p) {
-    if (coral_slice_flags(slice) != 0 || seg->kind != CORAL_SEGMENT_NORMAL) return false;
+/* The free fast path's check: p's slice descriptor `slice` is the head of
+ * a page in use that the calling thread owns, with no flag (its tid_flags
+ * equal the thread's id: so in a normal segment), and p looks like a live
+ * block start there: its fill and freed mark are written. False: the
+ * caller takes the checked slow path (coral_secure_page_check). A second
+ * free finds the mark, not the canary: the check also stands for the
+ * default build's test against local_free. */
+CORAL_INLINE bool coral_secure_free_fast(coral_page_t *slice, void *p) {
     uint64_t canary = coral_canary_of(slice, p), *mark = coral_mark_word(slice, p);
     if (coral_unlikely(!coral_secure_intact(slice, p, canary))) return false;
     coral_secure_fill(slice, p);
@@ -364,16 +368,6 @@ CORAL_INLINE void coral_secure_page_out(coral_page_t *page, void *p, size_t zero
     }
     *coral_mark_word(page, p) = coral_canary_of(page, p);
     if (zero != 0) memset(p, 0, zero);
-}
-
-/* The same for a block start p (at most CORAL_LARGE_MAX_SIZE) from any
- * path; huge blocks need none of it. */
-CORAL_INLINE void coral_secure_block_out(void *p, size_t zero) {
-    coral_page_t *page = coral_secure_page_of(p);
-    if (page != NULL)
-        coral_secure_page_out(page, p, zero);
-    else if (zero != 0)
-        memset(p, 0, zero);
 }
 
 /* CORAL_VALGRIND builds: a user heap frees its pages whole (destroy,

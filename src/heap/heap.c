@@ -90,7 +90,8 @@ static void page_release(coral_page_t *page) {
  * ones at once, e.g. in a program that fills and empties a few pages of a
  * class in rounds. A kept page's memory is returned when the page is
  * released: once it is found further back on emptying again, at
- * coral_collect / malloc_trim (coral_heap_collect), or at thread exit. */
+ * a forced coral_collect / malloc_trim (coral_heap_collect), or at thread
+ * exit. */
 #define KEEP_EMPTY_BYTES (4 * CORAL_SLICE_SIZE)
 
 static size_t page_span_bytes(const coral_page_t *page) {

@@ -152,10 +152,15 @@ CORAL_API const char *coral_version(void);
  * coral_test_check: walks the calling thread's heaps, pages and segments and
  * checks their invariants (free + local free + in use = carved blocks, no
  * block free twice, every list inside its page, spans and segment map
- * consistent); 0, or -1 after printing the first one broken on stderr. */
+ * consistent); 0, or -1 after printing the first one broken on stderr.
+ * coral_test_huge_page_cost: every 2 MiB page coralloc faults in is taken
+ * to have cost ns nanoseconds (negative: measured, the default), and the
+ * slow ones seen so far are forgotten; huge pages stop being asked for once
+ * two took more than 1 ms each. */
 CORAL_API void coral_test_advance_clock(unsigned long long ms);
 CORAL_API int coral_test_purge_pass(void);
 CORAL_API int coral_test_check(void);
+CORAL_API void coral_test_huge_page_cost(long long ns);
 
 #ifdef __cplusplus
 }

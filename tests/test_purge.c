@@ -18,7 +18,8 @@
  * And the huge-page policy: a small program's segment keeps 4 KiB pages,
  * a thread's further segments get huge pages while it writes its pages
  * densely (not when it touches one page of each 64 KiB block), a huge
- * block gets them, and CORALLOC_HUGE_PAGES=0 advises nothing.
+ * block gets them, a process whose huge pages are slow to fault in stops
+ * asking for them, and CORALLOC_HUGE_PAGES=0 advises nothing.
  * Each case runs in a child process with its options in the environment.
  * RSS figures are only meaningful without a sanitizer: release only. */
 #define _GNU_SOURCE
@@ -304,6 +305,7 @@ static long long hugepage_advice(void) { return stats_os_calls("hugepage"); }
  * needs more segments, writing the pages it carves, gets it for each
  * segment after its first. */
 static int child_hugepages_dense(void) {
+    coral_test_huge_page_cost(0); /* whatever this machine's huge pages cost */
     void *small[1000];
     for (size_t i = 0; i < 1000; i++) CHECK_NOT_NULL(small[i] = coral_malloc(1000));
     CHECK_EQ(stats_get("segments"), 1);
@@ -355,6 +357,7 @@ static bool thp_madvise_works(void) {
  * (where the kernel gives THP), not once per 4 KiB. */
 static int child_hugepages_block(void) {
     enum { SIZE = 32 << 20 };
+    coral_test_huge_page_cost(0);
     long long advised = hugepage_advice();
     long faults = minor_faults();
     char *p = coral_malloc(SIZE);
@@ -365,6 +368,31 @@ static int child_hugepages_block(void) {
     CHECK_EQ(hugepage_advice(), advised + 1);
     if (thp_madvise_works()) CHECK_LT(faults, SIZE / (64 * 1024)); /* 4 KiB pages: 8192 */
     coral_free(p);
+    return 0;
+}
+
+/* Where huge pages are slow to fault in (each taken to cost 5 ms here),
+ * the process stops asking for them after the second: the segments after
+ * those two, and a huge block then, get no advice. */
+static int child_hugepages_slow(void) {
+    coral_test_huge_page_cost(5000000);
+    void *small[1000];
+    for (size_t i = 0; i < 1000; i++) CHECK_NOT_NULL(small[i] = coral_malloc(1000));
+    enum { BIG = 40 }; /* 40 MiB in 1 MiB blocks: 10+ segments */
+    void *big[BIG];
+    for (size_t i = 0; i < BIG; i++) CHECK_NOT_NULL(big[i] = coral_malloc(MiB));
+    long long segments = stats_get("segments"), advised = hugepage_advice();
+    printf("slow huge pages: %lld of %lld segments advised, %lld pages slow\n", advised, segments,
+           stats_get("huge_pages_slow"));
+    CHECK_GE(segments, 10);
+    CHECK_EQ(advised, 2);
+    CHECK_EQ(stats_get("huge_pages_slow"), 2);
+    void *huge = coral_malloc(32 * MiB);
+    CHECK_NOT_NULL(huge);
+    CHECK_EQ(hugepage_advice(), 2);
+    coral_free(huge);
+    for (size_t i = 0; i < BIG; i++) coral_free(big[i]);
+    for (size_t i = 0; i < 1000; i++) coral_free(small[i]);
     return 0;
 }
 
@@ -387,6 +415,7 @@ int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "hugepages-sparse") == 0) return child_hugepages_sparse();
     if (argc == 2 && strcmp(argv[1], "hugepages-block") == 0) return child_hugepages_block();
     if (argc == 2 && strcmp(argv[1], "hugepages-off") == 0) return child_hugepages_off();
+    if (argc == 2 && strcmp(argv[1], "hugepages-slow") == 0) return child_hugepages_slow();
     if (argc == 2 && strcmp(argv[1], "thread-start") == 0) return child_thread_start();
     if (argc == 2 && strcmp(argv[1], "pool-kinds") == 0) return child_pool_kinds();
     if (argc == 2 && strcmp(argv[1], "pool-gather") == 0) return child_pool_gather();
@@ -411,6 +440,7 @@ int main(int argc, char **argv) {
     run_child("hugepages-dense", none);
     run_child("hugepages-sparse", none);
     run_child("hugepages-block", none);
+    run_child("hugepages-slow", none);
     static const char *const hp_off[] = {"CORALLOC_HUGE_PAGES=0", NULL};
     run_child("hugepages-off", hp_off);
     return 0;

@@ -452,6 +452,8 @@ void coral_heap_free(coral_heap_t *heap, void *p) {
 
 void coral_test_advance_clock(unsigned long long ms) { coral_clock_advance((uint64_t)ms); }
 
+void coral_test_huge_page_cost(long long ns) { coral_huge_pages_cost_override((int64_t)ns); }
+
 int coral_test_purge_pass(void) {
     coral_process_init();
     return coral_purge_wait_pass() ? 1 : 0;

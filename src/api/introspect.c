@@ -42,6 +42,7 @@ static const figure_t figures[] = {
     {"huge_allocs", C(huge_allocs), "huge allocated"},
     {"huge_live", C(huge_live), "huge live"},
     {"huge_bytes", C(huge_bytes), "huge bytes"},
+    {"huge_pages_slow", C(huge_pages_slow), "slow huge pages"},
     {"segments_abandoned", C(segments_abandoned), "abandoned"},
     {"segments_adopted", C(segments_adopted), "adopted"},
     {"orphan_pages_reclaimed", C(orphans_reclaimed), "orphans reclaimed"},

@@ -185,8 +185,9 @@ typedef struct coral_counters_s {
     _Atomic(int64_t) segments_abandoned, segments_adopted;
     _Atomic(int64_t) orphans_reclaimed, orphan_bytes_reclaimed;
     _Atomic(int64_t) threads, threads_peak;
-    _Atomic(int64_t) page_bytes, page_bytes_peak;   /* bytes of pages in use */
-    _Atomic(int64_t) huge_bytes, huge_live;         /* huge blocks in use */
+    _Atomic(int64_t) page_bytes, page_bytes_peak; /* bytes of pages in use */
+    _Atomic(int64_t) huge_bytes, huge_live;       /* huge blocks in use */
+    _Atomic(int64_t) huge_pages_slow; /* 2 MiB pages slower to fault in than 4 KiB ones */
     _Atomic(int64_t) bulk_cached, bulk_cached_peak; /* bytes in threads' bulk caches */
     /* Per class counts of heaps that are gone, and of frees by threads
      * without a heap (CORAL_STATS builds). */

@@ -174,7 +174,7 @@ void *coral_heap_malloc_large(coral_heap_t *heap, size_t size, size_t alignment,
     if (CORAL_SECURE) coral_secure_page_out(page, page->start, 0); /* its canary */
     /* Clean memory: populated if the program writes its big blocks (and
      * measured at its free: populate.c). */
-    if (page->is_fresh && coral_populate_adaptive()) coral_populate_big_block(p, size);
+    if (page->is_fresh && coral_populate_adaptive()) coral_populate_big_block(p, size, false);
     return p;
 }
 
@@ -314,7 +314,8 @@ static void *huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool 
     size_t clean_from = got.dirty > offset ? got.dirty : offset;
     page->is_fresh = clean_from < end;
     if (page->is_fresh && clean_from < asked_end && coral_populate_adaptive())
-        coral_populate_big_block(coral_segment_base(seg) + clean_from, asked_end - clean_from);
+        coral_populate_big_block(coral_segment_base(seg) + clean_from, asked_end - clean_from,
+                                 coral_huge_pages_for_big_block());
     seg->huge_dirty = got.dirty > end ? got.dirty : end;
     coral_count(&coral_counters.huge_allocs, 1);
     coral_count(&coral_counters.huge_live, 1);

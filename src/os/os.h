@@ -63,7 +63,9 @@ bool coral_populate_adaptive(void);
  * already has a full span at full (full_bytes long; NULL: none). */
 void coral_populate_class_span(uint8_t *start, size_t bytes, size_t block_size, const uint8_t *full,
                                size_t full_bytes);
-void coral_populate_big_block(uint8_t *p, size_t size);
+/* A large or huge block placed on clean memory [p, p + size); `huge_pages`:
+ * the memory was advised for huge pages (its faults are timed). */
+void coral_populate_big_block(uint8_t *p, size_t size, bool huge_pages);
 void coral_populate_note_big_block(const uint8_t *p, size_t size);
 void coral_populate_growth(uint8_t *p, size_t old_size, size_t new_size);
 void coral_populate_copy(void *dst, size_t size);
@@ -81,6 +83,24 @@ bool coral_huge_pages_for_segment(void);
  * populate policy's score cannot tell: a block in huge pages reads as
  * resident wherever it was touched. */
 bool coral_huge_pages_for_big_block(void);
+
+/* Whether huge pages come in cheaply on this machine. A 2 MiB page pays
+ * while faulting it in costs less than the 512 faults of 4 KiB it stands
+ * for; where it does not (a VM guest whose free memory the host took back
+ * has every huge page faulted in again by the host, page by page), the
+ * process stops asking for them: both questions above answer no once
+ * CORAL_HUGE_SLOW_LIMIT huge pages took more than CORAL_HUGE_SLOW_NS each.
+ * The cost is the faulting thread's CPU time (user and system), so a
+ * thread preempted meanwhile is not taken for a slow page. */
+#define CORAL_HUGE_PAGE_SIZE ((size_t)2 << 20)
+#define CORAL_HUGE_SLOW_NS 1000000u
+#define CORAL_HUGE_SLOW_LIMIT 2u
+/* Fault in [p, p + size), clean memory just advised for huge pages, and
+ * note what each 2 MiB of it cost (nothing when it is less than 2 MiB). */
+void coral_huge_pages_fault_in(void *p, size_t size);
+/* Tests: take each huge page's cost as `ns` instead of measuring it
+ * (negative: measure), and forget the slow pages seen so far. */
+void coral_huge_pages_cost_override(int64_t ns);
 
 /* ---- the purge scheduler (purge.c) -------------------------------------------- */
 

@@ -39,6 +39,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "os/os.h"
 
@@ -135,8 +136,13 @@ void coral_populate_class_span(uint8_t *start, size_t bytes, size_t block_size, 
 }
 
 /* A large or huge block was placed on clean memory [p, p + size). */
-void coral_populate_big_block(uint8_t *p, size_t size) {
+void coral_populate_big_block(uint8_t *p, size_t size, bool huge_pages) {
     if (page_ceil(size) < CORAL_POPULATE_MIN_BYTES || !score_dense(&big_block_share)) return;
+    if (huge_pages && size >= CORAL_HUGE_PAGE_SIZE) {
+        uint8_t *from = (uint8_t *)page_floor((uintptr_t)p);
+        coral_huge_pages_fault_in(from, page_ceil((uintptr_t)(p + size)) - (uintptr_t)from);
+        return;
+    }
     populate_range(p, size);
 }
 
@@ -173,8 +179,47 @@ void coral_populate_copy(void *dst, size_t size) {
     populate_range(p, size);
 }
 
-bool coral_huge_pages_for_segment(void) {
-    return coral_option(CORAL_OPT_HUGE_PAGES) && score_dense(&span_share);
+/* ---- the huge-page policy ---------------------------------------------------- */
+
+/* Huge pages found slow so far (any thread adds, relaxed: the count only
+ * ever grows, and a thread that reads it late advises one more range). */
+static _Atomic(unsigned) huge_slow_pages;
+/* Tests: the cost taken for every huge page instead of the measured one
+ * (negative: measure). */
+static _Atomic(int64_t) huge_cost_override = -1;
+
+static bool huge_pages_cheap(void) {
+    return atomic_load_explicit(&huge_slow_pages, memory_order_relaxed) < CORAL_HUGE_SLOW_LIMIT;
 }
 
-bool coral_huge_pages_for_big_block(void) { return coral_option(CORAL_OPT_HUGE_PAGES) != 0; }
+bool coral_huge_pages_for_segment(void) {
+    return coral_option(CORAL_OPT_HUGE_PAGES) && huge_pages_cheap() && score_dense(&span_share);
+}
+
+bool coral_huge_pages_for_big_block(void) {
+    return coral_option(CORAL_OPT_HUGE_PAGES) && huge_pages_cheap();
+}
+
+/* The calling thread's CPU time (user and system) in ns; 0 if unknown. */
+static uint64_t thread_cpu_ns(void) {
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void coral_huge_pages_fault_in(void *p, size_t size) {
+    uint64_t start = thread_cpu_ns();
+    coral_os_populate(p, size);
+    size_t pages = size / CORAL_HUGE_PAGE_SIZE;
+    if (pages == 0) return;
+    int64_t fixed = atomic_load_explicit(&huge_cost_override, memory_order_relaxed);
+    uint64_t each = fixed >= 0 ? (uint64_t)fixed : (thread_cpu_ns() - start) / pages;
+    if (each <= CORAL_HUGE_SLOW_NS) return;
+    atomic_fetch_add_explicit(&huge_slow_pages, 1, memory_order_relaxed);
+    coral_count(&coral_counters.huge_pages_slow, 1);
+}
+
+void coral_huge_pages_cost_override(int64_t ns) {
+    atomic_store_explicit(&huge_cost_override, ns, memory_order_relaxed);
+    atomic_store_explicit(&huge_slow_pages, 0, memory_order_relaxed);
+}

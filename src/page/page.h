@@ -254,13 +254,18 @@ extern __attribute__((visibility("hidden"))) uint64_t coral_canary_key;
 #define CORAL_CANARY_EVEN 0xfefefefefefefefeull
 #define CORAL_CANARY_VARY 0x7e7e7e7e7e7e7e7eull
 
-CORAL_INLINE uint64_t coral_canary_of(const coral_page_t *page, const void *block) {
+/* The canary of the block at `block` of a page whose epoch is `epoch`. */
+CORAL_INLINE uint64_t coral_canary_with(uint32_t epoch, const void *block) {
 #if CORAL_SECURE
-    return coral_canary_key ^ (((uintptr_t)block ^ page->epoch) & CORAL_CANARY_VARY);
+    return coral_canary_key ^ (((uintptr_t)block ^ epoch) & CORAL_CANARY_VARY);
 #else
-    (void)page;
+    (void)epoch;
     return (uintptr_t)block;
 #endif
+}
+
+CORAL_INLINE uint64_t coral_canary_of(const coral_page_t *page, const void *block) {
+    return coral_canary_with(page->epoch, block);
 }
 
 /* A freed mark is the block's canary made odd: never a canary. */
@@ -281,9 +286,9 @@ CORAL_INLINE void coral_secure_fill(const coral_page_t *page, uint8_t *block) {
     w[3] = CORAL_FILL_WORD;
 }
 
-/* Whether a freed block's fill is as coral_secure_fill left it. */
-CORAL_INLINE bool coral_secure_fill_intact(const coral_page_t *page, const uint8_t *block) {
-    size_t bs = page->block_size;
+/* Whether a freed block (of bs bytes) has its fill as coral_secure_fill
+ * left it. */
+CORAL_INLINE bool coral_secure_fill_intact(size_t bs, const uint8_t *block) {
     if (bs <= 16) return true;
     const uint64_t *w = (const uint64_t *)(const void *)block;
     uint64_t diff = (w[1] ^ CORAL_FILL_WORD) | (w[2] ^ CORAL_FILL_WORD);
@@ -348,13 +353,16 @@ CORAL_INLINE bool coral_secure_free_fast(coral_page_t *slice, void *p) {
     return true;
 }
 
-/* A block of a size class just popped off `page`'s free list: a write
- * after free is reported (fatal), the canary written, the first `zero`
- * bytes cleared. */
+/* A block of a size class just popped off `page`'s free list by its
+ * owner: a write after free is reported (fatal), the canary written, the
+ * first `zero` bytes cleared. It reads the owner's copies of the block
+ * size and epoch (segment.h), so a malloc reads only the descriptor's
+ * first line, never the one remote frees write. */
 CORAL_INLINE void coral_secure_small_out(coral_page_t *page, void *p, size_t zero) {
-    uint64_t canary = coral_canary_of(page, p);
-    uint64_t *mark = coral_mark_word(page, p);
-    if (*mark == coral_freed_mark_of(canary) && coral_unlikely(!coral_secure_fill_intact(page, p)))
+    size_t bs = page->owner_block_size;
+    uint64_t canary = coral_canary_with(page->owner_epoch, p);
+    uint64_t *mark = (uint64_t *)(void *)((uint8_t *)p + bs - CORAL_CANARY_SIZE);
+    if (*mark == coral_freed_mark_of(canary) && coral_unlikely(!coral_secure_fill_intact(bs, p)))
         coral_secure_write_after_free(page, p);
     *mark = canary;
     if (zero != 0) memset(p, 0, zero);

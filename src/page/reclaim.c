@@ -11,7 +11,8 @@
  * as usual and unlists the page: memory freed and reused soon is never
  * purged.
  *
- * The list is linked through page->orphan_link, oldest first, under
+ * The list is linked through the pages' orphan entries (beside their
+ * descriptors in the segment header, segment.h), oldest first, under
  * orphans_lock. Who holds the lock: a remote freer around the CAS
  * that frees a page's last block, and the listing; an owner (or whoever
  * releases the page) unlisting it; the purger claiming pages. Nobody waits
@@ -39,6 +40,17 @@ static pthread_mutex_t reclaim_lock = PTHREAD_MUTEX_INITIALIZER;
 void coral_orphans_lock(void) { pthread_mutex_lock(&orphans_lock); }
 void coral_orphans_unlock(void) { pthread_mutex_unlock(&orphans_lock); }
 
+static coral_orphan_entry_t *orphan_entry(coral_page_t *page) {
+    coral_segment_t *seg = coral_ptr_segment(page);
+    return &seg->orphans[page - seg->pages];
+}
+
+static coral_page_t *orphan_page(coral_link_t *link) {
+    coral_orphan_entry_t *entry = coral_container_of(link, coral_orphan_entry_t, link);
+    coral_segment_t *seg = coral_ptr_segment(entry);
+    return &seg->pages[entry - seg->orphans];
+}
+
 static int64_t orphan_bytes(const coral_page_t *page) {
     return (int64_t)((size_t)page->slice_count * CORAL_SLICE_SIZE);
 }
@@ -46,7 +58,7 @@ static int64_t orphan_bytes(const coral_page_t *page) {
 /* Under the lock. An orphan's memory counts in the purge backlog (purge.c)
  * while it is listed. */
 static void orphan_unlink(coral_page_t *page) {
-    coral_list_remove(&orphans, &page->orphan_link);
+    coral_list_remove(&orphans, &orphan_entry(page)->link);
     atomic_store_explicit(&page->orphan_listed, 0, memory_order_relaxed);
     atomic_store_explicit(&orphans_count,
                           atomic_load_explicit(&orphans_count, memory_order_relaxed) - 1,
@@ -58,8 +70,9 @@ static void orphan_unlink(coral_page_t *page) {
  * purger after unlocking (the purger's lock is taken before this one at
  * fork). */
 void coral_orphan_add(coral_page_t *page) {
-    page->orphan_since_ms = coral_clock_ms();
-    coral_list_push_back(&orphans, &page->orphan_link);
+    coral_orphan_entry_t *entry = orphan_entry(page);
+    entry->since_ms = coral_clock_ms();
+    coral_list_push_back(&orphans, &entry->link);
     atomic_store_explicit(&page->orphan_listed, 1, memory_order_relaxed);
     atomic_store_explicit(&orphans_count,
                           atomic_load_explicit(&orphans_count, memory_order_relaxed) + 1,
@@ -127,9 +140,10 @@ static uint64_t orphans_reclaim_due(uint64_t now, bool force) {
         size_t n = 0;
         pthread_mutex_lock(&orphans_lock);
         while (orphans.first != NULL && n < RECLAIM_BATCH) {
-            coral_page_t *page = coral_container_of(orphans.first, coral_page_t, orphan_link);
-            if (!force && page->orphan_since_ms + delay > now) {
-                next_due = page->orphan_since_ms + delay;
+            coral_page_t *page = orphan_page(orphans.first);
+            uint64_t since_ms = orphan_entry(page)->since_ms;
+            if (!force && since_ms + delay > now) {
+                next_due = since_ms + delay;
                 break;
             }
             orphan_unlink(page);

@@ -51,14 +51,32 @@
  * layer (page/page.h has the protocol); `link` and `owner` to the heap that
  * holds the page; tid_flags is written as its comment says.
  *
- * 128 bytes, a power of two, so finding one is a shift. The first cache
- * line holds what the owner's fast paths write on every call (free,
- * local_free, used) and what only the owner reads; a remote free never
- * reads it. The second holds what remote frees write (thread_free) and
- * everything they read (tid_flags, slice_offset, slice_count, reserved,
- * owner): a free from another thread then costs the owner nothing on its
- * malloc line. The owner's free reads tid_flags there too: a line that
- * remote frees write only while they free into the same page. */
+ * 128 bytes, a power of two, so finding one is a shift. Two cache lines,
+ * cut by who writes them, so that a free from another thread never touches
+ * the line its owner writes at every malloc and free (measured in
+ * docs/BENCHMARKS.md, "The secure build"):
+ *
+ *   - the first line is the owner's alone: its fast paths write free,
+ *     local_free and used at every call, its slow paths the rest (link at
+ *     queue changes; capacity, free_is_zero, is_fresh when carving and
+ *     collecting; owner_block_size and owner_epoch once, at page init). No
+ *     other thread reads or writes it. The owner's malloc reads nothing
+ *     else of the descriptor (the secure build's checks read the owner's
+ *     copies of block_size and epoch: page/page.h).
+ *   - the second line is shared. Remote frees write thread_free (their
+ *     push, a CAS; the owner's collect and the purger CAS it too) and, to
+ *     tell the owner of a full page, delayed_next and delayed_listed; they
+ *     read the rest: tid_flags, slice_offset, slice_count, reserved, owner,
+ *     and the block geometry (class_idx, block_size, start, and the secure
+ *     build's epoch, with which a remote free checks the block's canary and
+ *     writes its freed mark at the call, as the owner's free does). The
+ *     geometry and reserved are written by the owner at page init (start
+ *     and slice fields by the segment layer before it; a large block's
+ *     block_size also when it is resized in place), while no other thread
+ *     can hold a block of the page; tid_flags as its comment says. The
+ *     owner's free reads this line too (tid_flags, and the secure build's
+ *     checks), never writes it on its fast path.
+ */
 typedef struct coral_block_s {
     struct coral_block_s *next;
 } coral_block_t;
@@ -66,33 +84,28 @@ typedef struct coral_block_s {
 struct coral_page_owner_s; /* the page layer's view of a heap */
 
 typedef struct coral_page_s {
-    /* First cache line: the owner's. Written only by the segment's owner
-     * thread. A remote free reads none of it, except to resolve a pointer
-     * inside an aligned block (start, block_size) and, in CORAL_STATS
-     * builds, to count the free (class_idx). */
+    /* First cache line: the owner's. Written by the segment's owner thread
+     * at every malloc and free; no other thread reads or writes it. */
     coral_block_t *free;       /* blocks malloc pops */
     coral_block_t *local_free; /* blocks the owner freed, moved to free later */
     uint32_t used;             /* blocks handed out and not yet returned */
     uint32_t capacity;         /* blocks carved out of the span so far */
-    uint8_t free_is_zero;      /* every block on `free` is zero but its link */
-    uint8_t is_fresh;          /* the span came zeroed from the OS */
-    uint8_t class_idx;         /* size class, or CORAL_CLASS_LARGE */
-    /* The page was made for a user heap (coral_heap_new), whose destroy
-     * frees it whatever is live: never in a bulk cache. Set at page init,
-     * kept when the page is adopted; read by any thread. */
-    uint8_t is_user_heap;
-    uint32_t epoch; /* the secure build: a new value at every page init (page/secure.c) */
-    size_t block_size;
-    uint8_t *start;    /* first block */
-    coral_link_t link; /* in the owner heap's queue; link.prev NULL: first */
-    /* Second cache line: shared with other threads. The plain fields are
-     * written by the owner only while no other thread can free into the
-     * span (it is being set up or torn down), and read by remote frees. */
-    _Atomic(uintptr_t) thread_free;              /* remote-freed blocks, count, state */
+    /* The owner's copies of block_size and epoch (second line), for its
+     * malloc of a block of a size class (the secure build's check of the
+     * freed mark and fill, and the canary it writes, page/page.h): so a
+     * malloc reads no line that remote frees write. Written with them at
+     * page init, never changed after (a large page's block_size may: its
+     * malloc never reads these). */
+    size_t owner_block_size;
+    uint32_t owner_epoch;
+    uint8_t free_is_zero; /* every block on `free` is zero but its link */
+    uint8_t is_fresh;     /* the span came zeroed from the OS */
+    coral_link_t link;    /* in the owner heap's queue; link.prev NULL: first */
+    /* Second cache line: shared with other threads (who writes which
+     * field, and when: above). Remote frees read it and write thread_free. */
+    _Alignas(64) _Atomic(uintptr_t) thread_free; /* remote-freed blocks, count, state */
     _Atomic(struct coral_page_owner_s *) owner;  /* NULL while abandoned */
     _Atomic(struct coral_page_s *) delayed_next; /* in owner->delayed_pages */
-    coral_link_t orphan_link; /* the orphan list (page/reclaim.c), under its lock */
-    uint64_t orphan_since_ms; /* when it was listed as an orphan, under that lock */
     /* The owner thread's id ORed with the slice's flags shifted to the top
      * byte (coral_slice_flags): equal to coral_thread_id() exactly when the
      * calling thread owns the page and no flag is set, the one test of the
@@ -105,12 +118,20 @@ typedef struct coral_page_s {
      * of a thread that is alive (an exiting owner clears the id before it
      * abandons the segment). */
     _Atomic(uintptr_t) tid_flags;
+    size_t block_size;
+    uint8_t *start; /* first block */
+    uint32_t epoch; /* the secure build: a new value at every page init (page/secure.c) */
     /* 16 bits each: an offset is at most 63 descriptors (8064 bytes), a
      * span at most 64 slices, a page at most 4096 blocks (the remote-free
      * word's count has 16 bits too; coral_test_check asserts it). */
     uint16_t slice_offset; /* every descriptor: bytes back to the span's head */
     uint16_t slice_count;  /* head descriptor: slices in the span; 0 = free */
     uint16_t reserved;     /* blocks that fit in the span */
+    uint8_t class_idx;     /* size class, or CORAL_CLASS_LARGE */
+    /* The page was made for a user heap (coral_heap_new), whose destroy
+     * frees it whatever is live: never in a bulk cache. Set at page init,
+     * kept when the page is adopted; read by any thread. */
+    uint8_t is_user_heap;
     /* Set by the remote freer that pushes the page on owner->delayed_pages,
      * cleared by the owner when it takes it off; a listed page is never
      * released (page/page.c). */
@@ -119,6 +140,21 @@ typedef struct coral_page_s {
 } coral_page_t;
 
 _Static_assert(sizeof(coral_page_t) == 128, "slice descriptors are 128 bytes");
+_Static_assert(offsetof(coral_page_t, thread_free) == 64 &&
+                   offsetof(coral_page_t, block_size) / 64 == 1 &&
+                   offsetof(coral_page_t, epoch) / 64 == 1 &&
+                   offsetof(coral_page_t, owner_epoch) / 64 == 0,
+               "what a remote free reads lies on the second cache line, what the owner's "
+               "malloc reads on the first");
+
+/* A page's place in the orphan list (page/reclaim.c), kept in the segment
+ * header beside the descriptors (seg->orphans[i] for seg->pages[i]), not
+ * in them: the descriptors' lines have no room left. Under the list's
+ * lock. */
+typedef struct coral_orphan_entry_s {
+    coral_link_t link;
+    uint64_t since_ms; /* when the page was listed */
+} coral_orphan_entry_t;
 
 /* ---- slice flags -------------------------------------------------------------------
  * The top byte of tid_flags (user-space addresses, and so thread ids, are
@@ -186,6 +222,7 @@ typedef struct coral_segment_s {
     coral_link_t registry_link; /* every mapped normal segment, for the purger */
     size_t huge_dirty; /* huge segments, owner only: bytes from the base that may hold data */
     _Alignas(128) coral_page_t pages[CORAL_SLICES_PER_SEGMENT];
+    coral_orphan_entry_t orphans[CORAL_SLICES_PER_SEGMENT]; /* beside pages[], same index */
 } coral_segment_t;
 
 /* A thread's segments: the segments it takes spans from. Owner-only. */

@@ -112,7 +112,8 @@ void coral_free_unusual(coral_segment_t *seg, coral_page_t *slice, void *p) {
      * interior or released slice. */
     if (atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == coral_thread_id())
         coral_heap_free_local(page, p);
-    else
+    else if (CORAL_SECURE || seg->kind != CORAL_SEGMENT_NORMAL ||
+             !coral_page_free_remote_quick(page, p))
         coral_heap_free_remote(seg, page, p);
 }
 

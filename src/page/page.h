@@ -113,6 +113,7 @@ void coral_page_push_remote(coral_page_t *page, coral_block_t *head, coral_block
 /* A free of block p (a pointer into a page of a normal segment) by a thread
  * that does not own it. */
 void coral_page_free_remote(coral_page_t *page, void *p);
+
 /* Owner: set the delay state; NEVER is kept unless override_never. */
 void coral_page_set_delay(coral_page_t *page, uintptr_t state, bool override_never);
 /* Is a remote freer telling the owner about this page, or has it told it?
@@ -177,6 +178,31 @@ CORAL_INLINE void coral_block_set_next(coral_block_t *block, coral_block_t *next
 #else
     block->next = next;
 #endif
+}
+
+/* The common case of coral_page_free_remote, inline: a block of a size
+ * class (p its start: no aligned blocks in the page) whose push neither
+ * tells the owner (state USE) nor frees the page's last block (the orphan
+ * lock). One CAS attempt, with the same checks as the full path (a page in
+ * use, no purge or reclaim under way, a count within the page, not the
+ * block pushed last); false, with nothing done, sends the free down
+ * the full path, which reports a misuse. */
+CORAL_INLINE bool coral_page_free_remote_quick(coral_page_t *page, void *p) {
+    if (coral_unlikely(page->slice_count == 0 || page->class_idx == CORAL_CLASS_LARGE ||
+                       (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED)))
+        return false;
+    uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+    uint32_t count = coral_tf_count(tf) + 1;
+    uintptr_t state = tf & CORAL_DELAY_MASK;
+    if (coral_unlikely((tf & (CORAL_TF_RECLAIMED | CORAL_TF_BUSY)) != 0 ||
+                       state == CORAL_DELAY_USE || count >= page->reserved ||
+                       coral_tf_list(tf) == (coral_block_t *)p))
+        return false;
+    coral_block_t *block = p;
+    coral_block_set_next(block, coral_tf_list(tf));
+    uintptr_t next = (uintptr_t)block | ((uintptr_t)count << CORAL_TF_COUNT_SHIFT) | state;
+    return atomic_compare_exchange_strong_explicit(&page->thread_free, &tf, next,
+                                                   memory_order_release, memory_order_relaxed);
 }
 
 /* ---- the secure build (secure.c) ----------------------------------------------------

@@ -318,7 +318,14 @@ void *coral_segment_cache_take(size_t size, bool huge_pages, coral_cache_got_t *
     /* (Blocks freed there were inaccessible to memcheck; what the chunks
      * hold, headers included, is read as it is.) */
     CORAL_VG(VALGRIND_MAKE_MEM_DEFINED(target.base, size));
-    if (huge_pages) coral_os_advise_huge(target.base, size);
+    /* Only the 2 MiB pages with nothing resident: the advice changes only
+     * how clean memory faults in (a partly resident 2 MiB stays in 4 KiB
+     * pages whatever it says), and a block freed and taken again while its
+     * pages are resident (the common reuse) would otherwise pay a system
+     * call every time. */
+    size_t advised_from = (got->dirty + CORAL_HUGE_PAGE_SIZE - 1) & ~(CORAL_HUGE_PAGE_SIZE - 1);
+    if (huge_pages && advised_from < size)
+        coral_os_advise_huge(target.base + advised_from, size - advised_from);
     return target.base;
 }
 

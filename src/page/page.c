@@ -189,7 +189,12 @@ void coral_page_reset_empty(coral_page_t *page) {
     page->is_fresh = 0;
 }
 
-/* Owner: take the remote-freed blocks onto local_free. */
+/* Owner: take the remote-freed blocks onto local_free. The list is walked
+ * to its tail, and its length checked against the count the pushes kept:
+ * a block pushed twice with other pushes between makes it a cycle, which
+ * this reports rather than hand the block out twice. (The walk's loads
+ * miss the cache when another core built the list: docs/DESIGN.md,
+ * "Remote frees".) */
 bool coral_page_thread_free_collect(coral_page_t *page) {
     uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
     do {

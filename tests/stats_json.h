@@ -62,6 +62,20 @@ static inline long long stats_os_calls(const char *kind) {
     return stats_number_after(pattern);
 }
 
+/* How many bytes the OS calls of one kind covered. */
+static inline long long stats_os_bytes(const char *kind) {
+    char pattern[64];
+    snprintf(pattern, sizeof pattern, "\"%s\":{\"calls\":", kind);
+    char *json = stats_json();
+    const char *at = strstr(json, pattern);
+    CHECK_MSG(at != NULL, "no %s in %s\n", pattern, json);
+    at = strstr(at, "\"bytes\":");
+    CHECK_MSG(at != NULL, "no bytes after %s in %s\n", pattern, json);
+    long long v = strtoll(at + strlen("\"bytes\":"), NULL, 10);
+    free(json);
+    return v;
+}
+
 static inline int stats_per_class(void) {
     char *json = stats_json();
     int on = strstr(json, "\"per_class\":true") != NULL;

@@ -18,7 +18,8 @@
  * And the huge-page policy: a small program's segment keeps 4 KiB pages,
  * a thread's further segments get huge pages while it writes its pages
  * densely (not when it touches one page of each 64 KiB block), a huge
- * block gets them, a process whose huge pages are slow to fault in stops
+ * block gets them (its resident pages not advised again when it is reused),
+ * a process whose huge pages are slow to fault in stops
  * asking for them, and CORALLOC_HUGE_PAGES=0 advises nothing.
  * Each case runs in a child process with its options in the environment.
  * RSS figures are only meaningful without a sanitizer: release only. */
@@ -367,6 +368,15 @@ static int child_hugepages_block(void) {
     printf("huge pages: a 32 MiB block written in %ld faults\n", faults);
     CHECK_EQ(hugepage_advice(), advised + 1);
     if (thp_madvise_works()) CHECK_LT(faults, SIZE / (64 * 1024)); /* 4 KiB pages: 8192 */
+    coral_free(p);
+    /* Taken again from the segment cache while its pages are resident:
+     * the resident block is not advised again (the call would change
+     * nothing); at most the clean 2 MiB past its end is. */
+    long long advised_bytes = stats_os_bytes("hugepage");
+    p = coral_malloc(SIZE);
+    CHECK_NOT_NULL(p);
+    memset(p, 6, SIZE);
+    CHECK_LE(stats_os_bytes("hugepage") - advised_bytes, 2 * MiB);
     coral_free(p);
     return 0;
 }

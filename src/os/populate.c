@@ -116,12 +116,16 @@ static unsigned resident_share(const uint8_t *p, size_t size) {
  * (Its first and last page are written with it: a block's end is, and a
  * partly used first page holds the bytes before p.) Callers pass ranges
  * inside one block or span, whose ends are OS page boundaries, so the
- * rounded range never reaches memory of another block. */
-static void populate_range(uint8_t *p, size_t size) {
+ * rounded range never reaches memory of another block. `huge_pages`: the
+ * range was advised for huge pages, and what they cost is noted. */
+static void populate_range(uint8_t *p, size_t size, bool huge_pages) {
     uint8_t *from = (uint8_t *)page_floor((uintptr_t)p);
     uint8_t *to = (uint8_t *)page_ceil((uintptr_t)(p + size));
     if ((size_t)(to - from) < CORAL_POPULATE_MIN_BYTES) return;
-    coral_os_populate(from, (size_t)(to - from));
+    if (huge_pages)
+        coral_huge_pages_fault_in(from, (size_t)(to - from));
+    else
+        coral_os_populate(from, (size_t)(to - from));
 }
 
 /* A new clean span of `bytes` at start for a class of blocks, whose heap's
@@ -132,18 +136,13 @@ void coral_populate_class_span(uint8_t *start, size_t bytes, size_t block_size, 
     if (full == NULL) return;
     unsigned share = block_size > CORAL_OS_PAGE_SIZE ? resident_share(full, full_bytes) : SHARE_ONE;
     score_add(&span_share, share);
-    if (share >= SHARE_DENSE) populate_range(start, bytes);
+    if (share >= SHARE_DENSE) populate_range(start, bytes, false);
 }
 
 /* A large or huge block was placed on clean memory [p, p + size). */
 void coral_populate_big_block(uint8_t *p, size_t size, bool huge_pages) {
     if (page_ceil(size) < CORAL_POPULATE_MIN_BYTES || !score_dense(&big_block_share)) return;
-    if (huge_pages && size >= CORAL_HUGE_PAGE_SIZE) {
-        uint8_t *from = (uint8_t *)page_floor((uintptr_t)p);
-        coral_huge_pages_fault_in(from, page_ceil((uintptr_t)(p + size)) - (uintptr_t)from);
-        return;
-    }
-    populate_range(p, size);
+    populate_range(p, size, huge_pages);
 }
 
 /* A large or huge block placed on clean memory is freed: how much of it
@@ -162,7 +161,7 @@ void coral_populate_growth(uint8_t *p, size_t old_size, size_t new_size) {
     if (page_ceil(grow) < CORAL_POPULATE_MIN_BYTES) return;
     const uint8_t *base = (const uint8_t *)page_floor((uintptr_t)p);
     if (resident_share(base, page_floor((size_t)(p + old_size - base))) < SHARE_DENSE) return;
-    populate_range(p + old_size, grow);
+    populate_range(p + old_size, grow, false);
 }
 
 /* realloc is about to copy `size` bytes into the new block at dst: a write
@@ -176,7 +175,7 @@ void coral_populate_copy(void *dst, size_t size) {
         return;
     const uint8_t *last = (const uint8_t *)page_floor((uintptr_t)(p + size - 1));
     if (resident_in_window(last, 1) != 0) return;
-    populate_range(p, size);
+    populate_range(p, size, false);
 }
 
 /* ---- the huge-page policy ---------------------------------------------------- */

@@ -113,7 +113,6 @@ void coral_page_push_remote(coral_page_t *page, coral_block_t *head, coral_block
 /* A free of block p (a pointer into a page of a normal segment) by a thread
  * that does not own it. */
 void coral_page_free_remote(coral_page_t *page, void *p);
-
 /* Owner: set the delay state; NEVER is kept unless override_never. */
 void coral_page_set_delay(coral_page_t *page, uintptr_t state, bool override_never);
 /* Is a remote freer telling the owner about this page, or has it told it?

@@ -91,8 +91,11 @@ static void page_release(coral_page_t *page) {
  * class in rounds. A kept page's memory is returned when the page is
  * released: once it is found further back on emptying again, at
  * a forced coral_collect / malloc_trim (coral_heap_collect), or at thread
- * exit. */
-#define KEEP_EMPTY_BYTES (4 * CORAL_SLICE_SIZE)
+ * exit. The secure build keeps one slice more: its blocks of a power-of-two
+ * request are 16 bytes larger (the canary's class, page.h), so what 4
+ * slices hold in the default build (64 blocks of 4 KiB, 16 a slice) takes
+ * 5 there (15 blocks of 4112 bytes a slice). */
+#define KEEP_EMPTY_BYTES ((CORAL_SECURE ? 5 : 4) * CORAL_SLICE_SIZE)
 
 static size_t page_span_bytes(const coral_page_t *page) {
     return (size_t)page->slice_count * CORAL_SLICE_SIZE;

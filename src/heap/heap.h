@@ -16,12 +16,12 @@
 
 #include "page/page.h"
 
-#define CORAL_QUEUE_FULL 106 /* the queue of pages with no free block */
-#define CORAL_QUEUE_COUNT 107
+#define CORAL_QUEUE_FULL (CORAL_CLASS_LARGE + 1) /* the queue of pages with no free block */
+#define CORAL_QUEUE_COUNT (CORAL_QUEUE_FULL + 1)
 /* Blocks up to this size are served through heap->direct[] (fast path). */
 #define CORAL_DIRECT_MAX_SIZE ((size_t)1024)
 #define CORAL_DIRECT_COUNT (CORAL_DIRECT_MAX_SIZE / 16 + 1)
-#define CORAL_DIRECT_LAST_CLASS 32 /* coral_size_class(1024) */
+#define CORAL_DIRECT_LAST_CLASS (CORAL_SECURE ? 34 : 32) /* coral_size_class(1024) */
 
 /* A thread's state, shared by all its heaps; lives in its default heap. */
 typedef struct coral_thread_s {

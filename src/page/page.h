@@ -21,11 +21,23 @@
  * Classes 1..8 are 16, 32, ..., 128 bytes (every result must be 16-aligned,
  * so there is no 8-byte class). Above 128 each power of two is split in 8:
  * 144, 160, ..., 256, 288, ..., 512, ... up to 512 KiB (class 104). The
- * internal waste is at most 12.5% above 128 bytes. */
+ * internal waste is at most 12.5% above 128 bytes.
+ *
+ * The secure build asks for 8 bytes more than the program (the canary, see
+ * "the secure build" below), so a request of a power of two would take the
+ * class 12.5% above it, with fewer blocks per page and, from 4 KiB on, one
+ * more OS page touched per block. It has a class 16 bytes above every power
+ * of two from 256 B to 256 KiB as well: each power-of-two group after the
+ * first starts with it (272, 288, ..., 512, 528, 576, ...: nine classes a
+ * group, classes 1..115). Every other class is the default build's, so a
+ * class whose size is a multiple of an alignment still exists (aligned
+ * allocation relies on it). */
 #define CORAL_CLASS_SMALL_LAST 8
-#define CORAL_CLASS_COUNT 105 /* classes 1..104; 0 is unused */
+#define CORAL_CLASS_EXTRA (CORAL_SECURE ? 1u : 0u) /* classes a group adds */
+#define CORAL_CLASS_PER_GROUP (8u + CORAL_CLASS_EXTRA)
+#define CORAL_CLASS_COUNT (CORAL_SECURE ? 116 : 105) /* classes 1..COUNT-1; 0 is unused */
 #define CORAL_CLASS_MAX_SIZE ((size_t)512 * 1024)
-#define CORAL_CLASS_LARGE 105 /* a span holding one block, within a segment */
+#define CORAL_CLASS_LARGE CORAL_CLASS_COUNT /* a span holding one block, within a segment */
 /* Largest block a normal segment holds in a span: half its slices, less
  * one. A bigger block could never share its segment with another one like
  * it: it is a huge block instead, a segment of its own. */
@@ -35,12 +47,18 @@ CORAL_INLINE unsigned coral_size_class(size_t size) {
     if (size <= 128) return size <= 16 ? 1u : (unsigned)((size + 15) >> 4);
     size_t s = size - 1;
     unsigned bit = 63u - (unsigned)__builtin_clzl(s); /* >= 7 */
-    return 9u + (bit - 7u) * 8u + (unsigned)((s >> (bit - 3u)) & 7u);
+    unsigned group = bit - 7u;
+    /* (secure build) 2^bit < size <= 2^bit + 16, i.e. 2^bit <= s < 2^bit + 16:
+     * the class above 2^bit. */
+    if (CORAL_CLASS_EXTRA && group != 0 && ((s - 16) >> bit) == 0)
+        return 8u + group * CORAL_CLASS_PER_GROUP;
+    return 9u + group * CORAL_CLASS_PER_GROUP + (unsigned)((s >> (bit - 3u)) & 7u);
 }
 
 CORAL_INLINE size_t coral_class_size(unsigned cls) {
     if (cls <= CORAL_CLASS_SMALL_LAST) return (size_t)cls * 16;
-    unsigned group = (cls - 9u) / 8u, step = (cls - 9u) % 8u;
+    unsigned group = (cls - 9u) / CORAL_CLASS_PER_GROUP, step = (cls - 9u) % CORAL_CLASS_PER_GROUP;
+    if (step == 8u) return ((size_t)1 << (group + 8u)) + 16; /* the next group's extra class */
     return (size_t)(9u + step) << (group + 4u);
 }
 

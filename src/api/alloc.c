@@ -42,10 +42,8 @@ CORAL_INLINE void *page_pop(coral_heap_t *heap, coral_page_t *page, unsigned cls
     page->free = coral_block_next(block);
     page->used++;
     coral_heap_count(heap, allocs, cls, 1);
-    if (CORAL_SECURE) {
-        coral_secure_small_out(page, block, zero ? size - CORAL_CANARY_SIZE : 0);
-        return block;
-    }
+    if (CORAL_SECURE)
+        return coral_secure_small_out(page, block, zero ? size - CORAL_CANARY_SIZE : 0);
     if (zero) {
         if (!page->free_is_zero) return memset(block, 0, size);
         block->next = NULL;

@@ -71,6 +71,16 @@ static bool check_span(check_t *c, coral_segment_t *seg, const coral_page_t *pag
     return true;
 }
 
+/* The owner's view of a page of a size class (segment.h) is its geometry:
+ * the secure build's fast paths check blocks against it. */
+static bool check_owner_view(check_t *c, const coral_page_t *page) {
+    if (page->owner_block_size != page->block_size ||
+        page->owner_last_block != (size_t)(page->reserved - 1) * page->block_size ||
+        (CORAL_SECURE && page->owner_canary != coral_canary_of(page, NULL)))
+        return fail(c, "a page's owner view of its blocks is not its geometry", page);
+    return true;
+}
+
 static bool check_heap(check_t *c, coral_heap_t *heap) {
     for (unsigned q = 1; q < CORAL_QUEUE_COUNT; q++) {
         for (coral_link_t *l = heap->queues[q].first; l != NULL; l = l->next) {
@@ -82,7 +92,9 @@ static bool check_heap(check_t *c, coral_heap_t *heap) {
             if (full != (q == CORAL_QUEUE_FULL) || (!full && page->class_idx != q))
                 return fail(c, "a page is in the wrong queue", page);
             if (!check_span(c, seg, page)) return false;
-            if (page->class_idx != CORAL_CLASS_LARGE && !check_blocks(c, page)) return false;
+            if (page->class_idx != CORAL_CLASS_LARGE &&
+                (!check_owner_view(c, page) || !check_blocks(c, page)))
+                return false;
         }
     }
     return true;

@@ -61,7 +61,12 @@ void coral_page_init(coral_page_t *page, coral_page_owner_t *owner, bool user_he
     page->free_is_zero = 0;
     page->class_idx = (uint8_t)cls;
     page->block_size = page->owner_block_size = block_size;
-    if (CORAL_SECURE) page->epoch = page->owner_epoch = coral_secure_next_epoch();
+    /* (A span holds at least one block: reserved >= 1.) */
+    page->owner_last_block = (uint32_t)((size_t)(page->reserved - 1) * block_size);
+    if (CORAL_SECURE) {
+        page->epoch = coral_secure_next_epoch();
+        page->owner_canary = coral_canary_with(page->epoch, NULL);
+    }
     page->link.next = page->link.prev = NULL;
     atomic_store_explicit(&page->thread_free, CORAL_DELAY_NONE, memory_order_relaxed);
     atomic_store_explicit(&page->delayed_listed, 0, memory_order_relaxed);

@@ -279,8 +279,9 @@ bool coral_zero_slot_free(void *p);
  * pointer of an aligned allocation handed out. */
 bool coral_secure_check_slow(coral_page_t *page, void *p, bool release);
 void coral_secure_block_out_any(void *p, size_t zero);
-CORAL_COLD __attribute__((noreturn)) void coral_secure_write_after_free(const coral_page_t *page,
-                                                                        const uint8_t *block);
+/* Reports a write after free (fatal): never returns, though not declared
+ * so, so that the malloc fast path can reach it by a tail call. */
+CORAL_COLD void *coral_secure_write_after_free(const coral_page_t *page, const uint8_t *block);
 
 #if CORAL_SECURE
 /* Written once by coral_secure_init; read-only afterwards. Every byte of
@@ -311,6 +312,12 @@ CORAL_INLINE uint64_t coral_canary_of(const coral_page_t *page, const void *bloc
     return coral_canary_with(page->epoch, block);
 }
 
+/* The same from the owner's line (segment.h): owner_canary is the canary
+ * of address 0, and the mask distributes over the xor. */
+CORAL_INLINE uint64_t coral_owner_canary_of(const coral_page_t *page, const void *block) {
+    return page->owner_canary ^ ((uintptr_t)block & CORAL_CANARY_VARY);
+}
+
 /* A freed mark is the block's canary made odd: never a canary. */
 CORAL_INLINE uint64_t coral_freed_mark_of(uint64_t canary) { return canary | 1; }
 
@@ -319,14 +326,18 @@ CORAL_INLINE uint64_t *coral_mark_word(const coral_page_t *page, void *block) {
     return (uint64_t *)(void *)((uint8_t *)block + page->block_size - CORAL_CANARY_SIZE);
 }
 
-/* The fill of a freed block of a size class: three stores (the third is
- * the mark's word in a 32-byte block: the mark, written after, takes it). */
-CORAL_INLINE void coral_secure_fill(const coral_page_t *page, uint8_t *block) {
-    if (page->block_size <= 16) return;
+/* The fill of a freed block of a size class above 16 bytes: three stores
+ * (the third is the mark's word in a 32-byte block: the mark, written
+ * after, takes it). */
+CORAL_INLINE void coral_secure_fill_words(uint8_t *block) {
     uint64_t *w = (uint64_t *)(void *)block;
     w[1] = CORAL_FILL_WORD;
     w[2] = CORAL_FILL_WORD;
     w[3] = CORAL_FILL_WORD;
+}
+
+CORAL_INLINE void coral_secure_fill(const coral_page_t *page, uint8_t *block) {
+    if (page->block_size > 16) coral_secure_fill_words(block);
 }
 
 /* Whether a freed block (of bs bytes) has its fill as coral_secure_fill
@@ -383,38 +394,49 @@ CORAL_INLINE bool coral_secure_page_check(coral_page_t *page, void *p, bool rele
 
 /* The free fast path's check: p's slice descriptor `slice` is the head of
  * a page in use that the calling thread owns, with no flag (its tid_flags
- * equal the thread's id: so in a normal segment), and p looks like a live
- * block start there: its fill and freed mark are written. False: the
- * caller takes the checked slow path (coral_secure_page_check). A second
- * free finds the mark, not the canary: the check also stands for the
- * default build's test against local_free. */
+ * equal the thread's id: so in a normal segment, of a size class), and p
+ * looks like a live block start there: its fill and freed mark are
+ * written. False: the caller takes the checked slow path
+ * (coral_secure_page_check). A second free finds the mark, not the
+ * canary: the check also stands for the default build's test against
+ * local_free. It reads the owner's line only (segment.h). p lies in the
+ * span's first slice, where the page's first block starts (segment.c), so
+ * its offset from that block is its offset in the slice; at most the last
+ * block's offset keeps the mark read inside the page's blocks, as
+ * coral_secure_intact does. */
 CORAL_INLINE bool coral_secure_free_fast(coral_page_t *slice, void *p) {
-    uint64_t canary = coral_canary_of(slice, p), *mark = coral_mark_word(slice, p);
-    if (coral_unlikely(!coral_secure_intact(slice, p, canary))) return false;
-    coral_secure_fill(slice, p);
+    size_t offset = (uintptr_t)p & (CORAL_SLICE_SIZE - 1);
+    if (coral_unlikely(offset > slice->owner_last_block)) return false;
+    uint64_t canary = coral_owner_canary_of(slice, p);
+    uint64_t *mark =
+        (uint64_t *)(void *)((uint8_t *)p + slice->owner_block_size - CORAL_CANARY_SIZE);
+    if (coral_unlikely(*mark != canary)) return false;
+    if (slice->owner_block_size > 16) coral_secure_fill_words(p);
     *mark = coral_freed_mark_of(canary);
     return true;
 }
 
 /* A block of a size class just popped off `page`'s free list by its
  * owner: a write after free is reported (fatal), the canary written, the
- * first `zero` bytes cleared. It reads the owner's copies of the block
- * size and epoch (segment.h), so a malloc reads only the descriptor's
- * first line, never the one remote frees write. */
-CORAL_INLINE void coral_secure_small_out(coral_page_t *page, void *p, size_t zero) {
+ * first `zero` bytes cleared. It reads the owner's line only (segment.h),
+ * never the one remote frees write. Returns the block; the report is a
+ * tail call that returns nothing (the malloc fast path then keeps no stack
+ * frame for it). */
+CORAL_INLINE void *coral_secure_small_out(coral_page_t *page, void *p, size_t zero) {
     size_t bs = page->owner_block_size;
-    uint64_t canary = coral_canary_with(page->owner_epoch, p);
+    uint64_t canary = coral_owner_canary_of(page, p);
     uint64_t *mark = (uint64_t *)(void *)((uint8_t *)p + bs - CORAL_CANARY_SIZE);
     if (*mark == coral_freed_mark_of(canary) && coral_unlikely(!coral_secure_fill_intact(bs, p)))
-        coral_secure_write_after_free(page, p);
+        return coral_secure_write_after_free(page, p);
     *mark = canary;
     if (zero != 0) memset(p, 0, zero);
+    return p;
 }
 
 /* The same for a block of any page in use (a large block has no fill). */
 CORAL_INLINE void coral_secure_page_out(coral_page_t *page, void *p, size_t zero) {
     if (page->class_idx != CORAL_CLASS_LARGE) {
-        coral_secure_small_out(page, p, zero);
+        (void)coral_secure_small_out(page, p, zero);
         return;
     }
     *coral_mark_word(page, p) = coral_canary_of(page, p);

@@ -46,7 +46,7 @@ void coral_bad_link(const coral_block_t *block, uintptr_t next) {
                 (const void *)block, (void *)next);
 }
 
-void coral_secure_write_after_free(const coral_page_t *page, const uint8_t *block) {
+void *coral_secure_write_after_free(const coral_page_t *page, const uint8_t *block) {
     size_t end = page->block_size - CORAL_CANARY_SIZE;
     if (end > CORAL_FILL_END) end = CORAL_FILL_END;
     size_t at = sizeof(coral_block_t);

@@ -59,10 +59,10 @@
  *   - the first line is the owner's alone: its fast paths write free,
  *     local_free and used at every call, its slow paths the rest (link at
  *     queue changes; capacity, free_is_zero, is_fresh when carving and
- *     collecting; owner_block_size and owner_epoch once, at page init). No
- *     other thread reads or writes it. The owner's malloc reads nothing
- *     else of the descriptor (the secure build's checks read the owner's
- *     copies of block_size and epoch: page/page.h).
+ *     collecting; the owner's view of the block geometry once, at page
+ *     init). No other thread reads or writes it. The owner's malloc reads
+ *     nothing else of the descriptor (the secure build's checks read that
+ *     view: page/page.h).
  *   - the second line is shared. Remote frees write thread_free (their
  *     push, a CAS; the owner's collect and the purger CAS it too) and, to
  *     tell the owner of a full page, delayed_next and delayed_listed; they
@@ -74,8 +74,9 @@
  *     and slice fields by the segment layer before it; a large block's
  *     block_size also when it is resized in place), while no other thread
  *     can hold a block of the page; tid_flags as its comment says. The
- *     owner's free reads this line too (tid_flags, and the secure build's
- *     checks), never writes it on its fast path.
+ *     owner's free reads this line too (tid_flags; the secure build's
+ *     checks read the owner's view on the first), never writes it on its
+ *     fast path.
  */
 typedef struct coral_block_s {
     struct coral_block_s *next;
@@ -90,14 +91,18 @@ typedef struct coral_page_s {
     coral_block_t *local_free; /* blocks the owner freed, moved to free later */
     uint32_t used;             /* blocks handed out and not yet returned */
     uint32_t capacity;         /* blocks carved out of the span so far */
-    /* The owner's copies of block_size and epoch (second line), for its
-     * malloc of a block of a size class (the secure build's check of the
-     * freed mark and fill, and the canary it writes, page/page.h): so a
-     * malloc reads no line that remote frees write. Written with them at
-     * page init, never changed after (a large page's block_size may: its
-     * malloc never reads these). */
+    /* The owner's view of the block geometry (second line), for its malloc
+     * and free of a block of a size class (the secure build's checks of
+     * the canary, freed mark and fill, and what they write, page/page.h):
+     * block_size; the offset of the last block from start
+     * ((reserved - 1) * block_size); the canary of the block at address 0,
+     * the secret key with the page's epoch folded in (a block's canary is
+     * this with the block's address folded in). So a malloc reads no line
+     * that remote frees write. Written at page init, never changed after (a
+     * large page's block_size may: its malloc and free never read these). */
     size_t owner_block_size;
-    uint32_t owner_epoch;
+    uint64_t owner_canary;
+    uint32_t owner_last_block;
     uint8_t free_is_zero; /* every block on `free` is zero but its link */
     uint8_t is_fresh;     /* the span came zeroed from the OS */
     coral_link_t link;    /* in the owner heap's queue; link.prev NULL: first */
@@ -143,7 +148,7 @@ _Static_assert(sizeof(coral_page_t) == 128, "slice descriptors are 128 bytes");
 _Static_assert(offsetof(coral_page_t, thread_free) == 64 &&
                    offsetof(coral_page_t, block_size) / 64 == 1 &&
                    offsetof(coral_page_t, epoch) / 64 == 1 &&
-                   offsetof(coral_page_t, owner_epoch) / 64 == 0,
+                   offsetof(coral_page_t, link) + sizeof(coral_link_t) <= 64,
                "what a remote free reads lies on the second cache line, what the owner's "
                "malloc reads on the first");
 

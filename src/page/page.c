@@ -87,16 +87,31 @@ static uint32_t carve_step(const coral_page_t *page) {
     return (uint32_t)(span / bs);
 }
 
+/* The secure build: n blocks from `first`, about to be carved, get the
+ * fill and freed mark of a freed block (page.h). So every block on a free
+ * list looks freed (a free of one never handed out is a double free), and
+ * the first touch of a fresh block's last word is this write, not the read
+ * of malloc's check: a read of an untouched OS page maps the zero page,
+ * and the write after it faults a second time. */
+static void page_mark_carved(const coral_page_t *page, uint8_t *first, uint32_t n) {
+    size_t bs = page->block_size;
+    for (uint8_t *b = first, *end = first + (size_t)n * bs; b < end; b += bs)
+        coral_secure_mark_freed(page, b, coral_canary_of(page, b));
+}
+
 /* Link up to n more blocks after the carved ones, in front of page->free. */
 static void page_carve(coral_page_t *page, uint32_t n) {
     size_t bs = page->block_size;
     if (n > page->reserved - page->capacity) n = page->reserved - page->capacity;
     if (n == 0) return;
     uint8_t *first = page->start + (size_t)page->capacity * bs;
-    /* Carved blocks of a fresh span are zero; blocks already on the list
-     * keep the list's mark (a collected list is never marked zero). */
-    page->free_is_zero = page->is_fresh && (page->free == NULL || page->free_is_zero);
+    /* Carved blocks of a fresh span are zero (not in the secure build:
+     * their fill and mark); blocks already on the list keep the list's
+     * mark (a collected list is never marked zero). */
+    page->free_is_zero =
+        !CORAL_SECURE && page->is_fresh && (page->free == NULL || page->free_is_zero);
     page->capacity += n;
+    if (CORAL_SECURE) page_mark_carved(page, first, n);
     if (CORAL_SECURE && n > 1) { /* (one block has one order) */
         page->free = coral_secure_carve(first, n, bs, page->free);
         return;

@@ -234,7 +234,8 @@ CORAL_INLINE bool coral_page_free_remote_quick(coral_page_t *page, void *p) {
  *   - a freed block of a size class is filled with CORAL_FILL_BYTE past its
  *     link, up to the block's first CORAL_FILL_END bytes (or its mark);
  *     malloc finds a block with the freed mark whose fill changed (a write
- *     after free).
+ *     after free). A block carved onto a free list gets them too (page.c):
+ *     every block on a free list looks freed.
  *   - large blocks end at a guard page (the last OS page of their span),
  *     huge blocks too (the page after the block), normal segments with a
  *     guard slice (segment.h); a freed huge block is made inaccessible

@@ -12,8 +12,9 @@
  * one TLS load, one table load (heap->direct), a pop from the page's free
  * list. free: the segment map says the pointer is ours, the segment and
  * page come from arithmetic, and when the calling thread owns the segment
- * the block is pushed on the page's local_free. No lock and no atomic
- * read-modify-write on either path. */
+ * the block is pushed on the page's free list, where the next malloc of
+ * the class takes it again. No lock and no atomic read-modify-write on
+ * either path. */
 #ifndef CORAL_API_H
 #define CORAL_API_H
 
@@ -133,11 +134,14 @@ void coral_free_unusual(coral_segment_t *seg, coral_page_t *slice, void *p);
  * (alloc.c): the checks that name the misuse, then the free. */
 void coral_secure_free_checked(coral_segment_t *seg, coral_page_t *slice, void *p);
 
-/* The owner's free of block, a block of page: pushed on local_free. */
+/* The owner's free of block, a block of page: pushed on free, so the
+ * next malloc of the class reuses it (page/page.c says why). The list no
+ * longer holds only zero blocks (calloc reads free_is_zero). */
 CORAL_INLINE void coral_free_push_local(coral_page_t *page, coral_block_t *block) {
     coral_count_frees(page->class_idx, 1);
-    coral_block_set_next(block, page->local_free);
-    page->local_free = block;
+    coral_block_set_next(block, page->free);
+    page->free = block;
+    page->free_is_zero = 0;
     if (coral_unlikely(--page->used == 0) && page->link.prev != NULL) coral_heap_page_retire(page);
 }
 
@@ -148,8 +152,7 @@ CORAL_INLINE void coral_free_push_local(coral_page_t *page, coral_block_t *block
  * NULL), which the next malloc of the class would take again at once. */
 CORAL_INLINE void coral_free_in_segment(coral_segment_t *seg, coral_page_t *slice, void *p) {
     coral_block_t *block = p;
-    if (coral_likely(coral_slice_tid_flags(slice) == coral_thread_id() &&
-                     block != slice->local_free)) {
+    if (coral_likely(coral_slice_tid_flags(slice) == coral_thread_id() && block != slice->free)) {
         coral_free_push_local(slice, block);
         return;
     }

@@ -1,10 +1,27 @@
 /* Pages: spans of slices holding blocks of one size class.
  *
  * Free lists of a page:
- *   free        the blocks malloc pops (owner only);
- *   local_free  blocks the owner freed; moved to `free` when `free` runs
- *               out, so the fast path returns to the slow path regularly;
+ *   free        the blocks malloc pops, and the owner's free pushes
+ *               (owner only);
+ *   local_free  blocks collected from thread_free and chains the owner
+ *               freed in bulk; moved to `free` when `free` runs out;
  *   thread_free blocks other threads freed (atomic, see below).
+ *
+ * The owner's free pushes on `free`, not on a list kept aside until
+ * `free` runs out: a block freed is the next one handed out. A program
+ * that allocates a temporary, frees it and allocates an object it keeps
+ * then gets the temporary's place for it, next to the objects it
+ * allocated before, so the objects it keeps lie in the order it allocated
+ * them, a few cache lines apart. Set aside, the freed blocks would be
+ * handed out only after the rest of the carved blocks, in the reverse
+ * order of their frees: the kept objects would be spread out, and a walk
+ * over them in allocation order (a garbage collector's) would jump
+ * backwards through memory (docs/BENCHMARKS.md, "Reuse order").
+ *
+ * So a loop of mallocs and frees of one class may never return to the
+ * slow path: remote frees into its page wait on thread_free until `free`
+ * runs out (at most a page's blocks), and the purge work of the slow path
+ * (CORALLOC_PURGE_THREAD=0) waits for the next slow path.
  *
  * Remote free protocol (page->thread_free = list | count | flags | state,
  * laid out in page.h):
@@ -130,10 +147,7 @@ static void page_carve(coral_page_t *page, uint32_t n) {
  * would fault in pages for blocks never used. With to_os_page_end (the
  * caller knows the page's memory is untouched and not prefaulted) every
  * carve stops there: a small program faults in the pages its blocks lie
- * on, not a step ahead of them. The blocks
- * carved first keep circulating between free and local_free, so the count
- * also sets how often a page's free list runs dry and malloc takes the slow
- * path (see coral_page_top_up_first_carve). */
+ * on, not a step ahead of them. */
 void coral_page_extend(coral_page_t *page, bool to_os_page_end) {
     size_t bs = page->block_size;
     uint32_t step = carve_step(page);
@@ -149,9 +163,8 @@ void coral_page_extend(coral_page_t *page, bool to_os_page_end) {
 
 /* Owner, when malloc found the page's free list dry and refilled it from
  * local_free: a page that has only had its short first carve (fewer blocks
- * than a step) and is cycling through them is in use, so it gets the rest
- * of a step now. Otherwise a malloc/free loop of 512-byte blocks would take
- * the slow path every 8 pairs instead of every 16. */
+ * than a step) and is in use again gets the rest of a step now, so that
+ * its free list does not run dry again after those few blocks. */
 void coral_page_top_up_first_carve(coral_page_t *page) {
     uint32_t step = carve_step(page);
     if (page->capacity < step && page->capacity < page->reserved)

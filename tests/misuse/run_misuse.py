@@ -60,7 +60,7 @@ EXPECT: dict[str, tuple[Expect, Expect]] = {
                          ("aborted", "heap overflow detected")),
     "overflow-1-huge": (("ran on", "no guard page in the default build"),
                         ("crashed", "the guard page after the block")),
-    "write-after-free-small": (("ran on", "no fill check in the default build"),
+    "write-after-free-small": (("crashed", "no fill check in the default build"),
                                ("aborted", "free list corrupted")),
     "write-after-free-medium": (("crashed", "no fill check in the default build"),
                                 ("aborted", "free list corrupted")),

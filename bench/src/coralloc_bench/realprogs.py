@@ -94,18 +94,30 @@ def find_python() -> Optional[str]:
 
 # ---- python ------------------------------------------------------------------
 
-def run_python(w: Workload, alloc: Allocator, ctx: RunContext,
-               timeout: float) -> Tuple[Outcome, Check, List[str]]:
+def run_python_script(script: str, w: Workload, alloc: Allocator, ctx: RunContext,
+                      timeout: float) -> Tuple[Outcome, Check, List[str]]:
+    """Debian's python3 running one of the data scripts, every object from
+    the allocator under test."""
     py = find_python()
     if py is None:
         return _not_run("skipped: python3 not installed (apt-get install python3)")
-    argv = [py, str(DATA / "alloc_heavy.py"), *w.argv_tail(ctx.profile, ctx.threads)]
+    argv = [py, str(DATA / script), *w.argv_tail(ctx.profile, ctx.threads)]
     env = alloc.env()
     env["PYTHONMALLOC"] = "malloc"  # every object through the allocator, not pymalloc
     env["PYTHONHASHSEED"] = "0"
     env.pop("PYTHONPATH", None)
     o = measure(argv, env, timeout, launcher=ctx.launcher)
     return o, check_workload_output(o, alloc, timeout), argv
+
+
+def run_python(w: Workload, alloc: Allocator, ctx: RunContext,
+               timeout: float) -> Tuple[Outcome, Check, List[str]]:
+    return run_python_script("alloc_heavy.py", w, alloc, ctx, timeout)
+
+
+def run_python_gc(w: Workload, alloc: Allocator, ctx: RunContext,
+                  timeout: float) -> Tuple[Outcome, Check, List[str]]:
+    return run_python_script("gc_walk.py", w, alloc, ctx, timeout)
 
 
 # ---- sqlite ------------------------------------------------------------------
@@ -337,7 +349,8 @@ def _drive(port: int, n: int, bench: str, sp: Spawned, alloc: Allocator,
 
 def executor(program: str) -> Executor:
     from coralloc_bench import devtools
-    table: Dict[str, Executor] = {"real:python": run_python, "real:sqlite": run_sqlite,
+    table: Dict[str, Executor] = {"real:python": run_python, "real:python-gc": run_python_gc,
+                                  "real:sqlite": run_sqlite,
                                   "real:redis": run_redis, **devtools.EXECUTORS}
     return table[program]
 
@@ -346,6 +359,7 @@ def missing_packages(programs: List[str]) -> List[str]:
     """Debian packages to install for the real programs among `programs`."""
     need: List[str] = []
     checks = {"real:python": (find_python() is not None, "python3"),
+              "real:python-gc": (find_python() is not None, "python3"),
               "real:sqlite": (shutil.which("sqlite3") is not None, "sqlite3"),
               "real:redis": (shutil.which("redis-server") is not None and
                              shutil.which("redis-benchmark") is not None,

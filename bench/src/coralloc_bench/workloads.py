@@ -297,6 +297,9 @@ WORKLOADS: List[Workload] = [
     # real programs from Debian (see realprogs.py)
     Workload("python", "real", "python3 (PYTHONMALLOC=malloc) running an allocation-heavy script",
              "real:python", _fixed(["26000"], ["52000"])),
+    Workload("python-gc", "real", "python3 (PYTHONMALLOC=malloc): full garbage collections "
+             "over 100k records' objects", "real:python-gc",
+             _fixed(["100000", "10"], ["100000", "30"]), profiles=FULL_ONLY),
     Workload("sqlite", "real", "sqlite3 CLI: 140k rows inserted, indexed, queried, updated",
              "real:sqlite", _fixed(["140000"], ["280000"])),
     Workload("redis", "real", "redis-server under the allocator, redis-benchmark on 127.0.0.1",

@@ -100,4 +100,5 @@ def main() -> None:
     print(f"result: ops_per_sec={n / elapsed:.1f}")
 
 
-main()
+if __name__ == "__main__":
+    main()

@@ -145,8 +145,8 @@ static run_t sequence(void) {
 }
 
 static long long os_calls_made(void) {
-    static const char *const kinds[] = {"mmap",     "munmap",   "purge",   "mremap",
-                                        "populate", "hugepage", "mincore", "mprotect"};
+    static const char *const kinds[] = {"mmap",     "munmap",  "purge",    "mremap",    "populate",
+                                        "hugepage", "mincore", "mprotect", "nohugepage"};
     long long total = 0;
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) total += stats_os_calls(kinds[i]);
     return total;

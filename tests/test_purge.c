@@ -397,8 +397,21 @@ static int child_hugepages_slow(void) {
     CHECK_GE(segments, 10);
     CHECK_EQ(advised, 2);
     CHECK_EQ(stats_get("huge_pages_slow"), 2);
+    /* The segment whose first 2 MiB made the second slow page had the
+     * advice withdrawn from its other 2 MiB before they were touched. */
+    CHECK_EQ(stats_os_calls("nohugepage"), 1);
+    CHECK_EQ(stats_os_bytes("nohugepage"), 2 * MiB);
     void *huge = coral_malloc(32 * MiB);
     CHECK_NOT_NULL(huge);
+    CHECK_EQ(hugepage_advice(), 2);
+    coral_free(huge);
+    /* Memory taken again from the cache has the advice withdrawn from its
+     * clean 2 MiB pages (an earlier take may have given it): the huge
+     * block's, freed untouched. */
+    huge = coral_malloc(32 * MiB);
+    CHECK_NOT_NULL(huge);
+    CHECK_EQ(stats_os_calls("nohugepage"), 2);
+    CHECK_GE(stats_os_bytes("nohugepage"), 2 * MiB + 2 * MiB);
     CHECK_EQ(hugepage_advice(), 2);
     coral_free(huge);
     for (size_t i = 0; i < BIG; i++) coral_free(big[i]);

@@ -51,8 +51,9 @@ static const figure_t figures[] = {
 #undef C
 #define FIGURES (sizeof figures / sizeof figures[0])
 
-static const char *const call_names[CORAL_OS_CALL_KINDS] = {
-    "mmap", "munmap", "purge", "mremap", "populate", "hugepage", "mincore", "mprotect"};
+static const char *const call_names[CORAL_OS_CALL_KINDS] = {"mmap",    "munmap",   "purge",
+                                                            "mremap",  "populate", "hugepage",
+                                                            "mincore", "mprotect", "nohugepage"};
 
 static int64_t load(_Atomic(int64_t) *v) { return atomic_load_explicit(v, memory_order_relaxed); }
 

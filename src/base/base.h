@@ -171,6 +171,7 @@ typedef enum coral_os_call_e {
     CORAL_OS_ADVISE,   /* madvise(MADV_HUGEPAGE) */
     CORAL_OS_MINCORE,  /* mincore: the adaptive populate policy's samples */
     CORAL_OS_PROTECT,  /* mprotect: the secure build's guard pages */
+    CORAL_OS_UNADVISE, /* madvise(MADV_NOHUGEPAGE): huge pages found slow */
     CORAL_OS_CALL_KINDS
 } coral_os_call_t;
 

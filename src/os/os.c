@@ -174,6 +174,11 @@ void coral_os_advise_huge(void *p, size_t size) {
     if (!os_should_fail()) (void)madvise(p, size, MADV_HUGEPAGE);
 }
 
+void coral_os_advise_no_huge(void *p, size_t size) {
+    coral_count_os_call(CORAL_OS_UNADVISE, size);
+    if (!os_should_fail()) (void)madvise(p, size, MADV_NOHUGEPAGE);
+}
+
 void coral_os_new_segment(void *base, size_t size, size_t header) {
     if (coral_option(CORAL_OPT_POPULATE) == CORAL_POPULATE_ON && size > header)
         coral_os_populate((uint8_t *)base + header, size - header);

@@ -46,6 +46,10 @@ void coral_os_new_segment(void *base, size_t size, size_t header);
  * anything there is touched, so that each clean 2 MiB faults in as one
  * page. Callers ask coral_huge_pages_for_* first. */
 void coral_os_advise_huge(void *p, size_t size);
+/* The advice withdrawn (MADV_NOHUGEPAGE): clean memory of [p, p + size)
+ * faults in 4 KiB pages again, and the kernel does not gather it into huge
+ * pages later. */
+void coral_os_advise_no_huge(void *p, size_t size);
 /* Make [p, p + size) (whole OS pages) inaccessible, or read-write again: a
  * guard page. False (errno set) when the kernel refuses. */
 bool coral_os_protect(void *p, size_t size, bool accessible);
@@ -96,8 +100,15 @@ bool coral_huge_pages_for_big_block(void);
 #define CORAL_HUGE_SLOW_NS 1000000u
 #define CORAL_HUGE_SLOW_LIMIT 2u
 /* Fault in [p, p + size), clean memory just advised for huge pages, and
- * note what each 2 MiB of it cost (nothing when it is less than 2 MiB). */
-void coral_huge_pages_fault_in(void *p, size_t size);
+ * note what each 2 MiB of it cost (nothing when it is less than 2 MiB):
+ * the first 2 MiB alone, then the rest. When the first makes huge pages
+ * slow, the rest is withdrawn from the advice before it is faulted in (in
+ * 4 KiB pages). Returns whether huge pages are still cheap. */
+bool coral_huge_pages_fault_in(void *p, size_t size);
+/* Huge pages were advised, then found slow: memory advised before that and
+ * taken again should have the advice withdrawn (coral_os_advise_no_huge)
+ * before it is touched. */
+bool coral_huge_pages_turned_slow(void);
 /* Tests: take each huge page's cost as `ns` instead of measuring it
  * (negative: measure), and forget the slow pages seen so far. */
 void coral_huge_pages_cost_override(int64_t ns);

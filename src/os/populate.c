@@ -206,7 +206,14 @@ static uint64_t thread_cpu_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-void coral_huge_pages_fault_in(void *p, size_t size) {
+bool coral_huge_pages_turned_slow(void) {
+    return coral_option(CORAL_OPT_HUGE_PAGES) && !huge_pages_cheap();
+}
+
+/* Fault in [p, p + size) and note the cost of each 2 MiB of it: a slow one
+ * counts once, whatever the number of pages (the average is above the
+ * bound). */
+static void fault_in_timed(uint8_t *p, size_t size) {
     uint64_t start = thread_cpu_ns();
     coral_os_populate(p, size);
     size_t pages = size / CORAL_HUGE_PAGE_SIZE;
@@ -216,6 +223,20 @@ void coral_huge_pages_fault_in(void *p, size_t size) {
     if (each <= CORAL_HUGE_SLOW_NS) return;
     atomic_fetch_add_explicit(&huge_slow_pages, 1, memory_order_relaxed);
     coral_count(&coral_counters.huge_pages_slow, 1);
+}
+
+bool coral_huge_pages_fault_in(void *p, size_t size) {
+    uint8_t *first = p;
+    size_t first_size = size < CORAL_HUGE_PAGE_SIZE ? size : CORAL_HUGE_PAGE_SIZE;
+    fault_in_timed(first, first_size);
+    if (first_size == size) return huge_pages_cheap();
+    if (!huge_pages_cheap()) {
+        coral_os_advise_no_huge(first + first_size, size - first_size);
+        coral_os_populate(first + first_size, size - first_size);
+        return false;
+    }
+    fault_in_timed(first + first_size, size - first_size);
+    return huge_pages_cheap();
 }
 
 void coral_huge_pages_cost_override(int64_t ns) {

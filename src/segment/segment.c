@@ -179,7 +179,9 @@ static coral_segment_t *segment_map_new(bool huge_pages) {
     if (seg == NULL) return NULL;
     /* The header is written next: a clean first 2 MiB in huge pages faults
      * in whole then, so it is faulted in here, timed (os.h). */
-    if (huge_pages && got.dirty == 0) coral_huge_pages_fault_in(seg, CORAL_HUGE_PAGE_SIZE);
+    if (huge_pages && got.dirty == 0 && !coral_huge_pages_fault_in(seg, CORAL_HUGE_PAGE_SIZE))
+        coral_os_advise_no_huge(coral_segment_base(seg) + CORAL_HUGE_PAGE_SIZE,
+                                CORAL_SEGMENT_SIZE - CORAL_HUGE_PAGE_SIZE);
     _Static_assert(sizeof(coral_segment_t) <= CORAL_SLICE_SIZE, "segment header fits slice 0");
     /* A fresh one reads as zero; a freed segment's descriptors are all free
      * (pages[0], never a page here, may describe a huge block: cleared). */

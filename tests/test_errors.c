@@ -52,6 +52,17 @@ static int child_double_free_bulk_pair(void) {
     return 0; /* not reached */
 }
 
+/* A block free() just freed, given to coral_free_bulk: free() pushed it
+ * on its page's free list, the bulk free's chain starts with it. */
+static int child_free_then_bulk(void) {
+    void *keep = coral_malloc(32); /* so the page keeps a block in use */
+    void *p = coral_malloc(32);
+    coral_free(p);
+    coral_free_bulk(opaque(&p), 1);
+    coral_free(keep);
+    return 0; /* not reached */
+}
+
 /* Blocks in the thread's bulk cache (src/stash.h): a shuffled array of
  * blocks of a class coral_malloc_bulk asked for, freed in bulk. */
 enum { CACHED = 64, CACHED_SIZE = 1700 };
@@ -227,6 +238,7 @@ static const scenario_t scenarios[] = {
     {"double-free", child_double_free, NULL, SIGABRT, "double free"},
     {"double-free-bulk", child_double_free_bulk, NULL, SIGABRT, "double free"},
     {"bulk-dup-pointer", child_double_free_bulk_pair, NULL, SIGABRT, "double free"},
+    {"free-then-bulk", child_free_then_bulk, NULL, SIGABRT, "double free"},
     {"double-free-huge", child_double_free_huge, NULL, SIGABRT, "double free"},
     {"double-free-cached", child_double_free_cached, NULL, SIGABRT,
      "double free detected: coral_free_bulk was given"},

@@ -195,9 +195,15 @@ static coral_segment_t *segment_map_new(bool huge_pages) {
     seg->kind = CORAL_SEGMENT_NORMAL;
     seg->size = CORAL_SEGMENT_SIZE;
     /* In huge pages, a touch makes all of its 2 MiB resident: every slice
-     * counts as dirty, so that the free ones are purged like used ones. */
-    size_t dirty = huge_pages ? CORAL_SLICES_PER_SEGMENT
-                              : (got.dirty + CORAL_SLICE_SIZE - 1) / CORAL_SLICE_SIZE;
+     * of a huge page counts as dirty, so that the free ones are purged like
+     * used ones. The secure build's guard slice splits the mapping inside
+     * the second 2 MiB, which therefore never gets a huge page: its clean
+     * slices stay clean, and a new page there is populated as in a segment
+     * without huge pages (heap.c) instead of faulting in 4 KiB at a time. */
+    size_t dirty = (got.dirty + CORAL_SLICE_SIZE - 1) / CORAL_SLICE_SIZE;
+    size_t huge_slices =
+        (CORAL_SECURE ? CORAL_HUGE_PAGE_SIZE : CORAL_SEGMENT_SIZE) / CORAL_SLICE_SIZE;
+    if (huge_pages && dirty < huge_slices) dirty = huge_slices;
     atomic_store_explicit(&seg->used_slices, 1 | CORAL_GUARD_SLICE_BITS, memory_order_relaxed);
     atomic_store_explicit(&seg->dirty_slices, 1 | slice_mask(0, dirty), /* the header too */
                           memory_order_relaxed);

@@ -383,7 +383,8 @@ static int child_hugepages_block(void) {
 
 /* Where huge pages are slow to fault in (each taken to cost 5 ms here),
  * the process stops asking for them after the second: the segments after
- * those two, and a huge block then, get no advice. */
+ * those two, and a huge block then, get no advice, and the advice is
+ * withdrawn from clean memory it may still cover. */
 static int child_hugepages_slow(void) {
     coral_test_huge_page_cost(5000000);
     void *small[1000];

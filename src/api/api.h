@@ -135,13 +135,10 @@ void coral_free_unusual(coral_segment_t *seg, coral_page_t *slice, void *p);
 void coral_secure_free_checked(coral_segment_t *seg, coral_page_t *slice, void *p);
 
 /* The owner's free of block, a block of page: pushed on free, so the
- * next malloc of the class reuses it (page/page.c says why). The list no
- * longer holds only zero blocks (calloc reads free_is_zero). */
+ * next malloc of the class reuses it (coral_page_push_free). */
 CORAL_INLINE void coral_free_push_local(coral_page_t *page, coral_block_t *block) {
     coral_count_frees(page->class_idx, 1);
-    coral_block_set_next(block, page->free);
-    page->free = block;
-    page->free_is_zero = 0;
+    coral_page_push_free(page, block);
     if (coral_unlikely(--page->used == 0) && page->link.prev != NULL) coral_heap_page_retire(page);
 }
 

@@ -293,10 +293,9 @@ static void run_free_local(runs_t *runs, size_t r) {
     uint32_t count = (uint32_t)runs->count[r];
     coral_block_t *head = runs->head[r];
     /* The checks free() makes: more blocks freed than are in use, or the
-     * block freed last freed again (free() pushed it on `free`, a bulk
-     * free on local_free). */
-    if (coral_unlikely(page->used < count || head == page->free ||
-                       head == page->local_free)) { /* warn: it leaks */
+     * block freed last freed again. */
+    if (coral_unlikely(page->used < count ||
+                       coral_page_freed_last(page, head))) { /* warn: it leaks */
         coral_misuse("double free detected: free_bulk gave %u blocks (one %p) to a page "
                      "with %u in use",
                      count, (void *)head, page->used);

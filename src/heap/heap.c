@@ -317,14 +317,12 @@ void coral_heap_free_local(coral_page_t *page, void *p) {
         coral_page_invalid_free(p, "inside a block, not its start");
         return;
     }
-    if (page->used == 0 || block == page->free || block == page->local_free) {
+    if (page->used == 0 || coral_page_freed_last(page, block)) {
         coral_misuse("double free detected: block %p of %zu bytes was already free", p,
                      page->block_size);
         return;
     }
-    coral_block_set_next(block, page->free); /* as the fast path does (api.h) */
-    page->free = block;
-    page->free_is_zero = 0;
+    coral_page_push_free(page, block); /* as the fast path does (api.h) */
     page->used--;
     if (coral_slice_flags(page) & CORAL_PAGE_IN_FULL) coral_heap_page_unfull(page);
     if (page->used == 0) coral_heap_page_retire(page);

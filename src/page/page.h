@@ -197,6 +197,22 @@ CORAL_INLINE void coral_block_set_next(coral_block_t *block, coral_block_t *next
 #endif
 }
 
+/* Owner: a block it freed, pushed on `free`, where the next malloc of its
+ * class takes it again (page.c says why). The list then no longer holds
+ * only zero blocks. The caller counts it out of `used`. */
+CORAL_INLINE void coral_page_push_free(coral_page_t *page, coral_block_t *block) {
+    coral_block_set_next(block, page->free);
+    page->free = block;
+    page->free_is_zero = 0;
+}
+
+/* Owner: whether block heads one of the page's owner lists, i.e. it is
+ * the block freed last (by free, on `free`; by a bulk free, on
+ * local_free), being freed again: the O(1) double-free test. */
+CORAL_INLINE bool coral_page_freed_last(const coral_page_t *page, const coral_block_t *block) {
+    return block == page->free || block == page->local_free;
+}
+
 /* The common case of coral_page_free_remote, inline: a block of a size
  * class (p its start: no aligned blocks in the page) whose push neither
  * tells the owner (state USE) nor frees the page's last block (the orphan

@@ -324,11 +324,12 @@ void *coral_segment_cache_take(size_t size, bool huge_pages, coral_cache_got_t *
      * pages are resident (the common reuse) would otherwise pay a system
      * call every time. */
     size_t advised_from = (got->dirty + CORAL_HUGE_PAGE_SIZE - 1) & ~(CORAL_HUGE_PAGE_SIZE - 1);
-    if (advised_from < size && !got->fresh && !huge_pages && coral_huge_pages_turned_slow())
-        /* (the advice of an earlier take may still hold) */
-        coral_os_advise_no_huge(target.base + advised_from, size - advised_from);
-    else if (huge_pages && advised_from < size)
-        coral_os_advise_huge(target.base + advised_from, size - advised_from);
+    if (advised_from < size) {
+        if (huge_pages)
+            coral_os_advise_huge(target.base + advised_from, size - advised_from);
+        else if (!got->fresh && coral_huge_pages_turned_slow()) /* an earlier take's may hold */
+            coral_os_advise_no_huge(target.base + advised_from, size - advised_from);
+    }
     return target.base;
 }
 

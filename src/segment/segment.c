@@ -177,11 +177,18 @@ static coral_segment_t *segment_map_new(bool huge_pages) {
     coral_cache_got_t got;
     coral_segment_t *seg = coral_segment_cache_take(CORAL_SEGMENT_SIZE, huge_pages, &got);
     if (seg == NULL) return NULL;
+    /* The bytes from the base that fault in as huge pages. The secure
+     * build's guard slice splits the mapping inside the second 2 MiB,
+     * which therefore never gets a huge page. */
+    size_t huge_bytes = !huge_pages ? 0 : CORAL_SECURE ? CORAL_HUGE_PAGE_SIZE : CORAL_SEGMENT_SIZE;
     /* The header is written next: a clean first 2 MiB in huge pages faults
-     * in whole then, so it is faulted in here, timed (os.h). */
-    if (huge_pages && got.dirty == 0 && !coral_huge_pages_fault_in(seg, CORAL_HUGE_PAGE_SIZE))
+     * in whole then, so it is faulted in here, timed (os.h); found slow,
+     * the rest loses the advice before anything there is touched. */
+    if (huge_pages && got.dirty == 0 && !coral_huge_pages_fault_in(seg, CORAL_HUGE_PAGE_SIZE)) {
         coral_os_advise_no_huge(coral_segment_base(seg) + CORAL_HUGE_PAGE_SIZE,
                                 CORAL_SEGMENT_SIZE - CORAL_HUGE_PAGE_SIZE);
+        huge_bytes = CORAL_HUGE_PAGE_SIZE;
+    }
     _Static_assert(sizeof(coral_segment_t) <= CORAL_SLICE_SIZE, "segment header fits slice 0");
     /* A fresh one reads as zero; a freed segment's descriptors are all free
      * (pages[0], never a page here, may describe a huge block: cleared). */
@@ -196,14 +203,11 @@ static coral_segment_t *segment_map_new(bool huge_pages) {
     seg->size = CORAL_SEGMENT_SIZE;
     /* In huge pages, a touch makes all of its 2 MiB resident: every slice
      * of a huge page counts as dirty, so that the free ones are purged like
-     * used ones. The secure build's guard slice splits the mapping inside
-     * the second 2 MiB, which therefore never gets a huge page: its clean
-     * slices stay clean, and a new page there is populated as in a segment
-     * without huge pages (heap.c) instead of faulting in 4 KiB at a time. */
+     * used ones. The slices past huge_bytes stay clean, and a new page
+     * there is populated as in a segment without huge pages (heap.c)
+     * instead of faulting in 4 KiB at a time. */
     size_t dirty = (got.dirty + CORAL_SLICE_SIZE - 1) / CORAL_SLICE_SIZE;
-    size_t huge_slices =
-        (CORAL_SECURE ? CORAL_HUGE_PAGE_SIZE : CORAL_SEGMENT_SIZE) / CORAL_SLICE_SIZE;
-    if (huge_pages && dirty < huge_slices) dirty = huge_slices;
+    if (dirty < huge_bytes / CORAL_SLICE_SIZE) dirty = huge_bytes / CORAL_SLICE_SIZE;
     atomic_store_explicit(&seg->used_slices, 1 | CORAL_GUARD_SLICE_BITS, memory_order_relaxed);
     atomic_store_explicit(&seg->dirty_slices, 1 | slice_mask(0, dirty), /* the header too */
                           memory_order_relaxed);

@@ -3,6 +3,7 @@
  * environment, since coralloc reads them at start-up) and the parent checks
  * how the child ended and what it printed:
  *   double-free / double-free-bulk / bulk-dup-pointer / double-free-huge /
+ *   double-free-remote-between (another thread's frees of p, q, p) /
  *   double-free-cached / free-of-cached (blocks in the bulk cache) /
  *   double-free-orphan / bulk-released-remote / invalid-pointer: abort with
  *   a message;
@@ -28,6 +29,29 @@ static int child_double_free(void) {
     void *p = opaque(coral_malloc(32));
     coral_free(p);
     coral_free(p);
+    coral_free(keep);
+    return 0; /* not reached */
+}
+
+/* Another thread frees p, then q, then p again: the second push of p
+ * finds its own mark (page.c, "Remote marks"), so the owner walks the list
+ * when it takes it and finds the cycle. Without the mark the list would be
+ * taken unwalked and p, q handed out over and over. */
+static void *free_p_q_p(void *arg) {
+    void **pq = arg;
+    coral_free(pq[0]);
+    coral_free(pq[1]);
+    coral_free(pq[0]);
+    return NULL;
+}
+
+static int child_double_free_remote_between(void) {
+    void *keep = coral_malloc(64); /* so the page keeps a block in use */
+    void *pq[2] = {opaque(coral_malloc(64)), coral_malloc(64)};
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, free_p_q_p, pq), 0);
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    coral_collect(0); /* the owner takes the list */
     coral_free(keep);
     return 0; /* not reached */
 }
@@ -239,6 +263,7 @@ static const scenario_t scenarios[] = {
     {"double-free-bulk", child_double_free_bulk, NULL, SIGABRT, "double free"},
     {"bulk-dup-pointer", child_double_free_bulk_pair, NULL, SIGABRT, "double free"},
     {"free-then-bulk", child_free_then_bulk, NULL, SIGABRT, "double free"},
+    {"double-free-remote-between", child_double_free_remote_between, NULL, SIGABRT, "double free"},
     {"double-free-huge", child_double_free_huge, NULL, SIGABRT, "double free"},
     {"double-free-cached", child_double_free_cached, NULL, SIGABRT,
      "double free detected: coral_free_bulk was given"},

@@ -2,6 +2,7 @@
  * after each kind of operation, and the check finds a broken one.
  *   - mixed sizes allocated and freed in a scrambled order;
  *   - blocks freed by another thread, then collected;
+ *   - such blocks handed out again unwritten and freed remotely again;
  *   - bulk calls, a user heap, large and huge blocks;
  *   - pages of an exited thread adopted, then freed into by the adopter
  *     (each page names its new owner: the free fast path's one test);
@@ -43,6 +44,30 @@ static void test_remote_frees(void) {
     CHECK_EQ(coral_test_check(), 0);
     for (size_t i = 0; i < N; i += 2) coral_free(blocks[i]);
     CHECK_EQ(coral_test_check(), 0);
+}
+
+/* Blocks taken back from other threads' frees keep the remote mark in
+ * their second word (page/page.c, "Remote marks"); handed out again
+ * unwritten and freed by another thread once more, round after round, they
+ * are first pushes of a new generation: no report, the lists intact. */
+enum { REUSED = 1000, ROUNDS = 40 };
+static void *reused[REUSED];
+
+static void *free_reused(void *arg) {
+    (void)arg;
+    for (size_t i = 0; i < REUSED; i++) coral_free(reused[i]);
+    return NULL;
+}
+
+static void test_remote_frees_reused_unwritten(void) {
+    for (int round = 0; round < ROUNDS; round++) {
+        for (size_t i = 0; i < REUSED; i++) CHECK_NOT_NULL(reused[i] = coral_malloc(64));
+        pthread_t t;
+        CHECK_EQ(pthread_create(&t, NULL, free_reused, NULL), 0);
+        CHECK_EQ(pthread_join(t, NULL), 0);
+        coral_collect(0);
+        CHECK_EQ(coral_test_check(), 0);
+    }
 }
 
 static void test_bulk_heaps_big(void) {
@@ -92,6 +117,7 @@ static void test_broken_list_found(void) {
 int main(void) {
     test_mixed_sizes();
     test_remote_frees();
+    test_remote_frees_reused_unwritten();
     test_bulk_heaps_big();
     test_adopted_pages();
     test_broken_list_found();

@@ -29,7 +29,8 @@
  *     (h, c, s) to (b, c + n, s) with the chain's tail linked to h, release
  *     order, so the owner sees the links. The count therefore says how many
  *     blocks the list holds, with no walk.
- *   - Only the owner takes blocks: CAS (h, c, s) -> (NULL, 0, s), acquire.
+ *   - Only the owner takes blocks: CAS (h, c, s) -> (NULL, 0, s), acquire
+ *     and release (the remote generation, below).
  *   - State USE (set only by the owner, when the page moves to its heap's
  *     full queue): the next remote freer pushes its blocks and sets FREEING
  *     in the same CAS, then pushes the *page* on page->owner->delayed_pages
@@ -56,6 +57,29 @@
  * BUSY (release). An owner that finds RECLAIMED
  * waits for BUSY to clear (acquire) and resets the page to empty, its memory
  * zero. A remote push that finds RECLAIMED is a double free.
+ *
+ * Remote marks (the default build): a block freed twice by other threads,
+ * with other pushes between, is twice on thread_free's list, a cycle. The
+ * owner finds it only by walking the list to its tail, and that walk
+ * misses the cache at every block freed on another core; so it walks only
+ * the lists marked SUSPECT. A generation is the set of pushes between two
+ * takes of the list. The owner writes page->remote_gen (gen + 1, release)
+ * before each CAS that takes the list. A freer loads thread_free (acquire),
+ * then remote_gen (acquire), writes the block's mark (address, key,
+ * generation) in its second word, and pushes with SUSPECT set when that
+ * word already held this mark. Within one generation taken by a CAS that
+ * succeeded at its first attempt, every push read the same remote_gen:
+ *   - a push after the previous take loaded thread_free from that take's
+ *     CAS or later (acquire: it sees the gen written before it, or later);
+ *   - a push that read the gen written for this take came after the
+ *     owner's load of thread_free (the gen's release and acquire order
+ *     them), so its CAS changed the word the owner's CAS expects: that
+ *     CAS failed. A take that needed more than one attempt walks its list.
+ * So the second push of a block onto the same list finds its own mark and
+ * sets SUSPECT, which stays on the list until the owner takes it. Any
+ * other word (the program's data, a mark of an earlier generation, one
+ * that comes back after 2^16 generations) costs at most a walk. Chains
+ * (bulk frees) carry no marks and always set SUSPECT.
  */
 #include <sched.h>
 #include <string.h>
@@ -203,6 +227,13 @@ static void page_take_reclaimed(coral_page_t *page) {
     page->free_is_zero = 0;
 }
 
+/* Owner, before a CAS that takes thread_free's list: the pushes after
+ * that CAS join a new generation ("Remote marks" above). */
+static void remote_generation_next(coral_page_t *page) {
+    uint16_t gen = atomic_load_explicit(&page->remote_gen, memory_order_relaxed);
+    atomic_store_explicit(&page->remote_gen, (uint16_t)(gen + 1), memory_order_release);
+}
+
 static CORAL_COLD void thread_free_overflow(const coral_page_t *page, const void *block) {
     coral_fatal("double free detected: more blocks freed than allocated in a page of "
                 "%zu-byte blocks (block %p)",
@@ -222,33 +253,44 @@ void coral_page_reset_empty(coral_page_t *page) {
     page->is_fresh = 0;
 }
 
-/* Owner: take the remote-freed blocks onto local_free. The list is walked
- * to its tail, and its length checked against the count the pushes kept:
- * a block pushed twice with other pushes between makes it a cycle, which
- * this reports rather than hand the block out twice. (The walk's loads
- * miss the cache when another core built the list: docs/DESIGN.md,
- * "Remote frees".) */
+/* Owner: take the remote-freed blocks onto local_free. A list marked
+ * SUSPECT, or one that joins blocks already there, is walked to its tail,
+ * and its length checked against the count the pushes kept: a block pushed
+ * twice with other pushes between makes it a cycle, which this reports
+ * rather than hand the block out twice. Any other list becomes local_free
+ * as it is, unwalked: its blocks were each pushed once ("Remote marks"
+ * above), and the walk's loads would miss the cache when another core
+ * built the list (docs/DESIGN.md, "Remote frees"). */
 bool coral_page_thread_free_collect(coral_page_t *page) {
     uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
-    do {
+    uintptr_t raced = 0;
+    for (;;) {
         if (coral_unlikely(tf & CORAL_TF_RECLAIMED)) {
             page_take_reclaimed(page);
             return true;
         }
         if (coral_tf_list(tf) == NULL) return false;
-    } while (!atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, tf & CORAL_DELAY_MASK,
-                                                    memory_order_acquire, memory_order_relaxed));
+        remote_generation_next(page);
+        if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, tf & CORAL_DELAY_MASK,
+                                                  memory_order_acq_rel, memory_order_relaxed))
+            break;
+        raced = CORAL_TF_SUSPECT; /* pushes of two generations may be on the list */
+    }
     uint32_t count = coral_tf_count(tf);
     /* Every block was on the list: the freer of the last one lists the
      * page as an orphan (see above); it is ours again. */
     if (count == page->reserved) coral_orphan_take_back(page);
     if (count > page->used) thread_free_overflow(page, coral_tf_list(tf));
     coral_block_t *head = coral_tf_list(tf), *tail = head;
+    page->used -= count;
+    if (((tf | raced) & CORAL_TF_SUSPECT) == 0 && page->local_free == NULL) {
+        page->local_free = head;
+        return true;
+    }
     for (uint32_t i = 1; i < count; i++) tail = coral_block_next(tail);
     if (coral_block_next(tail) != NULL) thread_free_overflow(page, coral_block_next(tail));
     coral_block_set_next(tail, page->local_free);
     page->local_free = head;
-    page->used -= count;
     return true;
 }
 
@@ -337,17 +379,21 @@ void coral_page_push_remote(coral_page_t *page, coral_block_t *head, coral_block
                             uint32_t n) {
     uint32_t reserved = page->reserved;
     bool locked = false;
-    uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed), state;
+    uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_acquire), state;
     uint32_t count;
+    /* A chain's blocks carry no marks: the owner walks the list it joins. */
+    uintptr_t old = n == 1 ? coral_remote_mark_read(head) : 0, suspect = 0;
     for (;;) {
         /* A misuse leaves the page as it was (nothing pushed yet). */
         if (coral_unlikely(tf & (CORAL_TF_RECLAIMED | CORAL_TF_BUSY))) {
+            if (n == 1) coral_remote_mark_undo(head, old);
             if (locked) coral_orphans_unlock();
             remote_double_free(page, head);
             return;
         }
         count = coral_tf_count(tf) + n;
         if (coral_unlikely(count > reserved || coral_tf_list(tf) == head)) {
+            if (n == 1) coral_remote_mark_undo(head, old);
             if (locked) coral_orphans_unlock();
             remote_overflow(page, head);
             return;
@@ -355,16 +401,20 @@ void coral_page_push_remote(coral_page_t *page, coral_block_t *head, coral_block
         if (coral_unlikely(count == reserved) && !locked) {
             coral_orphans_lock(); /* before the CAS that frees the last block */
             locked = true;
-            tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+            tf = atomic_load_explicit(&page->thread_free, memory_order_acquire);
             continue;
         }
         state = tf & CORAL_DELAY_MASK;
         uintptr_t next_state = state == CORAL_DELAY_USE ? CORAL_DELAY_FREEING : state;
+        /* The mark of the generation this attempt joins, judged against
+         * the word as it was before the first attempt wrote it. */
+        suspect = n == 1 ? coral_remote_mark_write(page, head, old) : CORAL_TF_SUSPECT;
         coral_block_set_next(tail, coral_tf_list(tf));
         /* (RECLAIMED and BUSY are clear: checked above.) */
-        uintptr_t next = (uintptr_t)head | ((uintptr_t)count << CORAL_TF_COUNT_SHIFT) | next_state;
+        uintptr_t next = (uintptr_t)head | ((uintptr_t)count << CORAL_TF_COUNT_SHIFT) |
+                         (tf & CORAL_TF_SUSPECT) | suspect | next_state;
         if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, next,
-                                                  memory_order_release, memory_order_relaxed))
+                                                  memory_order_release, memory_order_acquire))
             break;
     }
     if (coral_unlikely(locked)) {

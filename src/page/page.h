@@ -75,7 +75,10 @@ CORAL_INLINE size_t coral_class_size(unsigned cls) {
  *              purger took them all (reclaim.c); the owner resets the page;
  *   bit 3      BUSY: the purger is returning the page's memory right now;
  *   bits 4-47  the list of remote-freed blocks (16-aligned pointers);
- *   bits 48-63 how many blocks the list holds (a page has at most 4096). */
+ *   bits 48-62 how many blocks the list holds (a page has at most 4096);
+ *   bit 63     SUSPECT: a block of the list may be on it twice, so the
+ *              owner walks the list when it takes it (page.c, "Remote
+ *              marks"). */
 #define CORAL_DELAY_NONE 0u    /* remote frees push on thread_free */
 #define CORAL_DELAY_USE 1u     /* the next remote free tells the owner (delayed_pages) */
 #define CORAL_DELAY_FREEING 2u /* a remote thread is telling the owner now */
@@ -85,12 +88,54 @@ CORAL_INLINE size_t coral_class_size(unsigned cls) {
 #define CORAL_TF_BUSY ((uintptr_t)8)
 #define CORAL_TF_COUNT_SHIFT 48
 #define CORAL_TF_LIST_MASK ((((uintptr_t)1) << CORAL_TF_COUNT_SHIFT) - 16)
+#define CORAL_TF_COUNT_MASK ((uintptr_t)0x7fff)
+#define CORAL_TF_SUSPECT ((uintptr_t)1 << 63)
 
 CORAL_INLINE coral_block_t *coral_tf_list(uintptr_t tf) {
     return (coral_block_t *)(tf & CORAL_TF_LIST_MASK);
 }
 CORAL_INLINE uint32_t coral_tf_count(uintptr_t tf) {
-    return (uint32_t)(tf >> CORAL_TF_COUNT_SHIFT);
+    return (uint32_t)((tf >> CORAL_TF_COUNT_SHIFT) & CORAL_TF_COUNT_MASK);
+}
+
+/* ---- remote marks (the default build; page.c has the protocol) ----------------------
+ * A block pushed on thread_free alone gets, in its second word, a mark made
+ * of its address and the page's remote generation: the generation the
+ * owner starts each time it takes the list. A push that finds the mark of
+ * the current generation already there may be pushing the block a second
+ * time onto the same list, and sets SUSPECT. Any other value (the
+ * program's data, a mark of an earlier generation) is a first push. The
+ * secure build finds double frees by the freed mark of every block
+ * (secure.c) and writes none of these: its blocks' words past the link
+ * hold the fill. A CORAL_VALGRIND build keeps the freed block inaccessible
+ * to the program and walks every list. */
+#define CORAL_REMOTE_MARKS (!CORAL_SECURE && !CORAL_VALGRIND)
+#define CORAL_REMOTE_MARK_KEY ((uintptr_t)0x9e3779b97f4a7c15u)
+
+CORAL_INLINE uintptr_t *coral_block_mark_word(coral_block_t *block) {
+    return (uintptr_t *)(void *)block + 1; /* every block has 16 bytes at least */
+}
+
+/* The word a push of block is about to overwrite with its mark. */
+CORAL_INLINE uintptr_t coral_remote_mark_read(coral_block_t *block) {
+    return CORAL_REMOTE_MARKS ? *coral_block_mark_word(block) : 0;
+}
+
+/* A remote freer, after loading thread_free (acquire): mark block for the
+ * generation its push joins. Returns SUSPECT when old, the word before
+ * this push wrote anything, was that mark already. */
+CORAL_INLINE uintptr_t coral_remote_mark_write(const coral_page_t *page, coral_block_t *block,
+                                               uintptr_t old) {
+    if (!CORAL_REMOTE_MARKS) return CORAL_VALGRIND ? CORAL_TF_SUSPECT : 0;
+    uint16_t gen = atomic_load_explicit(&page->remote_gen, memory_order_acquire);
+    uintptr_t mark = (uintptr_t)block ^ CORAL_REMOTE_MARK_KEY ^ gen;
+    *coral_block_mark_word(block) = mark;
+    return old == mark ? CORAL_TF_SUSPECT : 0;
+}
+
+/* A push given up after its mark was written: the word as it was. */
+CORAL_INLINE void coral_remote_mark_undo(coral_block_t *block, uintptr_t old) {
+    if (CORAL_REMOTE_MARKS) *coral_block_mark_word(block) = old;
 }
 
 /* The page layer's view of a page's owner: where remote freers post the
@@ -224,7 +269,7 @@ CORAL_INLINE bool coral_page_free_remote_quick(coral_page_t *page, void *p) {
     if (coral_unlikely(page->slice_count == 0 || page->class_idx == CORAL_CLASS_LARGE ||
                        (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED)))
         return false;
-    uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+    uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_acquire);
     uint32_t count = coral_tf_count(tf) + 1;
     uintptr_t state = tf & CORAL_DELAY_MASK;
     if (coral_unlikely((tf & (CORAL_TF_RECLAIMED | CORAL_TF_BUSY)) != 0 ||
@@ -232,10 +277,16 @@ CORAL_INLINE bool coral_page_free_remote_quick(coral_page_t *page, void *p) {
                        coral_tf_list(tf) == (coral_block_t *)p))
         return false;
     coral_block_t *block = p;
+    uintptr_t old = coral_remote_mark_read(block);
+    uintptr_t suspect = (tf & CORAL_TF_SUSPECT) | coral_remote_mark_write(page, block, old);
     coral_block_set_next(block, coral_tf_list(tf));
-    uintptr_t next = (uintptr_t)block | ((uintptr_t)count << CORAL_TF_COUNT_SHIFT) | state;
-    return atomic_compare_exchange_strong_explicit(&page->thread_free, &tf, next,
-                                                   memory_order_release, memory_order_relaxed);
+    uintptr_t next =
+        (uintptr_t)block | ((uintptr_t)count << CORAL_TF_COUNT_SHIFT) | suspect | state;
+    if (coral_likely(atomic_compare_exchange_strong_explicit(
+            &page->thread_free, &tf, next, memory_order_release, memory_order_relaxed)))
+        return true;
+    coral_remote_mark_undo(block, old); /* the full path judges the block afresh */
+    return false;
 }
 
 /* ---- the secure build (secure.c) ----------------------------------------------------

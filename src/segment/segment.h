@@ -128,7 +128,7 @@ typedef struct coral_page_s {
     uint32_t epoch; /* the secure build: a new value at every page init (page/secure.c) */
     /* 16 bits each: an offset is at most 63 descriptors (8064 bytes), a
      * span at most 64 slices, a page at most 4096 blocks (the remote-free
-     * word's count has 16 bits too; coral_test_check asserts it). */
+     * word's count has 15 bits; coral_test_check asserts it). */
     uint16_t slice_offset; /* every descriptor: bytes back to the span's head */
     uint16_t slice_count;  /* head descriptor: slices in the span; 0 = free */
     uint16_t reserved;     /* blocks that fit in the span */
@@ -142,6 +142,10 @@ typedef struct coral_page_s {
      * released (page/page.c). */
     _Atomic(uint8_t) delayed_listed;
     _Atomic(uint8_t) orphan_listed;
+    /* The remote generation (page/page.c, "Remote marks"): written only by
+     * the owner, before each CAS that takes thread_free's list (release);
+     * read by remote freers after they load thread_free (acquire). */
+    _Atomic(uint16_t) remote_gen;
 } coral_page_t;
 
 _Static_assert(sizeof(coral_page_t) == 128, "slice descriptors are 128 bytes");

@@ -83,6 +83,30 @@ static void double_free_remote(void) {
     free(keep);
 }
 
+/* Another thread frees p, q, then p again: p is twice on its page's list
+ * of remote frees, found when the owner takes the list (the page's blocks
+ * run out below). */
+static void *free_p_q_p(void *arg) {
+    void **pq = arg;
+    free(pq[0]);
+    free(pq[1]);
+    free(pq[0]);
+    return NULL;
+}
+
+static void double_free_remote_delayed(void) {
+    enum { N = 4000 }; /* more 48-byte blocks than a page holds */
+    static void *a[N];
+    void *pq[2] = {launder(malloc(48)), malloc(48)};
+    void *keep = malloc(48); /* the page stays in use */
+    pthread_t t;
+    pthread_create(&t, NULL, free_p_q_p, pq);
+    pthread_join(t, NULL);
+    for (int i = 0; i < N; i++) a[i] = malloc(48);
+    for (int i = 0; i < N; i++) free(a[i]);
+    free(keep);
+}
+
 static void free_stack(void) {
     char buf[64];
     free(launder(buf));
@@ -200,6 +224,7 @@ static const misuse_case_t cases[] = {
     {"double-free-large-delayed", df_large_delayed},
     {"double-free-huge", df_huge},
     {"double-free-remote", double_free_remote},
+    {"double-free-remote-delayed", double_free_remote_delayed},
     {"double-free-released", double_free_released},
     {"free-stack", free_stack},
     {"free-static", free_static},

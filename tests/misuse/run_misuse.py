@@ -40,6 +40,8 @@ EXPECT: dict[str, tuple[Expect, Expect]] = {
                          ("aborted", "double free detected")),
     "double-free-remote": (("aborted", "double free detected"),
                            ("aborted", "double free detected")),
+    "double-free-remote-delayed": (("aborted", "more blocks freed than allocated"),
+                                   ("aborted", "double free detected")),
     "double-free-released": (("aborted", "in no page in use: double free?"),
                              ("aborted", "double free")),
     "free-stack": (("aborted", "invalid pointer"), ("aborted", "invalid pointer")),
@@ -78,7 +80,8 @@ EXPECT: dict[str, tuple[Expect, Expect]] = {
 }
 BUILDS = ("default", "secure")
 # Damage found later, with no call to undo: these abort in both modes.
-AFTER_THE_FACT = ("free list corrupted", "write after free detected")
+AFTER_THE_FACT = ("free list corrupted", "write after free detected",
+                  "more blocks freed than allocated")
 
 
 def run_case(misuse: str, case: str, lib: str | None,

@@ -106,3 +106,13 @@ def test_system_comes_first_in_a_program_that_links_another_malloc(witness: Path
                    check=True)
     assert "libm2.so" in witness_verdict(system, ctx, plain)
     assert witness_verdict(system, ctx, first) == ""
+
+
+def test_ruby_expected_output(tmp_path: Path) -> None:
+    ruby = shutil.which("ruby")
+    if ruby is None:
+        pytest.skip("ruby not installed")
+    (tmp_path / "a.rb").write_text(devtools.RUBY_SCRIPT)
+    out = subprocess.run([ruby, str(tmp_path / "a.rb"), "300", "2"], capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.strip() == devtools.ruby_expected(300, 2)

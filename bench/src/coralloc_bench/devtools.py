@@ -1,6 +1,7 @@
 """Real programs of the full profile, the short-lived tools users run all day:
 git on a generated repository, gcc on a generated C file, lua on an
-allocation-heavy script, and python's own test modules. Each runs under the
+allocation-heavy script, ruby with a thread per core, and python's own test
+modules. Each runs under the
 allocator (every process it starts too, through LD_PRELOAD), with the
 malloc witness (see realprogs.py) telling who served each process; each
 output is checked against answers computed here, independently."""
@@ -237,6 +238,50 @@ def run_lua(w: Workload, alloc: Allocator, ctx: RunContext, timeout: float) -> R
                         _lines_are([lua_expected(n)]), "items_per_sec", n)
 
 
+# ---- ruby ---------------------------------------------------------------------------
+
+# Threads (the cores) each build and drop hashes of arrays of heap strings;
+# ruby runs one thread at a time (its global lock), and its garbage
+# collector, run by whichever thread needs memory, frees blocks the other
+# threads allocated: remote frees for a thread-caching allocator.
+RUBY_SCRIPT = """n = ARGV[0].to_i
+threads = ARGV[1].to_i
+def work(n, seed)
+  acc = 0
+  keep = []
+  n.times do |i|
+    h = {}
+    20.times { |j| h["key-#{j}"] = [i, j, seed, "v" * ((i + j) % 97 + 24)] }
+    s = h.values.map { |v| v[3] }.join(",")
+    keep << s if i % 50 == 0
+    keep.shift if keep.size > 200
+    acc += s.size + h.size
+  end
+  acc
+end
+ts = threads.times.map { |t| Thread.new { work(n, t) } }
+puts ts.map(&:value).sum
+"""
+
+
+def ruby_expected(n: int, threads: int) -> str:
+    per_thread = sum(sum((i + j) % 97 + 24 for j in range(20)) + 19 + 20 for i in range(n))
+    return str(threads * per_thread)
+
+
+def run_ruby(w: Workload, alloc: Allocator, ctx: RunContext, timeout: float) -> Result:
+    ruby = shutil.which("ruby")
+    if ruby is None:
+        return _not_run("skipped: ruby not installed (apt-get install ruby)")
+    n = int(w.argv_tail(ctx.profile, ctx.threads)[0])
+    threads = max(2, ctx.threads)
+    script = ctx.work_dir / "alloc.rb"
+    if not script.is_file():
+        script.write_text(RUBY_SCRIPT)
+    return _run_checked([ruby, str(script), str(n), str(threads)], alloc, ctx, timeout, "ruby",
+                        _lines_are([ruby_expected(n, threads)]), "items_per_sec", n * threads)
+
+
 # ---- python's own tests ------------------------------------------------------------
 
 def python_testsuite_package() -> Optional[str]:
@@ -273,7 +318,7 @@ def run_python_tests(w: Workload, alloc: Allocator, ctx: RunContext, timeout: fl
 
 
 EXECUTORS = {"real:git": run_git, "real:gcc": run_gcc, "real:lua": run_lua,
-             "real:python-tests": run_python_tests}
+             "real:ruby": run_ruby, "real:python-tests": run_python_tests}
 
 
 def missing_packages(programs: List[str]) -> List[str]:
@@ -284,6 +329,8 @@ def missing_packages(programs: List[str]) -> List[str]:
         need.append("gcc")
     if "real:lua" in programs and find_lua() is None:
         need.append("lua5.4")
+    if "real:ruby" in programs and shutil.which("ruby") is None:
+        need.append("ruby")
     if "real:python-tests" in programs and not python_has_tests():
         pkg = python_testsuite_package()
         if pkg:

@@ -316,6 +316,9 @@ WORKLOADS: List[Workload] = [
              profiles=FULL_ONLY),
     Workload("lua", "real", "lua5.4: tables, strings, sort, maps built and dropped",
              "real:lua", _fixed(["60000"], ["60000"]), profiles=FULL_ONLY),
+    Workload("ruby", "real", "ruby: a thread per core building and dropping hashes of "
+             "strings; the GC frees other threads' blocks", "real:ruby",
+             _fixed(["30000"], ["30000"]), profiles=FULL_ONLY),
 ]
 
 BY_NAME: Dict[str, Workload] = {w.name: w for w in WORKLOADS}

@@ -203,7 +203,9 @@ CORAL_INLINE void coral_block_set_next(coral_block_t *block, coral_block_t *next
 CORAL_INLINE void coral_page_push_free(coral_page_t *page, coral_block_t *block) {
     coral_block_set_next(block, page->free);
     page->free = block;
-    page->free_is_zero = 0;
+    /* (The secure build never marks a list zero: its carved blocks hold
+     * their fill and freed mark, page.c.) */
+    if (!CORAL_SECURE) page->free_is_zero = 0;
 }
 
 /* Owner: whether block heads one of the page's owner lists, i.e. it is

@@ -205,7 +205,7 @@ void *coral_realloc_large_in_place(coral_page_t *page, void *p, size_t size) {
 /* Where a huge block starting `offset` bytes into its segment ends for a
  * request of size bytes: at an OS page; in the secure build at a 2 MiB
  * boundary (the huge page of x86-64 and of arm64 with 4 KiB pages), with
- * its guard page right after. A guard inside a 2 MiB region the block uses
+ * its guard (HUGE_GUARD_SIZE) right after. A guard inside a 2 MiB region the block uses
  * would keep the kernel from mapping that region with a huge page (4 KiB
  * pages instead, a fault each: a block grown by realloc would get all its
  * memory so); past the boundary it lies in a region the block does not
@@ -213,6 +213,15 @@ void *coral_realloc_large_in_place(coral_page_t *page, void *p, size_t size) {
  * mprotect). The slack is the program's (malloc_usable_size counts it)
  * and untouched until the program writes it. */
 #define HUGE_END_ALIGN (CORAL_SECURE ? (size_t)2 << 20 : CORAL_OS_PAGE_SIZE)
+/* (secure build) A huge block's guard is the whole 2 MiB region after it,
+ * not one OS page: an mprotect of a whole 2 MiB-aligned region changes a
+ * huge page's mapping as a whole, where one of 4 KiB inside it splits it
+ * into 4 KiB pages for good. A block grown into the region of its guard
+ * (and the guard moved to the next one) keeps its huge pages, resident
+ * ones too (a kept mapping's). It costs no address space: the block ends
+ * at 2 MiB and its mapping at 4 MiB, so the chunk that holds a guard page
+ * holds the whole region. */
+#define HUGE_GUARD_SIZE (CORAL_SECURE ? HUGE_END_ALIGN : 0)
 
 size_t coral_huge_block_end(size_t offset, size_t size) {
     return align_up(offset + size, HUGE_END_ALIGN);
@@ -289,11 +298,11 @@ static void *huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool 
         return NULL;
     }
     /* The block ends at an OS page or 2 MiB (coral_huge_block_end); the
-     * mapping at a chunk (in the secure build, with room for a guard page
+     * mapping at a chunk (in the secure build, with room for the guard region
      * after the block). Populated (below) is at most what size covers. */
     size_t end = coral_huge_block_end(offset, size);
     size_t asked_end = align_up(offset + size, CORAL_OS_PAGE_SIZE);
-    size_t total = align_up(end + CORAL_GUARD_SIZE, CORAL_SEGMENT_SIZE);
+    size_t total = align_up(end + HUGE_GUARD_SIZE, CORAL_SEGMENT_SIZE);
     coral_cache_got_t got;
     coral_segment_t *seg = huge_segment_new(total, offset, alignment, &got);
     if (seg == NULL) {
@@ -304,7 +313,7 @@ static void *huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool 
     page->start = coral_segment_base(seg) + offset;
     page->block_size = end - offset;
     if (CORAL_SECURE) { /* gone with the mapping: a freed huge block is unmapped */
-        (void)coral_os_protect(coral_segment_base(seg) + end, CORAL_GUARD_SIZE, false);
+        (void)coral_os_protect(coral_segment_base(seg) + end, HUGE_GUARD_SIZE, false);
         freed_huge_note(page->start, false);
     }
     page->used = page->capacity = page->reserved = 1;
@@ -443,24 +452,23 @@ void *coral_huge_realloc(coral_segment_t *seg, void *p, size_t size) {
         return NULL;
     }
     size_t end = coral_huge_block_end(offset, size);
-    size_t total = align_up(end + CORAL_GUARD_SIZE, CORAL_SEGMENT_SIZE);
+    size_t total = align_up(end + HUGE_GUARD_SIZE, CORAL_SEGMENT_SIZE);
     /* The secure build: the same end (within the slack) leaves the block as
-     * it is; otherwise its guard page moves to the block's new end. */
+     * it is; otherwise its guard region moves to the block's new end. */
     if (CORAL_SECURE && end - offset == seg->pages[0].block_size) return p;
     uint8_t *old_guard = seg->pages[0].start + seg->pages[0].block_size;
-    if (CORAL_SECURE) (void)coral_os_protect(old_guard, CORAL_GUARD_SIZE, true);
+    if (CORAL_SECURE) (void)coral_os_protect(old_guard, HUGE_GUARD_SIZE, true);
     if (total > seg->size) {
         coral_segment_t *grown = huge_grow(seg, total);
         if (grown == NULL) {
-            if (CORAL_SECURE) (void)coral_os_protect(old_guard, CORAL_GUARD_SIZE, false);
+            if (CORAL_SECURE) (void)coral_os_protect(old_guard, HUGE_GUARD_SIZE, false);
             return NULL;
         }
         seg = grown;
     } else if (total < seg->size && end + seg->size / 4 < seg->size) {
         huge_shrink(seg, total); /* much smaller: give chunks back */
     }
-    if (CORAL_SECURE)
-        (void)coral_os_protect(coral_segment_base(seg) + end, CORAL_GUARD_SIZE, false);
+    if (CORAL_SECURE) (void)coral_os_protect(coral_segment_base(seg) + end, HUGE_GUARD_SIZE, false);
     size_t old_size = seg->pages[0].block_size;
     int64_t delta = (int64_t)(end - offset) - (int64_t)old_size;
     coral_count(&coral_counters.huge_bytes, delta);

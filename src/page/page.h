@@ -248,7 +248,9 @@ CORAL_INLINE void coral_block_set_next(coral_block_t *block, coral_block_t *next
 CORAL_INLINE void coral_page_push_free(coral_page_t *page, coral_block_t *block) {
     coral_block_set_next(block, page->free);
     page->free = block;
-    page->free_is_zero = 0;
+    /* (The secure build never marks a list zero: its carved blocks hold
+     * their fill and freed mark, page.c.) */
+    if (!CORAL_SECURE) page->free_is_zero = 0;
 }
 
 /* Owner: whether block heads one of the page's owner lists, i.e. it is
@@ -307,7 +309,8 @@ CORAL_INLINE bool coral_page_free_remote_quick(coral_page_t *page, void *p) {
  *     huge blocks too (the page after the block), normal segments with a
  *     guard slice (segment.h); a freed huge block is made inaccessible
  *     (or unmapped) at once (heap/large.c).
- *   - fresh blocks are linked in a random order.
+ *   - fresh blocks are linked in a random order, each drawn from the
+ *     next CORAL_CARVE_WINDOW blocks in address order.
  *   - malloc(0) returns a slot of an inaccessible region.
  * None of it exists in the default build: the constants are 0 and the
  * calls fold away. */
@@ -332,8 +335,12 @@ void coral_secure_init(void);
  * freed marks, so that the marks a span's earlier pages left in its memory
  * never match a new page's blocks. */
 uint32_t coral_secure_next_epoch(void);
-/* Link n fresh blocks from `first` (block_size apart) in a random order in
- * front of `rest`: the head of the new list. */
+/* Link n >= 1 fresh blocks from `first` (block_size apart) in a random
+ * order in front of `rest`: the head of the new list. Each block is drawn
+ * uniformly from the CORAL_CARVE_WINDOW lowest blocks not linked yet (so
+ * log2 of it, 2 bits, of secret randomness per block while the window is
+ * full), which keeps the order close to the address order (secure.c). */
+#define CORAL_CARVE_WINDOW 4u
 coral_block_t *coral_secure_carve(uint8_t *first, uint32_t n, size_t block_size,
                                   coral_block_t *rest);
 /* malloc(0): a slot of an inaccessible region (NULL when every slot is

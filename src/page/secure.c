@@ -12,7 +12,7 @@
  * handed out; read-only afterwards. */
 uintptr_t coral_list_key;
 uint64_t coral_canary_key;
-static uint64_t epoch_key; /* seeds the pages' epochs */
+static uint64_t epoch_key; /* seeds the pages' epochs and the carves' orders */
 
 void coral_secure_init(void) {
     uint64_t keys[3];
@@ -30,15 +30,17 @@ static uint64_t mix_next(uint64_t *state) {
     return z ^ (z >> 31);
 }
 
-static _Atomic(uint64_t) epochs; /* pages made so far */
+static _Atomic(uint64_t) draws; /* secret values drawn so far */
 
-uint32_t coral_secure_next_epoch(void) {
-    /* The n-th output of a generator seeded by the secret: distinct
-     * counters give unrelated values, none an attacker can predict. */
-    uint64_t state = epoch_key ^ atomic_fetch_add_explicit(&epochs, 1, memory_order_relaxed) *
+/* The n-th output of a generator seeded by the secret: distinct counters
+ * give unrelated values, none an attacker can predict. */
+static uint64_t next_secret(void) {
+    uint64_t state = epoch_key ^ atomic_fetch_add_explicit(&draws, 1, memory_order_relaxed) *
                                      0xd1b54a32d192ed03ull;
-    return (uint32_t)mix_next(&state);
+    return mix_next(&state);
 }
+
+uint32_t coral_secure_next_epoch(void) { return (uint32_t)next_secret(); }
 
 void coral_bad_link(const coral_block_t *block, uintptr_t next) {
     coral_fatal("free list corrupted: the freed block %p links to %p (a write after free or an "
@@ -86,39 +88,49 @@ void coral_secure_block_out_any(void *p, size_t zero) {
     if (zero != 0) memset(p, 0, zero);
 }
 
-/* ---- fresh blocks in a random order ------------------------------------------------ */
+/* ---- fresh blocks in a random order ------------------------------------------------
+ * Each block of a carve step is drawn uniformly from the window: the
+ * CORAL_CARVE_WINDOW lowest blocks of the step not linked yet (fewer only
+ * for the step's last blocks). The list is built in the order of the
+ * draws, which is the order malloc hands the blocks out: nearly the
+ * address order, so that objects allocated one after the other stay a few
+ * blocks apart and a walk over them in allocation order goes forward
+ * through memory (docs/BENCHMARKS.md, "The secure build"), yet which of
+ * the window's blocks comes next is a fresh secret draw every time. */
 
-#define CARVE_SHUFFLE_MAX 256u /* a carve step is at most this many blocks (page.c) */
+/* A draw uniform in 0..count-1 (count <= CORAL_CARVE_WINDOW) from the low
+ * 16 bits of *bits, which it consumes: a multiply, no division, uniform to
+ * within count / 2^16. */
+static uint32_t draw_below(uint64_t *bits, uint32_t count) {
+    uint32_t r = (uint32_t)(((*bits & 0xffffu) * count) >> 16);
+    *bits >>= 16;
+    return r;
+}
 
 coral_block_t *coral_secure_carve(uint8_t *first, uint32_t n, size_t block_size,
                                   coral_block_t *rest) {
-    coral_block_t *head = rest;
-    /* Seeded by the secret key and the address: another order per carve,
+    /* A fresh secret per carve: another order each time, even for the
+     * same blocks carved again (a page reset, a span made a page again),
      * none an attacker can predict. */
-    uint64_t state = coral_list_key ^ (uintptr_t)first;
-    while (n > 0) {
-        uint32_t k = n < CARVE_SHUFFLE_MAX ? n : CARVE_SHUFFLE_MAX;
-        uint16_t order[CARVE_SHUFFLE_MAX];
-        /* Fisher-Yates, inside out: order[0..i] is a random permutation of
-         * 0..i once i is placed. j is uniform in 0..i to within 2^-8 (a
-         * 16-bit draw scaled by a multiply, no division); each 64-bit
-         * output of the generator gives four draws. */
-        uint64_t bits = 0;
-        for (uint32_t i = 0; i < k; i++) {
-            if ((i & 3) == 0) bits = mix_next(&state);
-            uint32_t j = (uint32_t)(((bits & 0xffffu) * (i + 1)) >> 16);
-            bits >>= 16;
-            order[i] = order[j];
-            order[j] = (uint16_t)i;
-        }
-        for (uint32_t i = 0; i < k; i++) {
-            coral_block_t *b = (coral_block_t *)(void *)(first + (size_t)order[i] * block_size);
-            coral_block_set_next(b, head);
+    uint64_t state = next_secret(), bits = 0;
+    /* window[0..in_window) are the indices of the lowest unlinked blocks:
+     * every index below `next` is linked or in the window. */
+    uint32_t window[CORAL_CARVE_WINDOW];
+    uint32_t in_window = n < CORAL_CARVE_WINDOW ? n : CORAL_CARVE_WINDOW, next = in_window;
+    for (uint32_t i = 0; i < in_window; i++) window[i] = i;
+    coral_block_t *head = NULL, *tail = NULL;
+    for (uint32_t i = 0; i < n; i++) {
+        if ((i & 3) == 0) bits = mix_next(&state); /* four 16-bit draws a step */
+        uint32_t j = draw_below(&bits, in_window);
+        coral_block_t *b = (coral_block_t *)(void *)(first + (size_t)window[j] * block_size);
+        window[j] = next < n ? next++ : window[--in_window];
+        if (tail != NULL)
+            coral_block_set_next(tail, b);
+        else
             head = b;
-        }
-        first += (size_t)k * block_size;
-        n -= k;
+        tail = b;
     }
+    coral_block_set_next(tail, rest); /* (n >= 1: tail is a block) */
     return head;
 }
 

@@ -1,0 +1,93 @@
+/* The secure build's order of fresh blocks (src/page/secure.c,
+ * docs/SECURITY.md "Randomized fresh blocks"), against the coral_ API of
+ * the secure build:
+ *   - window:  the t-th block a fresh heap hands out (no frees between) is
+ *              among the WINDOW lowest blocks of its page not handed out
+ *              yet: its address rank is at most t + WINDOW - 1;
+ *   - random:  the order is not the address order, each of the window's
+ *              WINDOW places is drawn often, and two fresh heaps hand their
+ *              blocks out in two different orders.
+ * The random checks fail when the randomization is removed (blocks in
+ * address order); the window check fails when it spreads wider. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "coralloc.h"
+
+#define WINDOW 4   /* CORAL_CARVE_WINDOW (src/page/page.h) */
+#define BLOCKS 256 /* at most this many blocks of a page, fewer than it holds */
+
+/* The n blocks of `size` bytes a fresh heap hands out first, in order:
+ * their address ranks into rank[] (0 the lowest). */
+static void fresh_ranks(size_t size, unsigned n, unsigned rank[BLOCKS]) {
+    coral_heap_t *heap = coral_heap_new();
+    CHECK_NOT_NULL(heap);
+    uintptr_t addr[BLOCKS];
+    for (unsigned t = 0; t < n; t++) {
+        void *p = coral_heap_malloc(heap, size);
+        CHECK_NOT_NULL(p);
+        addr[t] = (uintptr_t)p;
+    }
+    for (unsigned t = 0; t < n; t++) {
+        unsigned below = 0;
+        for (unsigned u = 0; u < n; u++) below += addr[u] < addr[t];
+        rank[t] = below;
+    }
+    /* One page, blocks packed: the highest is n - 1 strides above the
+     * lowest, or up to WINDOW - 1 more (blocks left in the window). */
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (unsigned t = 0; t < n; t++) {
+        if (addr[t] < lo) lo = addr[t];
+        if (addr[t] > hi) hi = addr[t];
+    }
+    size_t stride = coral_malloc_usable_size((void *)addr[0]) + 8; /* + the canary */
+    CHECK_GE((size_t)(hi - lo), (size_t)(n - 1) * stride);
+    CHECK_LE((size_t)(hi - lo), (size_t)(n - 1 + WINDOW - 1) * stride);
+    CHECK_EQ((size_t)(hi - lo) % stride, (size_t)0);
+    coral_heap_destroy(heap);
+}
+
+/* Where in the window each block was drawn from: its rank among the
+ * blocks not handed out before it (0 the lowest of them). */
+static void window_places(unsigned n, const unsigned rank[BLOCKS], unsigned place[BLOCKS]) {
+    for (unsigned t = 0; t < n; t++) {
+        unsigned lower_left = 0;
+        for (unsigned u = t + 1; u < n; u++) lower_left += rank[u] < rank[t];
+        place[t] = lower_left;
+    }
+}
+
+/* n blocks of size bytes; n / WINDOW / 4 draws of each window place is far
+ * out in the tail (about n / WINDOW are expected: the last few draws have
+ * a smaller window). */
+static void test_order(size_t size, unsigned n) {
+    unsigned rank[BLOCKS] = {0}, place[BLOCKS], seen[WINDOW] = {0};
+    fresh_ranks(size, n, rank);
+    window_places(n, rank, place);
+    unsigned descents = 0;
+    for (unsigned t = 0; t < n; t++) {
+        CHECK_MSG(place[t] < WINDOW, "size %zu: block %u drawn from place %u of the window", size,
+                  t, place[t]);
+        CHECK_LE(rank[t], t + WINDOW - 1);
+        seen[place[t]]++;
+        if (t > 0 && rank[t] < rank[t - 1]) descents++;
+    }
+    CHECK_MSG(descents > 0, "size %zu: blocks handed out in address order", size);
+    for (unsigned k = 0; k < WINDOW; k++)
+        CHECK_MSG(seen[k] >= n / WINDOW / 4, "size %zu: window place %u drawn %u times in %u", size,
+                  k, seen[k], n);
+    unsigned again[BLOCKS] = {0};
+    fresh_ranks(size, n, again);
+    CHECK_MSG(memcmp(rank, again, sizeof rank) != 0, "size %zu: two heaps, the same order", size);
+}
+
+int main(void) {
+    /* Blocks of 16 to 208 bytes: a page (a 64 KiB slice) holds more than
+     * BLOCKS; of 1 KiB, 64. */
+    static const size_t sizes[] = {8, 24, 56, 120, 200};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) test_order(sizes[i], BLOCKS);
+    test_order(1000, 48);
+    return 0;
+}

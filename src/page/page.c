@@ -411,8 +411,7 @@ void coral_page_push_remote(coral_page_t *page, coral_block_t *head, coral_block
         suspect = n == 1 ? coral_remote_mark_write(page, head, old) : CORAL_TF_SUSPECT;
         coral_block_set_next(tail, coral_tf_list(tf));
         /* (RECLAIMED and BUSY are clear: checked above.) */
-        uintptr_t next = (uintptr_t)head | ((uintptr_t)count << CORAL_TF_COUNT_SHIFT) |
-                         (tf & CORAL_TF_SUSPECT) | suspect | next_state;
+        uintptr_t next = coral_tf_pushed(tf, head, count, suspect, next_state);
         if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, next,
                                                   memory_order_release, memory_order_acquire))
             break;

@@ -98,6 +98,15 @@ CORAL_INLINE uint32_t coral_tf_count(uintptr_t tf) {
     return (uint32_t)((tf >> CORAL_TF_COUNT_SHIFT) & CORAL_TF_COUNT_MASK);
 }
 
+/* The word after a push whose first block is head, onto a list tf (its
+ * tail linked to tf's list): count blocks, tf's SUSPECT kept and the
+ * push's added, delay state `state`; RECLAIMED and BUSY clear. */
+CORAL_INLINE uintptr_t coral_tf_pushed(uintptr_t tf, const coral_block_t *head, uint32_t count,
+                                       uintptr_t suspect, uintptr_t state) {
+    return (uintptr_t)head | ((uintptr_t)count << CORAL_TF_COUNT_SHIFT) | (tf & CORAL_TF_SUSPECT) |
+           suspect | state;
+}
+
 /* ---- remote marks (the default build; page.c has the protocol) ----------------------
  * A block pushed on thread_free alone gets, in its second word, a mark made
  * of its address and the page's remote generation: the generation the
@@ -280,10 +289,9 @@ CORAL_INLINE bool coral_page_free_remote_quick(coral_page_t *page, void *p) {
         return false;
     coral_block_t *block = p;
     uintptr_t old = coral_remote_mark_read(block);
-    uintptr_t suspect = (tf & CORAL_TF_SUSPECT) | coral_remote_mark_write(page, block, old);
+    uintptr_t suspect = coral_remote_mark_write(page, block, old);
     coral_block_set_next(block, coral_tf_list(tf));
-    uintptr_t next =
-        (uintptr_t)block | ((uintptr_t)count << CORAL_TF_COUNT_SHIFT) | suspect | state;
+    uintptr_t next = coral_tf_pushed(tf, block, count, suspect, state);
     if (coral_likely(atomic_compare_exchange_strong_explicit(
             &page->thread_free, &tf, next, memory_order_release, memory_order_relaxed)))
         return true;

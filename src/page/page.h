@@ -414,14 +414,20 @@ CORAL_INLINE void coral_secure_fill(const coral_page_t *page, uint8_t *block) {
     if (page->block_size > 16) coral_secure_fill_words(block);
 }
 
-/* Whether a freed block (of bs bytes) has its fill as coral_secure_fill
- * left it. */
-CORAL_INLINE bool coral_secure_fill_intact(size_t bs, const uint8_t *block) {
+/* Whether a freed block of a size class (of bs bytes, its canary
+ * `canary`) has its fill and, in a 32-byte block, its mark as
+ * coral_secure_mark_freed left them: words 1 and 2 hold the fill in a
+ * block above 16 bytes; word 3 the fill in one above 32 bytes, the mark in
+ * a 32-byte one. What word 3 must hold is a select, not a branch: the
+ * sizes a program asks for need follow no pattern a branch predictor could
+ * learn. (A 16-byte block, requests of up to 8 bytes, has no fill: that
+ * branch stays.) The words read are the block's first 32 bytes. */
+CORAL_INLINE bool coral_secure_fill_intact(size_t bs, const uint8_t *block, uint64_t canary) {
     if (bs <= 16) return true;
     const uint64_t *w = (const uint64_t *)(const void *)block;
-    uint64_t diff = (w[1] ^ CORAL_FILL_WORD) | (w[2] ^ CORAL_FILL_WORD);
-    if (bs > CORAL_FILL_END) diff |= w[3] ^ CORAL_FILL_WORD;
-    return diff == 0;
+    uint64_t small = (uint64_t)0 - (uint64_t)(bs <= CORAL_FILL_END); /* all ones: 32 bytes */
+    uint64_t word3 = CORAL_FILL_WORD ^ ((CORAL_FILL_WORD ^ coral_freed_mark_of(canary)) & small);
+    return ((w[1] ^ CORAL_FILL_WORD) | (w[2] ^ CORAL_FILL_WORD) | (w[3] ^ word3)) == 0;
 }
 
 /* A block of page passed the checks of its free (its canary was `canary`):
@@ -485,17 +491,18 @@ CORAL_INLINE bool coral_secure_free_fast(coral_page_t *slice, void *p) {
  * owner: a write after free is reported (fatal), the canary written over
  * the mark, the first `zero` bytes cleared. Every block on a free list has
  * its fill (free and the carve write it, and a page's memory is returned
- * to the OS only once its lists are gone), so the check is of the fill
- * alone: the mark's word, past the first 32 bytes in a block above 32
- * bytes, is written, never read. It reads the owner's line only
+ * to the OS only once its lists are gone), so the check reads the
+ * block's first 32 bytes alone (its fill, and a 32-byte block's mark): a
+ * larger block's mark word, past them, is written, never read. It reads the owner's line only
  * (segment.h), never the one remote frees write. Returns the block; the
  * report is a tail call that returns nothing (the malloc fast path then
  * keeps no stack frame for it). */
 CORAL_INLINE void *coral_secure_small_out(coral_page_t *page, void *p, size_t zero) {
     size_t bs = page->owner_block_size;
-    if (coral_unlikely(!coral_secure_fill_intact(bs, p)))
+    uint64_t canary = coral_owner_canary_of(page, p);
+    if (coral_unlikely(!coral_secure_fill_intact(bs, p, canary)))
         return coral_secure_write_after_free(page, p);
-    *(uint64_t *)(void *)((uint8_t *)p + bs - CORAL_CANARY_SIZE) = coral_owner_canary_of(page, p);
+    *(uint64_t *)(void *)((uint8_t *)p + bs - CORAL_CANARY_SIZE) = canary;
     if (zero != 0) memset(p, 0, zero);
     return p;
 }

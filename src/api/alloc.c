@@ -237,8 +237,9 @@ void *coral_malloc_aligned_in(coral_heap_t *heap, size_t size, size_t alignment,
     if (CORAL_VALGRIND)
         return valgrind_told(aligned_plain(heap, size, alignment, false), size, zero);
     if (!CORAL_SECURE) return aligned_plain(heap, size, alignment, zero);
+    /* (Checked and given its canary where its block was taken: page.h.) */
     void *p = aligned_plain(heap, coral_secure_inner_size(size), alignment, false);
-    if (p != NULL) coral_secure_block_out_any(p, zero ? size : 0);
+    if (p != NULL && zero) memset(p, 0, size);
     return p;
 }
 
@@ -354,7 +355,6 @@ CORAL_INLINE void *realloc_in(coral_heap_t *heap, void *p, size_t size, bool any
     if (page->class_idx == CORAL_CLASS_LARGE && owner && same && size > CORAL_CLASS_MAX_SIZE &&
         size <= CORAL_LARGE_MAX_SIZE) {
         void *q = coral_realloc_large_in_place(page, p, size);
-        if (q != NULL && CORAL_SECURE) coral_secure_block_out_any(q, 0); /* its new canary */
         if (q != NULL) return valgrind_resized(p, usable, q);
     } else if (same && size <= usable && size >= usable / 2) {
         return valgrind_resized(p, usable, p); /* shrinking by less than half: keep the block */

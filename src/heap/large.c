@@ -171,7 +171,7 @@ void *coral_heap_malloc_large(coral_heap_t *heap, size_t size, size_t alignment,
         }
     }
     if (zero && !page->is_fresh) memset(p, 0, size);
-    if (CORAL_SECURE) coral_secure_page_out(page, page->start, 0); /* its canary */
+    if (CORAL_SECURE) coral_secure_large_out(page);
     /* Clean memory: populated if the program writes its big blocks (and
      * measured at its free: populate.c). */
     if (page->is_fresh && coral_populate_adaptive()) coral_populate_big_block(p, size, false);
@@ -182,7 +182,7 @@ void *coral_heap_malloc_large(coral_heap_t *heap, size_t size, size_t alignment,
  * NULL when the slices after it are taken. */
 void *coral_realloc_large_in_place(coral_page_t *page, void *p, size_t size) {
     size_t offset = (size_t)((uint8_t *)p - page->start);
-    /* (The secure build: room for the canary, which the caller writes,
+    /* (The secure build: room for the canary, written at the new end,
      * and the guard page moves to the new end.) */
     size_t need = offset + coral_secure_inner_size(size) + CORAL_GUARD_SIZE;
     size_t slices = align_up(need, CORAL_SLICE_SIZE) / CORAL_SLICE_SIZE;
@@ -194,8 +194,10 @@ void *coral_realloc_large_in_place(coral_page_t *page, void *p, size_t size) {
         return NULL;
     }
     page->block_size = slices * CORAL_SLICE_SIZE - CORAL_GUARD_SIZE;
-    if (CORAL_SECURE)
+    if (CORAL_SECURE) {
         (void)coral_os_protect(page->start + page->block_size, CORAL_GUARD_SIZE, false);
+        coral_secure_large_out(page);
+    }
     if (coral_populate_adaptive()) coral_populate_growth(p, old_usable, size);
     return p;
 }

@@ -164,22 +164,32 @@ static void page_carve(coral_page_t *page, uint32_t n) {
     page->free = (coral_block_t *)first;
 }
 
+/* How many blocks from `first` (bs bytes each, bs below an OS page) the
+ * carve touches only in first's OS page: the blocks that start there,
+ * whose link is all it writes; in the secure build the blocks that end
+ * there, since it writes each block's last word too (its mark,
+ * page_mark_carved): a block that ran into the next OS page would fault
+ * it in for a block nobody asked for yet. At least one block. */
+static uint32_t blocks_in_os_page(uintptr_t first, size_t bs) {
+    size_t room = ((first | (CORAL_OS_PAGE_SIZE - 1)) + 1) - first;
+    size_t n = CORAL_SECURE ? room / bs : (room + bs - 1) / bs;
+    return n != 0 ? (uint32_t)n : 1;
+}
+
 /* Carve a step of blocks (carve_step) onto the (empty) free list, so memory
  * is touched only as it is needed. The first carve of a page links only the
- * blocks that start in its first OS page: many pages (a class used once)
- * never get past their first blocks, and linking a step of bigger blocks
- * would fault in pages for blocks never used. With to_os_page_end (the
- * caller knows the page's memory is untouched and not prefaulted) every
- * carve stops there: a small program faults in the pages its blocks lie
- * on, not a step ahead of them. */
+ * blocks of its first OS page (blocks_in_os_page): many pages (a class used
+ * once) never get past their first blocks, and linking a step of bigger
+ * blocks would fault in pages for blocks never used. With to_os_page_end
+ * (the caller knows the page's memory is untouched and not prefaulted)
+ * every carve stops there: a small program faults in the pages its blocks
+ * lie on, not a step ahead of them. */
 void coral_page_extend(coral_page_t *page, bool to_os_page_end) {
     size_t bs = page->block_size;
     uint32_t step = carve_step(page);
     if (bs < CORAL_OS_PAGE_SIZE && (page->capacity == 0 || to_os_page_end)) {
-        /* The blocks that start in the OS page of the next uncarved one. */
         uintptr_t first = (uintptr_t)page->start + (size_t)page->capacity * bs;
-        uintptr_t end = (first | (CORAL_OS_PAGE_SIZE - 1)) + 1;
-        uint32_t in_page = (uint32_t)((end - first + bs - 1) / bs);
+        uint32_t in_page = blocks_in_os_page(first, bs);
         if (page->capacity == 0 || in_page < step) step = in_page;
     }
     page_carve(page, step);

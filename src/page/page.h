@@ -310,9 +310,10 @@ CORAL_INLINE bool coral_page_free_remote_quick(coral_page_t *page, void *p) {
  *     but the canary (an overflow past the usable size).
  *   - a freed block of a size class is filled with CORAL_FILL_BYTE past its
  *     link, up to the block's first CORAL_FILL_END bytes (or its mark);
- *     malloc finds a block with the freed mark whose fill changed (a write
- *     after free). A block carved onto a free list gets them too (page.c):
- *     every block on a free list looks freed.
+ *     malloc finds a block whose fill changed (a write after free). A block
+ *     carved onto a free list gets them too (page.c): every block on a free
+ *     list looks freed, so malloc checks the fill of every block it takes
+ *     without reading its mark.
  *   - large blocks end at a guard page (the last OS page of their span),
  *     huge blocks too (the page after the block), normal segments with a
  *     guard slice (segment.h); a freed huge block is made inaccessible
@@ -357,11 +358,9 @@ coral_block_t *coral_secure_carve(uint8_t *first, uint32_t n, size_t block_size,
 void *coral_zero_slot_alloc(void);
 bool coral_is_zero_slot(const void *p);
 bool coral_zero_slot_free(void *p);
-/* The slow halves of the checks below (secure.c): p is not a block start
- * (an aligned block, or a misuse), or its mark is not its canary; any
- * pointer of an aligned allocation handed out. */
+/* The slow half of the checks below (secure.c): p is not a block start
+ * (an aligned block, or a misuse), or its mark is not its canary. */
 bool coral_secure_check_slow(coral_page_t *page, void *p, bool release);
-void coral_secure_block_out_any(void *p, size_t zero);
 /* Reports a write after free (fatal): never returns, though not declared
  * so, so that the malloc fast path can reach it by a tail call. */
 CORAL_COLD void *coral_secure_write_after_free(const coral_page_t *page, const uint8_t *block);
@@ -423,23 +422,20 @@ CORAL_INLINE void coral_secure_fill(const coral_page_t *page, uint8_t *block) {
     if (page->block_size > 16) coral_secure_fill_words(block);
 }
 
-/* Whether a freed block (of bs bytes) has its fill as coral_secure_fill
- * left it. */
-CORAL_INLINE bool coral_secure_fill_intact(size_t bs, const uint8_t *block) {
+/* Whether a freed block of a size class (of bs bytes, its canary
+ * `canary`) has its fill and, in a 32-byte block, its mark as
+ * coral_secure_mark_freed left them: words 1 and 2 hold the fill in a
+ * block above 16 bytes; word 3 the fill in one above 32 bytes, the mark in
+ * a 32-byte one. What word 3 must hold is a select, not a branch: the
+ * sizes a program asks for need follow no pattern a branch predictor could
+ * learn. (A 16-byte block, requests of up to 8 bytes, has no fill: that
+ * branch stays.) The words read are the block's first 32 bytes. */
+CORAL_INLINE bool coral_secure_fill_intact(size_t bs, const uint8_t *block, uint64_t canary) {
     if (bs <= 16) return true;
     const uint64_t *w = (const uint64_t *)(const void *)block;
-    uint64_t diff = (w[1] ^ CORAL_FILL_WORD) | (w[2] ^ CORAL_FILL_WORD);
-    if (bs > CORAL_FILL_END) diff |= w[3] ^ CORAL_FILL_WORD;
-    return diff == 0;
-}
-
-/* The page in use of a pointer into a normal segment, else NULL. */
-CORAL_INLINE coral_page_t *coral_secure_page_of(const void *p) {
-    if (coral_map_kind((uintptr_t)p) != CORAL_MAP_SEGMENT) return NULL;
-    coral_segment_t *seg = coral_ptr_segment(p);
-    if (seg->kind != CORAL_SEGMENT_NORMAL) return NULL;
-    coral_page_t *page = coral_segment_page_of(seg, p);
-    return page->slice_count != 0 ? page : NULL;
+    uint64_t small = (uint64_t)0 - (uint64_t)(bs <= CORAL_FILL_END); /* all ones: 32 bytes */
+    uint64_t word3 = CORAL_FILL_WORD ^ ((CORAL_FILL_WORD ^ coral_freed_mark_of(canary)) & small);
+    return ((w[1] ^ CORAL_FILL_WORD) | (w[2] ^ CORAL_FILL_WORD) | (w[3] ^ word3)) == 0;
 }
 
 /* A block of page passed the checks of its free (its canary was `canary`):
@@ -500,30 +496,29 @@ CORAL_INLINE bool coral_secure_free_fast(coral_page_t *slice, void *p) {
 }
 
 /* A block of a size class just popped off `page`'s free list by its
- * owner: a write after free is reported (fatal), the canary written, the
- * first `zero` bytes cleared. It reads the owner's line only (segment.h),
- * never the one remote frees write. Returns the block; the report is a
- * tail call that returns nothing (the malloc fast path then keeps no stack
- * frame for it). */
+ * owner: a write after free is reported (fatal), the canary written over
+ * the mark, the first `zero` bytes cleared. Every block on a free list has
+ * its fill (free and the carve write it, and a page's memory is returned
+ * to the OS only once its lists are gone), so the check reads the
+ * block's first 32 bytes alone (its fill, and a 32-byte block's mark): a
+ * larger block's mark word, past them, is written, never read. It reads the owner's line only
+ * (segment.h), never the one remote frees write. Returns the block; the
+ * report is a tail call that returns nothing (the malloc fast path then
+ * keeps no stack frame for it). */
 CORAL_INLINE void *coral_secure_small_out(coral_page_t *page, void *p, size_t zero) {
     size_t bs = page->owner_block_size;
     uint64_t canary = coral_owner_canary_of(page, p);
-    uint64_t *mark = (uint64_t *)(void *)((uint8_t *)p + bs - CORAL_CANARY_SIZE);
-    if (*mark == coral_freed_mark_of(canary) && coral_unlikely(!coral_secure_fill_intact(bs, p)))
+    if (coral_unlikely(!coral_secure_fill_intact(bs, p, canary)))
         return coral_secure_write_after_free(page, p);
-    *mark = canary;
+    *(uint64_t *)(void *)((uint8_t *)p + bs - CORAL_CANARY_SIZE) = canary;
     if (zero != 0) memset(p, 0, zero);
     return p;
 }
 
-/* The same for a block of any page in use (a large block has no fill). */
-CORAL_INLINE void coral_secure_page_out(coral_page_t *page, void *p, size_t zero) {
-    if (page->class_idx != CORAL_CLASS_LARGE) {
-        (void)coral_secure_small_out(page, p, zero);
-        return;
-    }
-    *coral_mark_word(page, p) = coral_canary_of(page, p);
-    if (zero != 0) memset(p, 0, zero);
+/* A large block whose size was set (malloc, realloc in place): its canary
+ * after its usable bytes. */
+CORAL_INLINE void coral_secure_large_out(coral_page_t *page) {
+    *coral_mark_word(page, page->start) = coral_canary_of(page, page->start);
 }
 
 /* CORAL_VALGRIND builds: a user heap frees its pages whole (destroy,

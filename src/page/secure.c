@@ -81,13 +81,6 @@ bool coral_secure_check_slow(coral_page_t *page, void *p, bool release) {
     return true;
 }
 
-/* An aligned allocation's pointer: its block's start first. */
-void coral_secure_block_out_any(void *p, size_t zero) {
-    coral_page_t *page = coral_secure_page_of(p);
-    if (page != NULL) coral_secure_page_out(page, coral_page_block_start(page, p), 0);
-    if (zero != 0) memset(p, 0, zero);
-}
-
 /* ---- fresh blocks in a random order ------------------------------------------------
  * Each block of a carve step is drawn uniformly from the window: the
  * CORAL_CARVE_WINDOW lowest blocks of the step not linked yet (fewer only

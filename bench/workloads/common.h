@@ -181,6 +181,31 @@ static inline UNUSED int tag_ok(const void *p, size_t size, uint64_t tag) {
     return memcmp(c, &tag, size) == 0;
 }
 
+/* A block of size bytes (at least 8) touched in every 4 KiB page: the word
+ * at each 4 KiB offset gets tag + offset, the last byte the tag's low
+ * byte. (zero-fill, head-alias: the pages a big block's user writes.) */
+#define TOUCH_STEP 4096
+static inline UNUSED void pages_touch(unsigned char *p, size_t size, uint64_t tag) {
+    for (size_t off = 0; off + 8 <= size; off += TOUCH_STEP) {
+        uint64_t w = tag + off;
+        memcpy(p + off, &w, 8);
+    }
+    p[size - 1] = (unsigned char)tag;
+}
+
+/* Where a block pages_touch tagged differs from it: the offset of the
+ * first word changed, size - 1 for the last byte, or SIZE_MAX when
+ * intact. */
+static inline UNUSED size_t pages_touched_differ(const unsigned char *p, size_t size,
+                                                 uint64_t tag) {
+    for (size_t off = 0; off + 8 <= size; off += TOUCH_STEP) {
+        uint64_t w;
+        memcpy(&w, p + off, 8);
+        if (w != tag + off) return off;
+    }
+    return p[size - 1] == (unsigned char)tag ? SIZE_MAX : size - 1;
+}
+
 /* Fill the whole block with a pattern derived from the tag, then tag it. */
 static inline UNUSED void block_fill(void *p, size_t size, uint64_t tag) {
     memset(p, (int)(tag >> 16) & 0xff, size);

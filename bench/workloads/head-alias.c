@@ -18,8 +18,6 @@
 
 #include <sys/mman.h>
 
-#define PAGE 4096
-
 int main(int argc, char **argv) {
     long size = 8192, stride = 8192, count = 64, rounds = 200000;
     opt_t opts[] = {
@@ -48,22 +46,11 @@ int main(int argc, char **argv) {
             unsigned char *b = (unsigned char *)head;
             memcpy(&head, b, sizeof head);
             p[i] = b;
-            uint64_t tag = tag_make((uint64_t)r, i);
-            for (size_t off = 0; off + 8 <= sz; off += PAGE) {
-                uint64_t w = tag + off;
-                memcpy(b + off, &w, 8);
-            }
-            b[sz - 1] = (unsigned char)tag;
+            pages_touch(b, sz, tag_make((uint64_t)r, i));
         }
         for (size_t i = 0; i < n; i++) {
-            uint64_t tag = tag_make((uint64_t)r, i);
-            for (size_t off = 0; off + 8 <= sz; off += PAGE) {
-                uint64_t w;
-                memcpy(&w, p[i] + off, 8);
-                if (w != tag + off) check_failed("head-alias: block %zu changed at %zu", i, off);
-            }
-            if (p[i][sz - 1] != (unsigned char)tag)
-                check_failed("head-alias: block %zu last byte changed", i);
+            size_t off = pages_touched_differ(p[i], sz, tag_make((uint64_t)r, i));
+            if (off != SIZE_MAX) check_failed("head-alias: block %zu changed at %zu", i, off);
             memcpy(p[i], &head, sizeof head);
             head = p[i];
         }

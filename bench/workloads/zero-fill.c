@@ -13,8 +13,6 @@
  */
 #include "common.h"
 
-#define PAGE 4096
-
 int main(int argc, char **argv) {
     long size = 4096, count = 64, rounds = 1000, use_calloc = 0;
     opt_t opts[] = {
@@ -35,7 +33,7 @@ int main(int argc, char **argv) {
             if (use_calloc) {
                 p[i] = (unsigned char *)calloc(1, sz);
                 if (p[i] == NULL) out_of_memory(sz);
-                for (size_t off = 0; off < sz; off += PAGE) {
+                for (size_t off = 0; off < sz; off += TOUCH_STEP) {
                     uint64_t w;
                     memcpy(&w, p[i] + off, 8);
                     if (w != 0 || p[i][sz - 1] != 0)
@@ -44,23 +42,11 @@ int main(int argc, char **argv) {
             } else {
                 p[i] = (unsigned char *)xmalloc(sz);
             }
-            uint64_t tag = tag_make((uint64_t)r, i);
-            for (size_t off = 0; off + 8 <= sz; off += PAGE) {
-                uint64_t w = tag + off;
-                memcpy(p[i] + off, &w, 8);
-            }
-            p[i][sz - 1] = (unsigned char)tag;
+            pages_touch(p[i], sz, tag_make((uint64_t)r, i));
         }
         for (size_t i = 0; i < n; i++) {
-            uint64_t tag = tag_make((uint64_t)r, i);
-            for (size_t off = 0; off + 8 <= sz; off += PAGE) {
-                uint64_t w;
-                memcpy(&w, p[i] + off, 8);
-                if (w != tag + off)
-                    check_failed("zero-fill: block %zu page at %zu overwritten", i, off);
-            }
-            if (p[i][sz - 1] != (unsigned char)tag)
-                check_failed("zero-fill: block %zu last byte overwritten", i);
+            size_t off = pages_touched_differ(p[i], sz, tag_make((uint64_t)r, i));
+            if (off != SIZE_MAX) check_failed("zero-fill: block %zu overwritten at %zu", i, off);
             free(p[i]);
         }
     }

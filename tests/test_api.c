@@ -5,6 +5,8 @@
  * aligned allocation up to 16 MiB alignment and its argument checks,
  * valloc/pvalloc, sized frees, coral_good_size, coral_owns, many live blocks
  * of mixed sizes (no overlap, no corruption), and coral_collect at any time.
+ * And one placement promise: blocks of 8 KiB to 64 KiB start in many
+ * distinct L1 sets, not a multiple of 4 KiB apart (the skew).
  */
 #define _GNU_SOURCE
 #include "coralloc.h"
@@ -451,8 +453,9 @@ static void *alloc_aligned_by(int how, size_t al, size_t size) {
 static void test_aligned(void) {
     uint64_t seed = 1;
     for (size_t al = sizeof(void *); al <= 16 * MiB; al <<= 1) {
-        size_t sizes[8], ns = 0;
+        size_t sizes[9], ns = 0;
         sizes[ns++] = 1;
+        sizes[ns++] = 10 * KiB; /* a skewed class (8 KiB to 64 KiB) */
         if (al >= MiB) {
             sizes[ns++] = 4096;
             sizes[ns++] = al;
@@ -805,6 +808,25 @@ static void test_collect(void) {
         fflush(stdout);                                                                            \
     } while (0)
 
+/* Blocks of the skewed classes (page.h): 16 blocks of each start in at
+ * least 8 distinct 64-byte lines modulo 4 KiB (the sets of a 32 KiB
+ * 8-way L1), where blocks laid a multiple of 1 KiB apart would share 4. */
+static void test_skewed_heads(void) {
+    static const size_t sizes[] = {8 * KiB, 10 * KiB, 12 * KiB, 16 * KiB, 32 * KiB, 64 * KiB};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        void *p[16];
+        uint64_t sets = 0;
+        for (size_t j = 0; j < 16; j++) {
+            CHECK_NOT_NULL(p[j] = coral_malloc(sizes[i]));
+            sets |= (uint64_t)1 << (((uintptr_t)p[j] >> 6) & 63);
+        }
+        CHECK_MSG(__builtin_popcountll(sets) >= 8,
+                  "16 blocks of %zu bytes start in only %d L1 sets\n", sizes[i],
+                  __builtin_popcountll(sets));
+        for (size_t j = 0; j < 16; j++) coral_free(p[j]);
+    }
+}
+
 int main(void) {
     long ps = sysconf(_SC_PAGESIZE);
     CHECK_GT(ps, 0);
@@ -822,6 +844,7 @@ int main(void) {
     RUN(test_owns);
     RUN(test_collect);
     RUN(test_many_mixed);
+    RUN(test_skewed_heads);
     printf("test_api: all passed in %.2f s\n", now_seconds() - t0);
     return 0;
 }

@@ -249,13 +249,17 @@ static void *aligned_plain(coral_heap_t *heap, size_t size, size_t alignment, bo
     if (heap == &coral_heap_empty && (heap = coral_heap_ready()) == NULL) return enomem();
     if (alignment <= CORAL_SLICE_SIZE) {
         /* Every block of a class whose size is a multiple of the alignment
-         * is aligned (pages start on a 64 KiB boundary). The class of
-         * rounded (a multiple of the alignment A) always is such a class:
-         * classes are the multiples of a step (16, or 1/8 of the power of
-         * two below); if A <= step, the class is a multiple of A; if
-         * A > step, rounded is a multiple of the step, so it is a class. */
+         * is aligned (pages start on a 64 KiB boundary). The nominal size
+         * of rounded's class (rounded is a multiple of the alignment A) is
+         * such a multiple: nominal sizes are the multiples of a step (16,
+         * or 1/8 of the power of two below); if A <= step, the class is a
+         * multiple of A; if A > step, rounded is a multiple of the step,
+         * so it is a nominal size. A skewed class (page.h) is a multiple
+         * of A only up to 128: above, the block takes a span of its own. */
         size_t rounded = (size + alignment - 1) & ~(alignment - 1);
-        if (rounded <= CORAL_CLASS_MAX_SIZE) return coral_malloc_generic(rounded, heap, zero);
+        if (rounded <= CORAL_CLASS_MAX_SIZE &&
+            (coral_class_size(coral_size_class(rounded)) & (alignment - 1)) == 0)
+            return coral_malloc_generic(rounded, heap, zero);
     }
     return coral_heap_malloc_large(heap, size, alignment, zero);
 }

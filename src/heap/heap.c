@@ -94,8 +94,11 @@ static void page_release(coral_page_t *page) {
  * exit. The secure build keeps one slice more: its blocks of a power-of-two
  * request are 16 bytes larger (the canary's class, page.h), so what 4
  * slices hold in the default build (64 blocks of 4 KiB, 16 a slice) takes
- * 5 there (15 blocks of 4112 bytes a slice). */
+ * 5 there (15 blocks of 4112 bytes a slice). Classes of 8 KiB and more
+ * keep up to 1 MiB: 64 blocks of 8 KiB take more than 4 slices, and a page
+ * of blocks of 16 KiB and more holds only 8 of them. */
 #define KEEP_EMPTY_BYTES ((CORAL_SECURE ? 5 : 4) * CORAL_SLICE_SIZE)
+#define KEEP_EMPTY_BYTES_BIG (16 * CORAL_SLICE_SIZE)
 
 static size_t page_span_bytes(const coral_page_t *page) {
     return (size_t)page->slice_count * CORAL_SLICE_SIZE;
@@ -105,11 +108,12 @@ bool coral_heap_keeps_empty_page(const coral_page_t *page) {
     if (page->class_idx == CORAL_CLASS_LARGE || (coral_slice_flags(page) & CORAL_PAGE_IN_FULL))
         return false;
     if (page->link.prev == NULL) return true;
+    size_t keep =
+        page->block_size >= 2 * CORAL_OS_PAGE_SIZE ? KEEP_EMPTY_BYTES_BIG : KEEP_EMPTY_BYTES;
     size_t bytes = page_span_bytes(page);
-    for (const coral_link_t *l = page->link.prev; l != NULL && bytes <= KEEP_EMPTY_BYTES;
-         l = l->prev)
+    for (const coral_link_t *l = page->link.prev; l != NULL && bytes <= keep; l = l->prev)
         bytes += page_span_bytes(coral_container_of(l, coral_page_t, link));
-    return bytes <= KEEP_EMPTY_BYTES;
+    return bytes <= keep;
 }
 
 /* Give the span back unless the page is kept (coral_heap_keeps_empty_page). A page
@@ -202,6 +206,8 @@ static const coral_page_t *class_full_page(coral_heap_t *heap, unsigned cls) {
     return NULL;
 }
 
+/* The slices of a new page of blocks of block_size: one (64 KiB) up to
+ * 8 KiB blocks; above, enough for 8 blocks, at most 16 (1 MiB). */
 static size_t class_page_slices(size_t block_size) {
     if (block_size <= CORAL_SLICE_SIZE / 8) return 1;
     size_t slices = (block_size * 8 + CORAL_SLICE_SIZE - 1) / CORAL_SLICE_SIZE;

@@ -117,15 +117,15 @@ void coral_page_init(coral_page_t *page, coral_page_owner_t *owner, bool user_he
 /* Blocks per carve once a page is past its first: 4 KiB worth, or 16
  * blocks when that is more (at most 16 KiB). Blocks of an OS page or more
  * go one at a time from a fresh span (linking more would fault in a page
- * each for blocks nobody asked for yet), 16 KiB worth from a span already
- * touched (its pages are resident: linking faults nothing in). */
+ * each for blocks nobody asked for yet), 16 KiB worth, rounded up to whole
+ * blocks, from a span already touched (its pages are resident: linking
+ * faults nothing in). */
 static uint32_t carve_step(const coral_page_t *page) {
     size_t bs = page->block_size;
     if (bs >= CORAL_OS_PAGE_SIZE && page->is_fresh) return 1;
     size_t span = bs < 1024 ? CORAL_CARVE_MIN_BLOCKS * bs : CORAL_CARVE_MIN_BLOCKS * 1024;
-    if (span < bs) span = bs;
     if (span < CORAL_OS_PAGE_SIZE) span = CORAL_OS_PAGE_SIZE;
-    return (uint32_t)(span / bs);
+    return (uint32_t)((span + bs - 1) / bs);
 }
 
 /* The secure build: n blocks from `first`, about to be carved, get the

@@ -21,7 +21,9 @@
  * Classes 1..8 are 16, 32, ..., 128 bytes (every result must be 16-aligned,
  * so there is no 8-byte class). Above 128 each power of two is split in 8:
  * 144, 160, ..., 256, 288, ..., 512, ... up to 512 KiB (class 104). The
- * internal waste is at most 12.5% above 128 bytes.
+ * internal waste is at most 12.5% above 128 bytes. These are the nominal
+ * sizes, the largest request of each class; the blocks of the classes
+ * from 8 KiB to 64 KiB are 128 bytes longer (the skew, below).
  *
  * The secure build asks for 8 bytes more than the program (the canary, see
  * "the secure build" below), so a request of a power of two would take the
@@ -30,8 +32,8 @@
  * of two from 256 B to 256 KiB as well: each power-of-two group after the
  * first starts with it (272, 288, ..., 512, 528, 576, ...: nine classes a
  * group, classes 1..115). Every other class is the default build's, so a
- * class whose size is a multiple of an alignment still exists (aligned
- * allocation relies on it). */
+ * class whose nominal size is a multiple of an alignment still exists
+ * (aligned allocation relies on it). */
 #define CORAL_CLASS_SMALL_LAST 8
 #define CORAL_CLASS_EXTRA (CORAL_SECURE ? 1u : 0u) /* classes a group adds */
 #define CORAL_CLASS_PER_GROUP (8u + CORAL_CLASS_EXTRA)
@@ -55,11 +57,37 @@ CORAL_INLINE unsigned coral_size_class(size_t size) {
     return 9u + group * CORAL_CLASS_PER_GROUP + (unsigned)((s >> (bit - 3u)) & 7u);
 }
 
-CORAL_INLINE size_t coral_class_size(unsigned cls) {
+/* The largest request of class cls: what coral_size_class maps to it. */
+CORAL_INLINE size_t coral_class_nominal_size(unsigned cls) {
     if (cls <= CORAL_CLASS_SMALL_LAST) return (size_t)cls * 16;
     unsigned group = (cls - 9u) / CORAL_CLASS_PER_GROUP, step = (cls - 9u) % CORAL_CLASS_PER_GROUP;
     if (step == 8u) return ((size_t)1 << (group + 8u)) + 16; /* the next group's extra class */
     return (size_t)(9u + step) << (group + 4u);
+}
+
+/* ---- the skew ----------------------------------------------------------------------
+ * Classes from 8 KiB to 64 KiB are multiples of 1 KiB, so the blocks of a
+ * page, laid out back to back, would start at most 4 distinct offsets
+ * modulo 4 KiB: every block head (and every word at the same offset in
+ * each 4 KiB of a block) would fall in the same few sets of an L1 cache
+ * indexed by address bits 6-11. A program that touches the start of many
+ * such blocks, or a word in each of their OS pages, would evict its own
+ * lines from an 8-way L1 after 8 blocks. So these classes are CORAL_CLASS_SKEW
+ * bytes (two 64-byte lines) longer than their nominal size: a block of
+ * 16k + 2 lines puts the heads of 32 consecutive blocks in 32 distinct
+ * sets. A skewed class is a multiple of 128 still, so of every alignment
+ * up to 128 (aligned allocation relies on it: alloc.c). Smaller classes
+ * are touched whole as a rule; a larger one would lose a block in 8 of
+ * its 1 MiB pages to the skew. */
+#define CORAL_CLASS_SKEW ((size_t)128)
+#define CORAL_CLASS_SKEW_FIRST ((size_t)8 * 1024)
+#define CORAL_CLASS_SKEW_LAST ((size_t)64 * 1024)
+
+/* The size of the blocks of class cls: its nominal size, and the skew. */
+CORAL_INLINE size_t coral_class_size(unsigned cls) {
+    size_t nominal = coral_class_nominal_size(cls);
+    bool skewed = nominal >= CORAL_CLASS_SKEW_FIRST && nominal <= CORAL_CLASS_SKEW_LAST;
+    return nominal + (skewed ? CORAL_CLASS_SKEW : 0);
 }
 
 /* ---- page flags ----------------------------------------------------------------

@@ -129,6 +129,16 @@ void coral_heap_page_retire(coral_page_t *page) {
     coral_purger_start_if_wanted();
 }
 
+/* Owner: collect the page (walking no list), and tell whether every block
+ * is free. Its remote-freed blocks are taken (and so checked) when they
+ * would make it so, even onto a local_free that must then be walked: the
+ * page is about to be released. */
+static bool page_collect_all_free(coral_page_t *page) {
+    coral_page_collect(page);
+    if (page->used != 0 && coral_page_all_free(page)) coral_page_take_remote(page);
+    return page->used == 0;
+}
+
 /* ---- spans: the thread's segments, then adopted ones, then a new one ------------ */
 
 /* A page of an abandoned segment joins `heap`. Returns true when the page
@@ -137,8 +147,7 @@ static bool heap_adopt_page(coral_heap_t *heap, coral_page_t *page) {
     atomic_store_explicit(&page->owner, &heap->owner, memory_order_release);
     coral_slice_set_tid(page, heap->thread->segments.thread_id);
     coral_page_set_delay(page, CORAL_DELAY_NONE, true);
-    coral_page_collect(page);
-    if (page->used == 0) {
+    if (page_collect_all_free(page)) {
         coral_page_release_span(page);
         return true;
     }
@@ -254,8 +263,7 @@ static void delayed_pages_collect(coral_heap_t *heap) {
     while (page != NULL) {
         coral_page_t *next = atomic_load_explicit(&page->delayed_next, memory_order_relaxed);
         atomic_store_explicit(&page->delayed_listed, 0, memory_order_relaxed);
-        coral_page_collect(page);
-        if (page->used == 0)
+        if (page_collect_all_free(page))
             coral_heap_page_retire(page);
         else if (coral_slice_flags(page) & CORAL_PAGE_IN_FULL)
             coral_heap_page_unfull(page);
@@ -372,8 +380,7 @@ void coral_heap_collect(coral_heap_t *heap, bool release_empty) {
         coral_page_t *page = coral_queue_first(heap, q);
         while (page != NULL) {
             coral_page_t *next = coral_list_entry(page->link.next, coral_page_t, link);
-            coral_page_collect(page);
-            if (release_empty && page->used == 0 && !coral_page_notice_pending(page))
+            if (page_collect_all_free(page) && release_empty && !coral_page_notice_pending(page))
                 page_release(page);
             page = next;
         }

@@ -126,7 +126,8 @@ CORAL_INLINE void coral_heap_periodic_work(coral_heap_t *heap) {
 coral_page_t *coral_heap_find_room(coral_heap_t *heap, unsigned cls);
 /* The same, with a block on its free list. */
 coral_page_t *coral_heap_find_page(coral_heap_t *heap, unsigned cls);
-/* Collect every page's free blocks; release_empty: release empty pages. */
+/* Collect every page (page layer); release_empty: release the pages whose
+ * blocks are all free. */
 void coral_heap_collect(coral_heap_t *heap, bool release_empty);
 /* Adopt every abandoned segment into the thread of heap. */
 void coral_heap_adopt_all(coral_heap_t *heap);

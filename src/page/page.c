@@ -304,21 +304,32 @@ bool coral_page_thread_free_collect(coral_page_t *page) {
     return true;
 }
 
-/* Owner: gather every free block it can onto the free list. */
-void coral_page_collect(coral_page_t *page) {
+void coral_page_take_remote(coral_page_t *page) {
     if (atomic_load_explicit(&page->thread_free, memory_order_relaxed) & ~CORAL_DELAY_MASK)
         coral_page_thread_free_collect(page);
+}
+
+bool coral_page_all_free(const coral_page_t *page) {
+    uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+    return page->used == coral_tf_count(tf);
+}
+
+static void local_free_to_free(coral_page_t *page) {
     if (page->local_free == NULL) return;
-    if (page->free == NULL) {
-        page->free = page->local_free;
-    } else {
-        coral_block_t *tail = page->local_free;
-        for (coral_block_t *next; (next = coral_block_next(tail)) != NULL;) tail = next;
-        coral_block_set_next(tail, page->free);
-        page->free = page->local_free;
-    }
+    page->free = page->local_free;
     page->local_free = NULL;
     page->free_is_zero = 0;
+}
+
+/* A non-empty free list stays as it is: joining another list to it would
+ * walk that list to its tail, a load per block, and the blocks of
+ * local_free and thread_free are taken when it runs dry. The remote-freed
+ * blocks are taken only onto an empty local_free, which needs no walk
+ * either (coral_page_thread_free_collect). */
+void coral_page_collect(coral_page_t *page) {
+    if (page->free != NULL) return;
+    if (page->local_free == NULL) coral_page_take_remote(page);
+    local_free_to_free(page);
 }
 
 /* Owner: set the delay state (see the protocol above). A page in state NEVER
@@ -489,12 +500,14 @@ void coral_page_valgrind_forget(coral_page_t *page) {
         if (page->used != 0) VALGRIND_FREELIKE_BLOCK(page->start, 0);
         return;
     }
-    coral_page_collect(page);
+    coral_page_take_remote(page);
     uint8_t free_seen[4096 / 8] = {0}; /* a page has at most 4096 blocks */
-    for (coral_block_t *b = page->free; b != NULL; b = coral_block_next(b)) {
-        size_t i = (size_t)((uint8_t *)b - page->start) / page->block_size;
-        free_seen[i / 8] |= (uint8_t)(1u << (i % 8));
-    }
+    coral_block_t *lists[2] = {page->free, page->local_free};
+    for (size_t l = 0; l < 2; l++)
+        for (coral_block_t *b = lists[l]; b != NULL; b = coral_block_next(b)) {
+            size_t i = (size_t)((uint8_t *)b - page->start) / page->block_size;
+            free_seen[i / 8] |= (uint8_t)(1u << (i % 8));
+        }
     for (size_t i = 0; i < page->capacity; i++)
         if (!(free_seen[i / 8] & (1u << (i % 8))))
             VALGRIND_FREELIKE_BLOCK(page->start + i * page->block_size, 0);

@@ -203,8 +203,18 @@ void coral_page_extend(coral_page_t *page, bool to_os_page_end);
 void coral_page_top_up_first_carve(coral_page_t *page);
 /* Owner: every block is free (used == 0): carve again from the first. */
 void coral_page_reset_empty(coral_page_t *page);
-/* Owner: gather every free block onto the free list. */
+/* Owner: a free block on the free list if the page has one on its own
+ * lists, walking none: an empty free list takes local_free, or else the
+ * remote-freed blocks. page->used still counts remote-freed blocks not
+ * taken (coral_page_all_free counts them). */
 void coral_page_collect(coral_page_t *page);
+/* Owner: take the remote-freed blocks, if any, onto local_free: page->used
+ * then counts exactly the blocks in use. */
+void coral_page_take_remote(coral_page_t *page);
+/* Owner: every block is free, on the page's lists or remote-freed and not
+ * yet taken (a double free can make it say so early: take the remote
+ * blocks, which checks them, before releasing the page). */
+bool coral_page_all_free(const coral_page_t *page);
 /* Owner: take the remote-freed blocks onto local_free; false if none. */
 bool coral_page_thread_free_collect(coral_page_t *page);
 /* Any thread but the owner: push the chain head..tail of n blocks. */

@@ -18,7 +18,8 @@
  * And the huge-page policy: a small program's segment keeps 4 KiB pages,
  * a thread's further segments get huge pages while it writes its pages
  * densely (not when it touches one page of each 64 KiB block), a huge
- * block gets them (its resident pages not advised again when it is reused),
+ * block gets them (its resident pages not advised again when it is reused;
+ * a 2 MiB page it would fill less than half of not advised at all),
  * a process whose huge pages are slow to fault in stops
  * asking for them, and CORALLOC_HUGE_PAGES=0 advises nothing.
  * Each case runs in a child process with its options in the environment.
@@ -381,6 +382,23 @@ static int child_hugepages_block(void) {
     return 0;
 }
 
+/* A huge block of 2 MiB ends 64 KiB into its mapping's second 2 MiB (the
+ * header slice comes first): only the first 2 MiB, which header and block
+ * fill, is advised for huge pages, so the second does not fault in whole
+ * for the block's last 64 KiB. */
+static int child_hugepages_2m_block(void) {
+    coral_test_huge_page_cost(0);
+    long long advised_bytes = stats_os_bytes("hugepage");
+    char *p = coral_malloc(2 * MiB);
+    CHECK_NOT_NULL(p);
+    memset(p, 7, 2 * MiB);
+    long long advised = stats_os_bytes("hugepage") - advised_bytes;
+    printf("huge pages: a 2 MiB block's mapping advised for %lld KiB\n", advised / 1024);
+    CHECK_EQ(advised, 2 * MiB);
+    coral_free(p);
+    return 0;
+}
+
 /* Where huge pages are slow to fault in (each taken to cost 5 ms here),
  * the process stops asking for them after the second: the segments after
  * those two, and a huge block then, get no advice, and the advice is
@@ -438,6 +456,7 @@ int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "hugepages-dense") == 0) return child_hugepages_dense();
     if (argc == 2 && strcmp(argv[1], "hugepages-sparse") == 0) return child_hugepages_sparse();
     if (argc == 2 && strcmp(argv[1], "hugepages-block") == 0) return child_hugepages_block();
+    if (argc == 2 && strcmp(argv[1], "hugepages-2m-block") == 0) return child_hugepages_2m_block();
     if (argc == 2 && strcmp(argv[1], "hugepages-off") == 0) return child_hugepages_off();
     if (argc == 2 && strcmp(argv[1], "hugepages-slow") == 0) return child_hugepages_slow();
     if (argc == 2 && strcmp(argv[1], "thread-start") == 0) return child_thread_start();
@@ -464,6 +483,7 @@ int main(int argc, char **argv) {
     run_child("hugepages-dense", none);
     run_child("hugepages-sparse", none);
     run_child("hugepages-block", none);
+    run_child("hugepages-2m-block", none);
     run_child("hugepages-slow", none);
     static const char *const hp_off[] = {"CORALLOC_HUGE_PAGES=0", NULL};
     run_child("hugepages-off", hp_off);

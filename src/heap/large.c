@@ -115,6 +115,19 @@ static void *huge_take_kept(size_t size, size_t *got_size) {
     return base;
 }
 
+/* How much of a huge block's mapping of `total` bytes is advised for huge
+ * pages: all of it for a block that grows (it fills what it grows into). */
+static size_t huge_pages_all(size_t total) { return coral_huge_pages_for_big_block() ? total : 0; }
+
+/* For a new block ending `end` bytes into its mapping: the 2 MiB pages the
+ * header and the block fill at least half of. A 2 MiB block, which ends
+ * 64 KiB into the mapping's second 2 MiB, faults in one huge page, not two
+ * (a resident 2 MiB for 64 KiB of it). */
+static size_t huge_pages_dense(size_t end) {
+    if (!coral_huge_pages_for_big_block()) return 0;
+    return (end + CORAL_HUGE_PAGE_SIZE / 2) & ~(CORAL_HUGE_PAGE_SIZE - 1);
+}
+
 /* A kept mapping of `old` bytes at base (accessible) grown to `total`
  * (whole chunks), its pages kept: into cached chunks right after it, fresh
  * address space right after it, or moved (mremap) to a new place. NULL:
@@ -126,8 +139,7 @@ static coral_segment_t *kept_grow(uint8_t *base, size_t old, size_t total, coral
     got->dirty = old;
     if (coral_os_extend(base + old, total - old)) return (coral_segment_t *)base;
     coral_cache_got_t to_got;
-    coral_segment_t *to =
-        coral_segment_cache_take(total, coral_huge_pages_for_big_block(), &to_got);
+    coral_segment_t *to = coral_segment_cache_take(total, huge_pages_all(total), &to_got);
     if (to == NULL) {
         coral_os_unmap(base, old);
         return NULL;
@@ -259,10 +271,10 @@ static void huge_init_header(coral_segment_t *seg, size_t size, size_t offset,
     seg->pages[0].class_idx = CORAL_CLASS_LARGE;
 }
 
-/* A mapping of `total` bytes (whole chunks) whose block, at `offset`, is
- * aligned to `alignment`: from the cache, unless the alignment is above
- * the 4 MiB every cached region has. */
-static coral_segment_t *huge_segment_new(size_t total, size_t offset, size_t alignment,
+/* A mapping of `total` bytes (whole chunks) whose block, at `offset` and
+ * ending at `end`, is aligned to `alignment`: from the cache, unless the
+ * alignment is above the 4 MiB every cached region has. */
+static coral_segment_t *huge_segment_new(size_t total, size_t end, size_t offset, size_t alignment,
                                          coral_cache_got_t *got) {
     coral_segment_t *seg;
     size_t kept = 0;
@@ -276,7 +288,7 @@ static coral_segment_t *huge_segment_new(size_t total, size_t offset, size_t ali
         else if (kept < total)
             seg = kept_grow((uint8_t *)seg, kept, total, got);
     } else if (alignment <= CORAL_SEGMENT_SIZE) {
-        seg = coral_segment_cache_take(total, coral_huge_pages_for_big_block(), got);
+        seg = coral_segment_cache_take(total, huge_pages_dense(end), got);
     } else {
         /* The block starts `offset` (= the alignment) after the segment:
          * align the segment to the alignment too. */
@@ -306,7 +318,7 @@ static void *huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool 
     size_t asked_end = align_up(offset + size, CORAL_OS_PAGE_SIZE);
     size_t total = align_up(end + HUGE_GUARD_SIZE, CORAL_SEGMENT_SIZE);
     coral_cache_got_t got;
-    coral_segment_t *seg = huge_segment_new(total, offset, alignment, &got);
+    coral_segment_t *seg = huge_segment_new(total, end, offset, alignment, &got);
     if (seg == NULL) {
         errno = ENOMEM;
         return NULL;
@@ -432,8 +444,7 @@ static coral_segment_t *huge_grow(coral_segment_t *seg, size_t total) {
         seg->huge_dirty = total; /* the cached pages' data is not known */
     } else if (!coral_os_extend(end, more)) {
         coral_cache_got_t got;
-        coral_segment_t *moved =
-            coral_segment_cache_take(total, coral_huge_pages_for_big_block(), &got);
+        coral_segment_t *moved = coral_segment_cache_take(total, huge_pages_all(total), &got);
         if (moved == NULL) {
             errno = ENOMEM;
             return NULL;

@@ -286,13 +286,13 @@ static size_t cache_fill(uint8_t *dst, size_t size) {
 }
 
 /* `size` bytes (whole chunks), 4 MiB-aligned, from the cache or the OS; NULL
- * when the OS has no memory. `huge_pages`: advised for huge pages, before
- * the caller touches it (a clean 2 MiB then faults in as one page; what is
- * resident stays in 4 KiB pages). got->dirty: bytes up to base + got->dirty may
+ * when the OS has no memory. The first `huge_bytes`: advised for huge pages,
+ * before the caller touches them (a clean 2 MiB then faults in as one page;
+ * what is resident stays in 4 KiB pages). got->dirty: bytes up to base + got->dirty may
  * hold old data, the rest reads as zero; got->fresh: a new mapping;
  * got->header: the first slice holds a freed segment's header, every
  * descriptor free (else, when dirty, it may hold anything). */
-void *coral_segment_cache_take(size_t size, bool huge_pages, coral_cache_got_t *got) {
+void *coral_segment_cache_take(size_t size, size_t huge_bytes, coral_cache_got_t *got) {
     cache_region_t target = {NULL, 0, 0, 0, 0};
     if (atomic_load_explicit(&cache_bytes, memory_order_relaxed) != 0) {
         pthread_mutex_lock(&cache_lock);
@@ -324,12 +324,15 @@ void *coral_segment_cache_take(size_t size, bool huge_pages, coral_cache_got_t *
      * pages are resident (the common reuse) would otherwise pay a system
      * call every time. */
     size_t advised_from = (got->dirty + CORAL_HUGE_PAGE_SIZE - 1) & ~(CORAL_HUGE_PAGE_SIZE - 1);
-    if (advised_from < size) {
-        if (huge_pages)
-            coral_os_advise_huge(target.base + advised_from, size - advised_from);
-        else if (!got->fresh && coral_huge_pages_turned_slow()) /* an earlier take's may hold */
-            coral_os_advise_no_huge(target.base + advised_from, size - advised_from);
-    }
+    size_t huge_end = huge_bytes < size ? huge_bytes : size;
+    if (advised_from < huge_end)
+        coral_os_advise_huge(target.base + advised_from, huge_end - advised_from);
+    /* Past huge_end an earlier take's advice may hold on reused memory:
+     * withdrawn where this take asked for huge pages short of its end, or
+     * when they turned slow. */
+    size_t plain_from = advised_from > huge_end ? advised_from : huge_end;
+    if (plain_from < size && !got->fresh && (huge_bytes != 0 || coral_huge_pages_turned_slow()))
+        coral_os_advise_no_huge(target.base + plain_from, size - plain_from);
     return target.base;
 }
 

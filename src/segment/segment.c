@@ -175,7 +175,8 @@ static void guard_slice_set(coral_segment_t *seg, bool accessible) {
  * where the cache says they may hold data. */
 static coral_segment_t *segment_map_new(bool huge_pages) {
     coral_cache_got_t got;
-    coral_segment_t *seg = coral_segment_cache_take(CORAL_SEGMENT_SIZE, huge_pages, &got);
+    coral_segment_t *seg =
+        coral_segment_cache_take(CORAL_SEGMENT_SIZE, huge_pages ? CORAL_SEGMENT_SIZE : 0, &got);
     if (seg == NULL) return NULL;
     /* The bytes from the base that fault in as huge pages. The secure
      * build's guard slice splits the mapping inside the second 2 MiB,

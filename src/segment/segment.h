@@ -305,9 +305,9 @@ typedef struct coral_cache_got_s {
     bool header;  /* the first slice holds a freed segment's header, every descriptor free */
 } coral_cache_got_t;
 /* `size` bytes (whole chunks), 4 MiB-aligned, from the cache or the OS;
- * advised for huge pages before anything is written there when
- * `huge_pages` (coral_huge_pages_for_*). */
-void *coral_segment_cache_take(size_t size, bool huge_pages, coral_cache_got_t *got);
+ * its first `huge_bytes` (a multiple of 2 MiB; 0: none) advised for huge
+ * pages before anything is written there (coral_huge_pages_for_*). */
+void *coral_segment_cache_take(size_t size, size_t huge_bytes, coral_cache_got_t *got);
 /* The range [addr, addr + size), if the cache holds all of it in one region. */
 bool coral_segment_cache_take_range(void *addr, size_t size);
 /* Free chunks (bytes up to base + dirty may hold data): kept or unmapped. */

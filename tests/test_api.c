@@ -5,13 +5,15 @@
  * aligned allocation up to 16 MiB alignment and its argument checks,
  * valloc/pvalloc, sized frees, coral_good_size, coral_owns, many live blocks
  * of mixed sizes (no overlap, no corruption), and coral_collect at any time.
- * And one placement promise: blocks of 8 KiB to 64 KiB start in many
- * distinct L1 sets, not a multiple of 4 KiB apart (the skew).
+ * And two placement promises: blocks of 8 KiB to 64 KiB start in many
+ * distinct L1 sets, not a multiple of 4 KiB apart (the skew), and
+ * page-aligned ones of those sizes still share pages (the twins).
  */
 #define _GNU_SOURCE
 #include "coralloc.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -827,6 +829,29 @@ static void test_skewed_heads(void) {
     }
 }
 
+/* Requests aligned to more than 128 bytes in the skewed range take the
+ * classes' twins: blocks of the nominal size, packed in shared pages (16
+ * page-aligned 8 KiB blocks lie in a few 64 KiB slices, not one each). */
+static void test_aligned_twins(void) {
+    static const size_t sizes[] = {8 * KiB, 16 * KiB, 24 * KiB};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        void *p[16];
+        uintptr_t slices[16];
+        size_t distinct = 0;
+        for (size_t j = 0; j < 16; j++) {
+            CHECK_EQ(coral_posix_memalign(&p[j], 4096, sizes[i]), 0);
+            check_fresh(p[j], sizes[i], 4096, j);
+            uintptr_t s = (uintptr_t)p[j] >> 16;
+            bool seen = false;
+            for (size_t k = 0; k < distinct; k++) seen = seen || slices[k] == s;
+            if (!seen) slices[distinct++] = s;
+        }
+        CHECK_MSG(distinct <= 8, "16 page-aligned blocks of %zu bytes lie in %zu slices\n",
+                  sizes[i], distinct);
+        for (size_t j = 0; j < 16; j++) coral_free(p[j]);
+    }
+}
+
 int main(void) {
     long ps = sysconf(_SC_PAGESIZE);
     CHECK_GT(ps, 0);
@@ -845,6 +870,7 @@ int main(void) {
     RUN(test_collect);
     RUN(test_many_mixed);
     RUN(test_skewed_heads);
+    RUN(test_aligned_twins);
     printf("test_api: all passed in %.2f s\n", now_seconds() - t0);
     return 0;
 }

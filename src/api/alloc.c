@@ -231,6 +231,17 @@ static void *valgrind_resized(void *p, size_t old_usable, void *q) {
 
 static void *aligned_plain(coral_heap_t *heap, size_t size, size_t alignment, bool zero);
 
+/* A block of twin class cls (page.h), for a request of size bytes aligned
+ * to more than a skewed class is a multiple of. */
+static void *twin_alloc(coral_heap_t *heap, unsigned cls, size_t size, bool zero) {
+    coral_page_t *page = coral_queue_first(heap, cls);
+    if (page == NULL || page->free == NULL) {
+        coral_heap_periodic_work(heap);
+        if ((page = coral_heap_find_page(heap, cls)) == NULL) return enomem();
+    }
+    return page_pop(heap, page, cls, size, zero);
+}
+
 /* Aligned allocation; alignment is a power of two. */
 void *coral_malloc_aligned_in(coral_heap_t *heap, size_t size, size_t alignment, bool zero) {
     if (alignment <= CORAL_ALIGNMENT) return coral_heap_alloc_inline(heap, size, zero);
@@ -255,11 +266,15 @@ static void *aligned_plain(coral_heap_t *heap, size_t size, size_t alignment, bo
          * or 1/8 of the power of two below); if A <= step, the class is a
          * multiple of A; if A > step, rounded is a multiple of the step,
          * so it is a nominal size. A skewed class (page.h) is a multiple
-         * of A only up to 128: above, the block takes a span of its own. */
+         * of A only up to 128: above, its twin's blocks, of the nominal
+         * size, are. */
         size_t rounded = (size + alignment - 1) & ~(alignment - 1);
-        if (rounded <= CORAL_CLASS_MAX_SIZE &&
-            (coral_class_size(coral_size_class(rounded)) & (alignment - 1)) == 0)
-            return coral_malloc_generic(rounded, heap, zero);
+        if (rounded <= CORAL_CLASS_MAX_SIZE) {
+            unsigned cls = coral_size_class(rounded);
+            if ((coral_class_size(cls) & (alignment - 1)) == 0)
+                return coral_malloc_generic(rounded, heap, zero);
+            return twin_alloc(heap, coral_class_twin(cls), rounded, zero);
+        }
     }
     return coral_heap_malloc_large(heap, size, alignment, zero);
 }

@@ -126,7 +126,7 @@ static void read_classes(class_row_t *rows) {
 }
 
 static long long class_size(int cls) {
-    if (cls >= 1 && cls < CORAL_CLASS_COUNT) return (long long)coral_class_size((unsigned)cls);
+    if (cls >= 1 && cls < CORAL_CLASS_LARGE) return (long long)coral_class_size((unsigned)cls);
     return -1; /* large and huge blocks */
 }
 
@@ -205,7 +205,7 @@ void coral_stats_print(FILE *out) {
         class_row_t *r = &rows[c];
         if (r->allocated == 0 && r->freed == 0) continue;
         char size[24];
-        if (c < CORAL_CLASS_COUNT)
+        if (c < CORAL_CLASS_LARGE)
             snprintf(size, sizeof size, "%lld", class_size(c));
         else
             snprintf(size, sizeof size, "large/huge");

@@ -175,7 +175,7 @@ typedef enum coral_os_call_e {
     CORAL_OS_CALL_KINDS
 } coral_os_call_t;
 
-#define CORAL_STAT_CLASSES 128 /* size classes, large/huge, with room to spare */
+#define CORAL_STAT_CLASSES 160 /* size classes, their twins, large/huge, with room to spare */
 
 typedef struct coral_counters_s {
     _Atomic(int64_t) os_calls[CORAL_OS_CALL_KINDS];

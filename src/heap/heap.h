@@ -18,10 +18,11 @@
 
 #define CORAL_QUEUE_FULL (CORAL_CLASS_LARGE + 1) /* the queue of pages with no free block */
 #define CORAL_QUEUE_COUNT (CORAL_QUEUE_FULL + 1)
+_Static_assert(CORAL_QUEUE_COUNT <= CORAL_STAT_CLASSES, "a statistics row for every queue");
 /* Blocks up to this size are served through heap->direct[] (fast path). */
 #define CORAL_DIRECT_MAX_SIZE ((size_t)1024)
 #define CORAL_DIRECT_COUNT (CORAL_DIRECT_MAX_SIZE / 16 + 1)
-#define CORAL_DIRECT_LAST_CLASS (CORAL_SECURE ? 34 : 32) /* coral_size_class(1024) */
+#define CORAL_DIRECT_LAST_CLASS CORAL_CLASS_OF_POW2(10) /* coral_size_class(1024) */
 
 /* A thread's state, shared by all its heaps; lives in its default heap. */
 typedef struct coral_thread_s {

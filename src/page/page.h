@@ -39,7 +39,16 @@
 #define CORAL_CLASS_PER_GROUP (8u + CORAL_CLASS_EXTRA)
 #define CORAL_CLASS_COUNT (CORAL_SECURE ? 116 : 105) /* classes 1..COUNT-1; 0 is unused */
 #define CORAL_CLASS_MAX_SIZE ((size_t)512 * 1024)
-#define CORAL_CLASS_LARGE CORAL_CLASS_COUNT /* a span holding one block, within a segment */
+/* The class of a request of 2^k bytes, k >= 8: the last of its group. */
+#define CORAL_CLASS_OF_POW2(k) (16u + ((unsigned)(k)-8u) * CORAL_CLASS_PER_GROUP)
+/* The skewed classes (8 KiB to 64 KiB, "the skew" below) and their twins:
+ * the same nominal sizes unskewed, for requests aligned to more than 128
+ * bytes (alloc.c), classes COUNT.. COUNT + TWINS - 1 (coral_size_class
+ * never gives one). */
+#define CORAL_CLASS_SKEWED_FIRST CORAL_CLASS_OF_POW2(13)
+#define CORAL_CLASS_SKEWED_LAST CORAL_CLASS_OF_POW2(16)
+#define CORAL_CLASS_TWINS ((int)(CORAL_CLASS_SKEWED_LAST - CORAL_CLASS_SKEWED_FIRST + 1))
+#define CORAL_CLASS_LARGE (CORAL_CLASS_COUNT + CORAL_CLASS_TWINS) /* a span holding one block */
 /* Largest block a normal segment holds in a span: half its slices, less
  * one. A bigger block could never share its segment with another one like
  * it: it is a huge block instead, a segment of its own. */
@@ -57,8 +66,21 @@ CORAL_INLINE unsigned coral_size_class(size_t size) {
     return 9u + group * CORAL_CLASS_PER_GROUP + (unsigned)((s >> (bit - 3u)) & 7u);
 }
 
-/* The largest request of class cls: what coral_size_class maps to it. */
+/* The twin of a skewed class, and back. */
+CORAL_INLINE unsigned coral_class_twin(unsigned cls) {
+    return cls - CORAL_CLASS_SKEWED_FIRST + CORAL_CLASS_COUNT;
+}
+CORAL_INLINE unsigned coral_class_untwinned(unsigned cls) {
+    return cls >= CORAL_CLASS_COUNT ? cls - CORAL_CLASS_COUNT + CORAL_CLASS_SKEWED_FIRST : cls;
+}
+CORAL_INLINE bool coral_class_is_skewed(unsigned cls) {
+    return cls >= CORAL_CLASS_SKEWED_FIRST && cls <= CORAL_CLASS_SKEWED_LAST;
+}
+
+/* The largest request of class cls: what coral_size_class maps to it (a
+ * twin: its skewed class). */
 CORAL_INLINE size_t coral_class_nominal_size(unsigned cls) {
+    cls = coral_class_untwinned(cls);
     if (cls <= CORAL_CLASS_SMALL_LAST) return (size_t)cls * 16;
     unsigned group = (cls - 9u) / CORAL_CLASS_PER_GROUP, step = (cls - 9u) % CORAL_CLASS_PER_GROUP;
     if (step == 8u) return ((size_t)1 << (group + 8u)) + 16; /* the next group's extra class */
@@ -76,18 +98,15 @@ CORAL_INLINE size_t coral_class_nominal_size(unsigned cls) {
  * bytes (two 64-byte lines) longer than their nominal size: a block of
  * 16k + 2 lines puts the heads of 32 consecutive blocks in 32 distinct
  * sets. A skewed class is a multiple of 128 still, so of every alignment
- * up to 128 (aligned allocation relies on it: alloc.c). Smaller classes
- * are touched whole as a rule; a larger one would lose a block in 8 of
- * its 1 MiB pages to the skew. */
+ * up to 128 (aligned allocation relies on it: alloc.c); a request aligned
+ * to more takes the class's twin, whose blocks have the nominal size.
+ * Smaller classes are touched whole as a rule; a larger one would lose a
+ * block in 8 of its 1 MiB pages to the skew. */
 #define CORAL_CLASS_SKEW ((size_t)128)
-#define CORAL_CLASS_SKEW_FIRST ((size_t)8 * 1024)
-#define CORAL_CLASS_SKEW_LAST ((size_t)64 * 1024)
 
 /* The size of the blocks of class cls: its nominal size, and the skew. */
 CORAL_INLINE size_t coral_class_size(unsigned cls) {
-    size_t nominal = coral_class_nominal_size(cls);
-    bool skewed = nominal >= CORAL_CLASS_SKEW_FIRST && nominal <= CORAL_CLASS_SKEW_LAST;
-    return nominal + (skewed ? CORAL_CLASS_SKEW : 0);
+    return coral_class_nominal_size(cls) + (coral_class_is_skewed(cls) ? CORAL_CLASS_SKEW : 0);
 }
 
 /* ---- page flags ----------------------------------------------------------------

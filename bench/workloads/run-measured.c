@@ -9,7 +9,7 @@
  * the program from a small address space instead, waits for it with wait4()
  * and writes one line to REPORT_FILE:
  *   status=<exit code or -signal> wall=<s> user=<s> sys=<s> maxrss_kib=<n>
- *   minflt=<n> majflt=<n> [fault_traps=<n>]
+ *   minflt=<n> majflt=<n> [fault_traps=<n>] [rtt_before_ns=<ns> rtt_after_ns=<ns>]
  * then exits with the program's exit code (128 + signal when killed).
  *
  * fault_traps counts the page faults the program and its descendants took
@@ -22,6 +22,15 @@
  * support, perf_event_paranoid, a seccomp filter) or CORALLOC_BENCH_NO_PERF
  * is set, the field is left out: never reported as 0.
  *
+ * rtt_before_ns and rtt_after_ns are the cache-line round trip between the
+ * first two CPUs the launcher may run on, measured just before the fork and
+ * just after the wait (see core_rtt_ns). It is a property of the machine, not
+ * of the program: on a virtual machine the host may place the two vCPUs on
+ * nearby or distant physical cores, and every cross-thread workload (each
+ * block freed by another thread costs a few line transfers) slows with it.
+ * The fields are left out when the launcher may run on one CPU only or when
+ * CORALLOC_BENCH_NO_RTT is set.
+ *
  * The launcher is not run under the allocator being measured: the runner
  * puts the library to preload in CORALLOC_BENCH_PRELOAD, and only the
  * program's environment gets it as LD_PRELOAD.
@@ -29,6 +38,9 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <linux/perf_event.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +84,97 @@ static long long fault_trap_counter_read(int fd) {
     return (long long)value;
 }
 
+/* ---- cross-CPU round trip ---------------------------------------------- */
+
+#define RTT_BATCH 2000  /* round trips per timed batch */
+#define RTT_BATCHES 8   /* batches; the fastest one is the figure */
+#define RTT_BUDGET 0.02 /* seconds: give up on the rest past this */
+#define RTT_STOP (~0UL) /* the pinger's "done" in the shared word */
+
+/* One line bounced between two threads, each pinned to its CPU: the pinger
+ * writes an odd value, the ponger answers with the next even one. */
+typedef struct {
+    _Alignas(64) atomic_ulong turn;
+    int cpu[2];
+    double best; /* the pinger's figure, read after the join */
+} rtt_t;
+
+static int pin_self(int cpu) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    return pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+static void *rtt_pong(void *arg) {
+    rtt_t *r = (rtt_t *)arg;
+    if (pin_self(r->cpu[1]) != 0) {
+        atomic_store(&r->turn, RTT_STOP);
+        return NULL;
+    }
+    for (;;) {
+        unsigned long v = atomic_load_explicit(&r->turn, memory_order_acquire);
+        if (v == RTT_STOP) return NULL;
+        if (v & 1) atomic_store_explicit(&r->turn, v + 1, memory_order_release);
+    }
+}
+
+/* The pinger: r->best is the fastest batch's mean round trip in ns; -1 when
+ * no batch finished within the budget (the ponger could not run or pin). */
+static void *rtt_ping(void *arg) {
+    rtt_t *r = (rtt_t *)arg;
+    r->best = -1;
+    if (pin_self(r->cpu[0]) != 0) {
+        atomic_store(&r->turn, RTT_STOP);
+        return NULL;
+    }
+    double deadline = now() + RTT_BUDGET;
+    unsigned long v = 0;
+    for (int b = 0; b < RTT_BATCHES; b++) {
+        double t0 = now();
+        int i;
+        for (i = 0; i < RTT_BATCH; i++) {
+            atomic_store_explicit(&r->turn, ++v, memory_order_release);
+            unsigned long spins = 0, seen;
+            while ((seen = atomic_load_explicit(&r->turn, memory_order_acquire)) == v)
+                if ((++spins & 0xfff) == 0 && now() > deadline) break;
+            if (seen == RTT_STOP || seen != v + 1) break;
+            v++;
+        }
+        if (i < RTT_BATCH) break;
+        double ns = (now() - t0) * 1e9 / RTT_BATCH;
+        if (r->best < 0 || ns < r->best) r->best = ns;
+        if (now() > deadline) break;
+    }
+    atomic_store(&r->turn, RTT_STOP);
+    return NULL;
+}
+
+/* The round trip between the first two CPUs this process may run on, in ns;
+ * -1 when there are not two or when it was not measured. The calling
+ * thread's own affinity is left as it was (the program inherits it). */
+static double core_rtt_ns(void) {
+    if (getenv("CORALLOC_BENCH_NO_RTT") != NULL) return -1;
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return -1;
+    static rtt_t r;
+    int found = 0;
+    for (int c = 0; c < CPU_SETSIZE && found < 2; c++)
+        if (CPU_ISSET(c, &allowed)) r.cpu[found++] = c;
+    if (found < 2) return -1;
+    atomic_store(&r.turn, 0);
+    pthread_t ping, pong;
+    if (pthread_create(&pong, NULL, rtt_pong, &r) != 0) return -1;
+    if (pthread_create(&ping, NULL, rtt_ping, &r) != 0) {
+        atomic_store(&r.turn, RTT_STOP);
+        pthread_join(pong, NULL);
+        return -1;
+    }
+    pthread_join(ping, NULL);
+    pthread_join(pong, NULL);
+    return r.best;
+}
+
 /* The child: wait until the parent has attached the counter (it closes the
  * pipe's write end), then exec the program. */
 static void run_child(int gate, char **argv, const char *preload) {
@@ -101,6 +204,7 @@ int main(int argc, char **argv) {
         perror("run-measured: pipe");
         return 125;
     }
+    double rtt_before = core_rtt_ns();
     double t0 = now();
     pid_t pid = fork();
     if (pid < 0) {
@@ -126,6 +230,7 @@ int main(int argc, char **argv) {
         return 125;
     }
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+    double rtt_after = core_rtt_ns();
     FILE *f = fopen(report, "w");
     if (f == NULL) {
         perror("run-measured: report file");
@@ -137,6 +242,8 @@ int main(int argc, char **argv) {
             ru.ru_minflt, ru.ru_majflt);
     long long traps = traps_fd >= 0 ? fault_trap_counter_read(traps_fd) : -1;
     if (traps >= 0) fprintf(f, " fault_traps=%lld", traps);
+    if (rtt_before >= 0 && rtt_after >= 0)
+        fprintf(f, " rtt_before_ns=%.1f rtt_after_ns=%.1f", rtt_before, rtt_after);
     fputc('\n', f);
     if (fclose(f) != 0) return 125;
     return code >= 0 ? code : 128 - code;

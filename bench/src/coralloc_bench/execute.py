@@ -41,6 +41,11 @@ class Outcome:
     # Page faults that trapped (perf's page-faults event), from the launcher;
     # None when not measured (no launcher, or perf_event_open refused).
     fault_traps: Optional[int] = None
+    # The cache-line round trip between two CPUs just before and just after
+    # the run, from the launcher (a state of the machine, see run-measured.c);
+    # None when not measured (no launcher, one CPU, CORALLOC_BENCH_NO_RTT).
+    rtt_before_ns: Optional[float] = None
+    rtt_after_ns: Optional[float] = None
 
 
 @dataclass
@@ -78,6 +83,9 @@ class RunRecord:
     served_by: str = ""
     # None: not measured (see Outcome.fault_traps); never a stand-in 0.
     fault_traps: Optional[int] = None
+    # None: not measured (see Outcome.rtt_before_ns).
+    rtt_before_ns: Optional[float] = None
+    rtt_after_ns: Optional[float] = None
 
     def to_json(self) -> Dict[str, object]:
         return asdict(self)
@@ -93,6 +101,9 @@ class RunRecord:
         kw["figure_name"] = str(d.get("figure_name") or "")
         traps = d.get("fault_traps")
         kw["fault_traps"] = int(traps) if isinstance(traps, (int, float)) else None
+        for k in ("rtt_before_ns", "rtt_after_ns"):
+            v = d.get(k)
+            kw[k] = float(v) if isinstance(v, (int, float)) else None
         return RunRecord(**kw)  # type: ignore[arg-type]
 
 
@@ -236,6 +247,8 @@ class Spawned:
                 o.minor_faults, o.major_faults = int(rep["minflt"]), int(rep["majflt"])
                 if "fault_traps" in rep:
                     o.fault_traps = int(rep["fault_traps"])
+                if "rtt_before_ns" in rep and "rtt_after_ns" in rep:
+                    o.rtt_before_ns, o.rtt_after_ns = rep["rtt_before_ns"], rep["rtt_after_ns"]
             elif not self.timed_out and o.exit_status is not None and o.exit_status >= 0:
                 # the launcher itself failed (cannot start the program...)
                 o.exit_status = o.exit_status or 125
@@ -264,7 +277,8 @@ def parse_launcher_report(path: str) -> Optional[Dict[str, float]]:
 def parse_launcher_line(text: str) -> Optional[Dict[str, float]]:
     """The launcher's report line as numbers, None when garbled or when a
     field every report has is missing. fault_traps is optional: the launcher
-    leaves it out when the kernel would not count (see run-measured.c)."""
+    leaves it out when the kernel would not count; so are rtt_before_ns and
+    rtt_after_ns (see run-measured.c)."""
     vals: Dict[str, float] = {}
     for item in text.split():
         k, sep, v = item.partition("=")
@@ -399,6 +413,8 @@ def run_one(w: Workload, alloc: Allocator, rep: int, ctx: RunContext,
         minor_faults=o.minor_faults if ran else None,
         major_faults=o.major_faults if ran else None,
         fault_traps=o.fault_traps if ran else None,
+        rtt_before_ns=o.rtt_before_ns if ran else None,
+        rtt_after_ns=o.rtt_after_ns if ran else None,
         figure_name=c.figure_name, figure=c.figure if c.ok else None, figures=c.figures,
         threads=w.threads_used(ctx.threads), profile=ctx.profile, command=argv,
         started=started, served_by=c.served_by)

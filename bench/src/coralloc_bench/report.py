@@ -280,6 +280,46 @@ def render_markdown(t: Table) -> str:
     return "\n".join(out)
 
 
+# A run whose cross-CPU round trip (before or after it) exceeds this multiple
+# of the fastest one measured in the same results ran while the machine moved
+# cache lines between cores that much slower (as on a VM whose host has put
+# the two vCPUs on distant cores); every cross-thread workload slows with it.
+RTT_SLOW_FACTOR = 2.0
+
+
+def slow_rtt_runs(records: Sequence[RunRecord]) -> Tuple[Optional[float], List[RunRecord]]:
+    """The fastest cross-CPU round trip of the runs (ns; None when none was
+    measured) and the ok runs that saw over RTT_SLOW_FACTOR times it."""
+    measured = [(r, r.rtt_before_ns, r.rtt_after_ns) for r in records
+                if r.rtt_before_ns is not None and r.rtt_after_ns is not None]
+    if not measured:
+        return None, []
+    fastest = min(min(b, a) for _, b, a in measured)
+    slow = [r for r, b, a in measured
+            if r.status == OK and max(b, a) > RTT_SLOW_FACTOR * fastest]
+    return fastest, slow
+
+
+def rtt_notes(records: Sequence[RunRecord], limit: int = 40) -> List[str]:
+    """One summary line on the cross-CPU round trips of the runs, then one
+    line per run (up to `limit`) that ran while they were slow."""
+    fastest, slow = slow_rtt_runs(records)
+    if fastest is None:
+        return []
+    runs = sum(1 for r in records if r.status == OK)
+    out = [f"cross-CPU round trip before/after each run: fastest {fastest:.0f} ns; "
+           f"{len(slow)} of {runs} runs saw over {RTT_SLOW_FACTOR:g}x that (cache lines "
+           "crossed between cores slower then, as when a VM's host puts its vCPUs on distant "
+           "cores; cross-thread workloads slow down with it)"]
+    for r in slow[:limit]:
+        out.append(f"{r.workload} / {r.allocator} rep {r.rep}: {r.rtt_before_ns:.0f} / "
+                   f"{r.rtt_after_ns:.0f} ns, {r.wall_s:.3f} s")
+    if len(slow) > limit:
+        out.append(f"... and {len(slow) - limit} more (results.json: rtt_before_ns, "
+                   "rtt_after_ns)")
+    return out
+
+
 def failures(records: Sequence[RunRecord]) -> List[str]:
     out = []
     for r in records:
@@ -315,6 +355,9 @@ def terminal_report(records: Sequence[RunRecord], meta: Dict[str, object], basel
     workloads, allocs = layout(records, meta)
     parts = [render_text(build_table(METRIC_BY_KEY[m], cells, workloads, allocs, baseline))
              for m in metrics]
+    rtt = rtt_notes(records, limit=10)
+    if rtt and len(rtt) > 1:
+        parts.append(rtt[0] + ":\n" + "\n".join("  " + x for x in rtt[1:]))
     f = failures(records)
     if f:
         parts.append("failures:\n" + "\n".join("  " + x for x in f))
@@ -325,6 +368,7 @@ def terminal_report(records: Sequence[RunRecord], meta: Dict[str, object], basel
 
 CSV_FIELDS = ["workload", "allocator", "rep", "status", "reason", "exit_status", "wall_s",
               "user_s", "sys_s", "max_rss_kib", "minor_faults", "major_faults", "fault_traps",
+              "rtt_before_ns", "rtt_after_ns",
               "figure_name",
               "figure", "threads", "profile", "served_by", "command"]
 
@@ -418,6 +462,11 @@ def markdown_report(records: Sequence[RunRecord], meta: Dict[str, object], basel
                 "included, from `coralloc-bench fastpath` (see docs/FASTPATH.md):", "",
                 str(fp["table"]), ""]
         out += [f"- {n}" for n in fp.get("notes") or []]
+    rtt = rtt_notes(records)
+    if rtt:
+        out += ["## Cross-CPU round trip", "", rtt[0] + ("." if len(rtt) == 1 else ":"), ""]
+        out += [f"- {x}" for x in rtt[1:]]
+        out.append("")
     f = failures(records)
     out += ["## Failures", ""]
     out += [f"- {x}" for x in f] if f else ["none"]

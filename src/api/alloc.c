@@ -61,13 +61,16 @@ static CORAL_NOINLINE void *malloc_first(size_t size, bool zero) {
 /* The first page of the class of size (at most CORAL_CLASS_MAX_SIZE) has no
  * free block, or the thread is not set up yet: the slow path's periodic
  * work and other threads' frees, then the next page with a free block. */
-void *coral_malloc_refill(size_t size, coral_heap_t *heap, bool zero) {
-    if (coral_unlikely(heap == &coral_heap_empty)) return malloc_first(size, zero);
-    unsigned cls = coral_size_class(size);
+static void *class_refill(coral_heap_t *heap, unsigned cls, size_t size, bool zero) {
     coral_heap_periodic_work(heap);
     coral_page_t *page = coral_heap_find_page(heap, cls); /* takes other threads' frees first */
     if (page == NULL) return enomem();
     return page_pop(heap, page, cls, size, zero);
+}
+
+void *coral_malloc_refill(size_t size, coral_heap_t *heap, bool zero) {
+    if (coral_unlikely(heap == &coral_heap_empty)) return malloc_first(size, zero);
+    return class_refill(heap, coral_size_class(size), size, zero);
 }
 
 /* The other sizes: above CORAL_DIRECT_MAX_SIZE (no direct[] entry: their
@@ -235,10 +238,7 @@ static void *aligned_plain(coral_heap_t *heap, size_t size, size_t alignment, bo
  * to more than a skewed class is a multiple of. */
 static void *twin_alloc(coral_heap_t *heap, unsigned cls, size_t size, bool zero) {
     coral_page_t *page = coral_queue_first(heap, cls);
-    if (page == NULL || page->free == NULL) {
-        coral_heap_periodic_work(heap);
-        if ((page = coral_heap_find_page(heap, cls)) == NULL) return enomem();
-    }
+    if (page == NULL || page->free == NULL) return class_refill(heap, cls, size, zero);
     return page_pop(heap, page, cls, size, zero);
 }
 

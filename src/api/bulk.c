@@ -376,10 +376,10 @@ static coral_page_t *run_page(void *p, bool *owned) {
 }
 
 /* The class whose bulk cache takes the blocks of page (a run page), or 0:
- * none (no cache this call, a large block, a twin class's or a page with
- * aligned blocks, a user heap's; see bulk_cache.h). Its class_idx is read once per run, for
- * another thread's page too: it never changes while the page has a block
- * in use. */
+ * none (no cache this call, a large block, a twin class's page, a page
+ * with aligned blocks, a user heap's; see bulk_cache.h). Its class_idx is
+ * read once per run, for another thread's page too: it never changes while
+ * the page has a block in use. */
 static unsigned cache_class_of(const runs_t *runs, const coral_page_t *page) {
     if (runs->cache == NULL || page->class_idx >= CORAL_CLASS_COUNT || page->is_user_heap ||
         (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED))

@@ -271,15 +271,15 @@ void coral_page_reset_empty(coral_page_t *page) {
  * as it is, unwalked: its blocks were each pushed once ("Remote marks"
  * above), and the walk's loads would miss the cache when another core
  * built the list (docs/DESIGN.md, "Remote frees"). */
-bool coral_page_thread_free_collect(coral_page_t *page) {
+static void thread_free_collect(coral_page_t *page) {
     uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
     uintptr_t raced = 0;
     for (;;) {
         if (coral_unlikely(tf & CORAL_TF_RECLAIMED)) {
             page_take_reclaimed(page);
-            return true;
+            return;
         }
-        if (coral_tf_list(tf) == NULL) return false;
+        if (coral_tf_list(tf) == NULL) return;
         remote_generation_next(page);
         if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, tf & CORAL_DELAY_MASK,
                                                   memory_order_acq_rel, memory_order_relaxed))
@@ -295,18 +295,17 @@ bool coral_page_thread_free_collect(coral_page_t *page) {
     page->used -= count;
     if (((tf | raced) & CORAL_TF_SUSPECT) == 0 && page->local_free == NULL) {
         page->local_free = head;
-        return true;
+        return;
     }
     for (uint32_t i = 1; i < count; i++) tail = coral_block_next(tail);
     if (coral_block_next(tail) != NULL) thread_free_overflow(page, coral_block_next(tail));
     coral_block_set_next(tail, page->local_free);
     page->local_free = head;
-    return true;
 }
 
 void coral_page_take_remote(coral_page_t *page) {
     if (atomic_load_explicit(&page->thread_free, memory_order_relaxed) & ~CORAL_DELAY_MASK)
-        coral_page_thread_free_collect(page);
+        thread_free_collect(page);
 }
 
 bool coral_page_all_free(const coral_page_t *page) {
@@ -325,7 +324,7 @@ static void local_free_to_free(coral_page_t *page) {
  * walk that list to its tail, a load per block, and the blocks of
  * local_free and thread_free are taken when it runs dry. The remote-freed
  * blocks are taken only onto an empty local_free, which needs no walk
- * either (coral_page_thread_free_collect). */
+ * either (thread_free_collect). */
 void coral_page_collect(coral_page_t *page) {
     if (page->free != NULL) return;
     if (page->local_free == NULL) coral_page_take_remote(page);

@@ -43,7 +43,7 @@
 #define CORAL_CLASS_OF_POW2(k) (16u + ((unsigned)(k)-8u) * CORAL_CLASS_PER_GROUP)
 /* The skewed classes (8 KiB to 64 KiB, "the skew" below) and their twins:
  * the same nominal sizes unskewed, for requests aligned to more than 128
- * bytes (alloc.c), classes COUNT.. COUNT + TWINS - 1 (coral_size_class
+ * bytes (alloc.c), classes COUNT to COUNT + TWINS - 1 (coral_size_class
  * never gives one). */
 #define CORAL_CLASS_SKEWED_FIRST CORAL_CLASS_OF_POW2(13)
 #define CORAL_CLASS_SKEWED_LAST CORAL_CLASS_OF_POW2(16)
@@ -234,8 +234,6 @@ void coral_page_take_remote(coral_page_t *page);
  * yet taken (a double free can make it say so early: take the remote
  * blocks, which checks them, before releasing the page). */
 bool coral_page_all_free(const coral_page_t *page);
-/* Owner: take the remote-freed blocks onto local_free; false if none. */
-bool coral_page_thread_free_collect(coral_page_t *page);
 /* Any thread but the owner: push the chain head..tail of n blocks. */
 void coral_page_push_remote(coral_page_t *page, coral_block_t *head, coral_block_t *tail,
                             uint32_t n);

@@ -288,10 +288,10 @@ static size_t cache_fill(uint8_t *dst, size_t size) {
 /* `size` bytes (whole chunks), 4 MiB-aligned, from the cache or the OS; NULL
  * when the OS has no memory. The first `huge_bytes`: advised for huge pages,
  * before the caller touches them (a clean 2 MiB then faults in as one page;
- * what is resident stays in 4 KiB pages). got->dirty: bytes up to base + got->dirty may
- * hold old data, the rest reads as zero; got->fresh: a new mapping;
- * got->header: the first slice holds a freed segment's header, every
- * descriptor free (else, when dirty, it may hold anything). */
+ * what is resident stays in 4 KiB pages). got->dirty: bytes up to
+ * base + got->dirty may hold old data, the rest reads as zero; got->fresh:
+ * a new mapping; got->header: the first slice holds a freed segment's
+ * header, every descriptor free (else, when dirty, it may hold anything). */
 void *coral_segment_cache_take(size_t size, size_t huge_bytes, coral_cache_got_t *got) {
     cache_region_t target = {NULL, 0, 0, 0, 0};
     if (atomic_load_explicit(&cache_bytes, memory_order_relaxed) != 0) {

@@ -1,10 +1,10 @@
 """Real programs of the full profile, the short-lived tools users run all day:
 git on a generated repository, gcc on a generated C file, lua on an
 allocation-heavy script, ruby with a thread per core, and python's own test
-modules. Each runs under the
-allocator (every process it starts too, through LD_PRELOAD), with the
-malloc witness (see realprogs.py) telling who served each process; each
-output is checked against answers computed here, independently."""
+modules. Each runs under the allocator (every process it starts too,
+through LD_PRELOAD), with the malloc witness (see realprogs.py) telling
+who served each process; each output is checked against answers computed
+here, independently."""
 
 from __future__ import annotations
 

@@ -356,7 +356,7 @@ def terminal_report(records: Sequence[RunRecord], meta: Dict[str, object], basel
     parts = [render_text(build_table(METRIC_BY_KEY[m], cells, workloads, allocs, baseline))
              for m in metrics]
     rtt = rtt_notes(records, limit=10)
-    if rtt and len(rtt) > 1:
+    if len(rtt) > 1:
         parts.append(rtt[0] + ":\n" + "\n".join("  " + x for x in rtt[1:]))
     f = failures(records)
     if f:

@@ -82,6 +82,14 @@ def test_alloc_not_a_shared_library(bindir: Path, tmp_path: Path) -> None:
     one_line_error(code, err, "is not a shared library")
 
 
+def test_copies_need_coralloc(bindir: Path) -> None:
+    code, _, err = cli(["run", "--build-dir", str(bindir), "--workloads", "python",
+                        "--allocs", "system", "--copies", "2", "--no-install"])
+    one_line_error(code, err, "--copies repeats coralloc")
+    code, _, err = cli(["run", "--copies", "0"])
+    one_line_error(code, err, "--copies must be a positive integer")
+
+
 def test_workloads_not_built(tmp_path: Path) -> None:
     code, _, err = cli(["run", "--build-dir", str(tmp_path), "--workloads", "larson-128"])
     one_line_error(code, err, "not built")

@@ -11,9 +11,11 @@ import pytest
 
 from coralloc_bench.cli import main
 from coralloc_bench.execute import FAILED, OK, RunRecord
-from coralloc_bench.report import (METRIC_BY_KEY, aggregate, build_table, compare, load_results,
-                                   markdown_report, render_markdown, render_text,
-                                   terminal_report, write_csv, write_json)
+from coralloc_bench.allocators import Allocator, copies
+from coralloc_bench.report import (METRIC_BY_KEY, aggregate, best_peer_gaps, best_peer_section,
+                                   build_table, compare, load_results, markdown_report,
+                                   render_markdown, render_text, terminal_report, write_csv,
+                                   write_json)
 from coralloc_bench.util import BenchError, geomean
 
 
@@ -150,3 +152,40 @@ def test_compare_names_the_changes_beyond_noise(tmp_path: Path) -> None:
     assert "changed beyond noise (1;" in out
     assert "  w2 / a: 1.100 -> 0.550 (0.50x, better)" in out.splitlines()
     assert "w1 / a:" not in out
+
+
+def runs(w: str, a: str, walls: List[float]) -> List[RunRecord]:
+    return [rec(w, a, t, rep) for rep, t in enumerate(walls, 1)]
+
+
+def test_best_peer_gap_is_to_the_fastest_peer_and_ranked_by_noise() -> None:
+    records = (runs("apart", "coralloc", [1.19, 1.20, 1.21]) + runs("apart", "p1", [0.99, 1.0, 1.01])
+               + runs("apart", "p2", [1.09, 1.10, 1.11])
+               + runs("mixed", "coralloc", [1.0, 1.2, 1.4]) + runs("mixed", "p1", [0.9, 1.0, 1.1])
+               + runs("close", "coralloc", [1.04, 1.04, 1.04]) + runs("close", "p1", [1.0] * 3))
+    gaps, compared = best_peer_gaps(aggregate(records), ["apart", "mixed", "close"], "coralloc",
+                                    ["p1", "p2"])
+    assert compared == 3
+    assert [(g.workload, g.peer, g.beyond_noise) for g in gaps] == [("apart", "p1", True),
+                                                                     ("mixed", "p1", False)]
+    assert gaps[0].ratio == pytest.approx(1.2)
+
+
+def test_copies_are_the_noise_yardstick_not_peers() -> None:
+    original = Allocator("coralloc", "/lib/libcoralloc.so", "build")
+    twins = copies(original, 2)
+    assert [(c.name, c.path, c.copy_of) for c in twins] == [
+        ("coralloc-copy1", "/lib/libcoralloc.so", "coralloc"),
+        ("coralloc-copy2", "/lib/libcoralloc.so", "coralloc")]
+    records = (runs("w", "coralloc", [1.3, 1.3, 1.3]) + runs("w", "peer", [1.0, 1.0, 1.0])
+               + runs("w", "coralloc-copy1", [1.0, 1.0, 1.0])
+               + runs("w", "coralloc-copy2", [1.3, 1.3, 1.3]))
+    meta: Dict[str, object] = {"allocators": {a.name: a.to_json() for a in
+                                              [original, Allocator("peer", "/p.so", "user"),
+                                               *twins]}}
+    text = "\n".join(best_peer_section(aggregate(records), ["w"],
+                                       ["coralloc", "peer", *[c.name for c in twins]], meta))
+    assert "above 1.05x the fastest peer's on 1 of 1 workloads" in text
+    assert "| w | 1.30x | peer | yes |" in text
+    assert "above 1.05x the fastest copy's on 1 of 1 workloads" in text
+    assert "| w | 1.30x | coralloc-copy1 | yes |" in text

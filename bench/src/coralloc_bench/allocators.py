@@ -3,6 +3,7 @@ that each one really serves the calls of a process it is preloaded into."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -43,6 +44,7 @@ class Allocator:
     verified: bool = False
     notes: List[str] = field(default_factory=list)
     settings: Dict[str, str] = field(default_factory=dict)  # extra environment, e.g. options
+    copy_of: Optional[str] = None  # `run --copies`: the allocator this one repeats
 
     def env(self) -> Dict[str, str]:
         """The environment of a run under this allocator."""
@@ -67,7 +69,17 @@ class Allocator:
     def to_json(self) -> Dict[str, object]:
         return {"path": self.path, "source": self.source, "package": self.package,
                 "version": self.version, "verified": self.verified, "notes": self.notes,
-                "settings": self.settings}
+                "settings": self.settings, "copy_of": self.copy_of}
+
+
+def copies(original: Allocator, n: int) -> List[Allocator]:
+    """n copies of an allocator, named <name>-copy1 .. <name>-copyN: the same
+    library and settings, run beside it as if they were peers. The report
+    compares the original with them as with the peers: a gap to a copy is
+    noise, so the copies show how far apart one allocator lands from itself
+    on this machine (an A/A run)."""
+    return [dataclasses.replace(original, name=f"{original.name}-copy{i}", notes=[],
+                                copy_of=original.name) for i in range(1, n + 1)]
 
 
 def lib_dirs() -> List[str]:

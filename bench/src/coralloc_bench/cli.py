@@ -79,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "environment settings for its runs only (e.g. options)")
     r.add_argument("--coralloc-lib", metavar="PATH",
                    help="coralloc's library (default: <repo>/build/libcoralloc.so)")
+    r.add_argument("--copies", type=_positive_int("--copies"), default=0, metavar="N",
+                   help="also run N copies of coralloc under the names coralloc-copy1.. "
+                        "(an A/A run): the report's 'Against the best peer' then says how "
+                        "often coralloc lands above 1.05x of itself, the noise floor")
     r.add_argument("--reps", type=_positive_int("--reps"),
                    help="repetitions (default: 3 quick, 5 full)")
     r.add_argument("--threads", type=_positive_int("--threads"),
@@ -257,6 +261,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                                 _coralloc_build_root(root, args.build_dir), install, _log,
                                 missing_allocs)
     alloc_list = allocs_mod.select(args.allocs, found, user_names, _log)
+    if args.copies:
+        original = next((a for a in alloc_list if a.name == "coralloc"), None)
+        if original is None:
+            raise BenchError("--copies repeats coralloc, which this run does not include")
+        alloc_list += allocs_mod.copies(original, args.copies)
 
     real = [w.program for w in chosen if w.is_real]
     if real and install:

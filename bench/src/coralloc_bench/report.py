@@ -364,6 +364,85 @@ def terminal_report(records: Sequence[RunRecord], meta: Dict[str, object], basel
     return "\n\n".join(parts)
 
 
+# ---- against the best peer -------------------------------------------------------
+
+# A workload is a gap when the subject's median wall time is above this many
+# times the fastest peer's median.
+BEST_PEER_LIMIT = 1.05
+
+
+@dataclass(frozen=True)
+class PeerGap:
+    workload: str
+    ratio: float  # subject's median / the fastest peer's median
+    peer: str
+    beyond_noise: bool  # the two min-max ranges do not overlap
+
+
+def copy_names(meta: Dict[str, object]) -> Dict[str, str]:
+    """The allocators that are copies of another (`run --copies`): name -> original."""
+    am = meta.get("allocators")
+    if not isinstance(am, dict):
+        return {}
+    return {n: str(a["copy_of"]) for n, a in am.items()
+            if isinstance(a, dict) and a.get("copy_of")}
+
+
+def best_peer_gaps(cells: Dict[Tuple[str, str], Cell], workloads: Sequence[str],
+                   subject: str, peers: Sequence[str]) -> Tuple[List[PeerGap], int]:
+    """The workloads where subject's median wall time is above BEST_PEER_LIMIT
+    times the fastest of peers' medians, and how many workloads were
+    compared (subject and at least one peer completed them)."""
+    gaps: List[PeerGap] = []
+    compared = 0
+    for w in workloads:
+        rs = [(r, p) for r, p in ((ratio(cells, "time", w, subject, p), p) for p in peers)
+              if r is not None]
+        if not rs:
+            continue
+        compared += 1
+        r, peer = max(rs)  # the highest ratio: to the fastest peer
+        if r > BEST_PEER_LIMIT:
+            gaps.append(PeerGap(w, r, peer, not within_noise(cells, "time", w, subject, peer)))
+    return gaps, compared
+
+
+def _gap_summary(who: str, against: str, gaps: Sequence[PeerGap], compared: int) -> str:
+    apart = sum(1 for g in gaps if g.beyond_noise)
+    return (f"{who}'s median wall time is above {BEST_PEER_LIMIT:g}x {against}'s on "
+            f"{len(gaps)} of {compared} workloads; on {apart} of them the min-max ranges "
+            "do not overlap (beyond noise).")
+
+
+def best_peer_section(cells: Dict[Tuple[str, str], Cell], workloads: Sequence[str],
+                      allocs: Sequence[str], meta: Dict[str, object],
+                      subject: str = "coralloc") -> List[str]:
+    """Markdown: the subject against the fastest peer of each workload, and,
+    when the run has copies of the subject, against the fastest copy: what
+    noise alone gives on this machine with these repetitions (an A/A run)."""
+    if subject not in allocs:
+        return []
+    copies = [a for a, orig in copy_names(meta).items() if orig == subject and a in allocs]
+    peers = [a for a in allocs if a != subject and a not in copy_names(meta)]
+    out = ["## Against the best peer", ""]
+    for who, group, label in ((subject, peers, "the fastest peer"),
+                              (subject, copies, "the fastest copy")):
+        if not group:
+            continue
+        gaps, compared = best_peer_gaps(cells, workloads, who, group)
+        out += [_gap_summary(who, label, gaps, compared), ""]
+        if gaps:
+            out += ["| workload | ratio | to | beyond noise |", "|---|---:|---|---|"]
+            out += [f"| {g.workload} | {g.ratio:.2f}x | {g.peer} | "
+                    f"{'yes' if g.beyond_noise else 'no'} |" for g in gaps]
+            out.append("")
+    if copies:
+        out += [f"The copies ({', '.join(copies)}) are {subject}'s own library under other "
+                "names: a gap to them is noise, and their line above is the yardstick for "
+                "the peers' line.", ""]
+    return out
+
+
 # ---- files -------------------------------------------------------------------
 
 CSV_FIELDS = ["workload", "allocator", "rep", "status", "reason", "exit_status", "wall_s",
@@ -455,6 +534,7 @@ def markdown_report(records: Sequence[RunRecord], meta: Dict[str, object], basel
     for m in METRICS:
         out += [render_markdown(build_table(m, cells, workloads, allocs, baseline, ranges=True)),
                 ""]
+    out += best_peer_section(cells, workloads, allocs, meta)
     fp = meta.get("fastpath")
     if isinstance(fp, dict) and fp.get("table"):
         out += ["## Fast path (callgrind)", "",

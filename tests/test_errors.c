@@ -5,7 +5,8 @@
  *   double-free / double-free-bulk / bulk-dup-pointer / double-free-huge /
  *   double-free-remote-between (another thread's frees of p, q, p) /
  *   double-free-cached / free-of-cached (blocks in the bulk cache) /
- *   double-free-orphan / bulk-released-remote / invalid-pointer: abort with
+ *   double-free-orphan / bulk-released-remote / invalid-pointer /
+ *   free-interior-remote (another thread's free inside a block): abort with
  *   a message;
  *   bad-option: one clear line naming the variable, then a normal run;
  *   fail-os: the first OS mapping fails -> NULL with ENOMEM, the next works;
@@ -53,6 +54,25 @@ static int child_double_free_remote_between(void) {
     CHECK_EQ(pthread_join(t, NULL), 0);
     coral_collect(0); /* the owner takes the list */
     coral_free(keep);
+    return 0; /* not reached */
+}
+
+/* Another thread frees a pointer 16 bytes into a block of a full page: the
+ * page's state sends the free down the full remote path, which finds that
+ * it is not a block's start (page.c, coral_page_freed_block) instead of
+ * pushing it, after which the owner would hand out a block overlapping two. */
+static void *free_inside(void *p) {
+    coral_free((char *)p + 16);
+    return NULL;
+}
+
+static int child_free_interior_remote(void) {
+    char *first = coral_malloc(64);
+    /* Until a block comes from another 64 KiB slice: the first page is full. */
+    for (char *q = first; ((uintptr_t)q >> 16) == ((uintptr_t)first >> 16);) q = coral_malloc(64);
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, free_inside, opaque(first)), 0);
+    CHECK_EQ(pthread_join(t, NULL), 0);
     return 0; /* not reached */
 }
 
@@ -272,6 +292,7 @@ static const scenario_t scenarios[] = {
     {"double-free-orphan", child_double_free_reclaimed, NULL, SIGABRT, "double free"},
     {"bulk-released-remote", child_bulk_free_released_remote, NULL, SIGABRT, "invalid pointer"},
     {"invalid-pointer", child_invalid_pointer, NULL, SIGABRT, "invalid pointer"},
+    {"free-interior-remote", child_free_interior_remote, NULL, SIGABRT, "not its start"},
     {"bad-option", child_bad_option, "CORALLOC_PURGE_DELAY_MS=soon", 0,
      "CORALLOC_PURGE_DELAY_MS=soon is not valid"},
     {"bad-bool", child_bad_option, "CORALLOC_VERBOSE=maybe", 0,

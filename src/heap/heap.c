@@ -320,17 +320,8 @@ coral_page_t *coral_heap_find_page(coral_heap_t *heap, unsigned cls) {
 /* The page is full or holds aligned blocks, or this was its last (or only
  * a suspicious) block. A misuse found here leaves the page as it was. */
 void coral_heap_free_local(coral_page_t *page, void *p) {
-    if (page->slice_count == 0) {
-        coral_page_invalid_free(p, "in no page in use: double free?");
-        return;
-    }
-    coral_block_t *block = p;
-    if (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED)
-        block = (coral_block_t *)coral_page_block_start(page, p);
-    else if ((uint8_t *)p != coral_page_block_start(page, p)) {
-        coral_page_invalid_free(p, "inside a block, not its start");
-        return;
-    }
+    coral_block_t *block = coral_page_freed_block(page, p);
+    if (block == NULL) return;
     if (page->used == 0 || coral_page_freed_last(page, block)) {
         coral_misuse("double free detected: block %p of %zu bytes was already free", p,
                      page->block_size);

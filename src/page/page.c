@@ -447,19 +447,23 @@ void coral_page_push_remote(coral_page_t *page, coral_block_t *head, coral_block
     if (coral_unlikely(state == CORAL_DELAY_USE)) page_notify_owner(page);
 }
 
-void coral_page_free_remote(coral_page_t *page, void *p) {
+coral_block_t *coral_page_freed_block(const coral_page_t *page, void *p) {
     if (page->slice_count == 0) {
         coral_page_invalid_free(p, "in no page in use: double free?");
-        return;
+        return NULL;
     }
-    coral_block_t *block = p;
-    if (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED)
-        block = (coral_block_t *)coral_page_block_start(page, p);
-    else if (page->class_idx == CORAL_CLASS_LARGE && (uint8_t *)p != page->start) {
-        coral_page_invalid_free(p, "inside a large block, not its start");
-        return;
+    uint8_t *start = coral_page_block_start(page, p);
+    if (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED) return (coral_block_t *)start;
+    if ((uint8_t *)p != start) {
+        coral_page_invalid_free(p, "inside a block, not its start");
+        return NULL;
     }
-    coral_page_push_remote(page, block, block, 1);
+    return p;
+}
+
+void coral_page_free_remote(coral_page_t *page, void *p) {
+    coral_block_t *block = coral_page_freed_block(page, p);
+    if (block != NULL) coral_page_push_remote(page, block, block, 1);
 }
 
 /* A remote freer pushes its block (state FREEING) before it lists the page

@@ -237,6 +237,11 @@ bool coral_page_all_free(const coral_page_t *page);
 /* Any thread but the owner: push the chain head..tail of n blocks. */
 void coral_page_push_remote(coral_page_t *page, coral_block_t *head, coral_block_t *tail,
                             uint32_t n);
+/* The block a free of p (a pointer into the page) gives back: the block p
+ * points into when the page holds aligned blocks, else p, which must be a
+ * block's start. NULL, the misuse reported, for a page not in use or a
+ * pointer inside a block. Any thread (it reads what page init wrote). */
+coral_block_t *coral_page_freed_block(const coral_page_t *page, void *p);
 /* A free of block p (a pointer into a page of a normal segment) by a thread
  * that does not own it. */
 void coral_page_free_remote(coral_page_t *page, void *p);

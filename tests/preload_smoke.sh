@@ -50,6 +50,15 @@ probe() {
     fi
 }
 
+# ld_debug_lines FILE: an LD_DEBUG log, one binding per line. The threads
+# of a process write to the same log, and ld.so writes a line in pieces,
+# so one thread's binding can begin in the middle of another's line
+# ("... normal symbol `free'   9858:<tab>binding file ..."): each
+# "PID:<tab>binding file" starts a line of its own here.
+ld_debug_lines() {
+    sed -E 's/([^ ]) +([0-9]+:\tbinding file )/\1\n\2/g' "$1"
+}
+
 # check_bindings TAG PROGRAM_REGEX...: every process logged under TAG bound
 # its allocation functions to libcoralloc.so only, and processes whose
 # executable matches each PROGRAM_REGEX were among them.
@@ -75,12 +84,12 @@ check_bindings() {
             END {
                 for (i = 1; i <= n; i++)
                     if (bto[i] ~ /\.so(\.[0-9]+)*$/ || !good[bsym[i]]) print line[i]
-            }' "$f" | head -3)
+            }' <(ld_debug_lines "$f") | head -3)
         [ -z "$bad" ] || fail "$tag: allocation symbols bound elsewhere than coralloc in process log $(basename "$f"):
 $bad"
         if grep -qE "normal symbol \`malloc'" "$f"; then
             n=$((n + 1))
-            exe=$(grep -E "binding file [^ ]+ \[0\] to " "$f" |
+            exe=$(ld_debug_lines "$f" | grep -E "binding file [^ ]+ \[0\] to " |
                 sed -E 's/.*binding file ([^ ]+) \[0\].*/\1/' |
                 grep -v -E '\.so(\.[0-9]+)*$' | head -1)
             exes="$exes ${exe:-?}"

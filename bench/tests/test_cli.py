@@ -85,7 +85,7 @@ def test_alloc_not_a_shared_library(bindir: Path, tmp_path: Path) -> None:
 def test_copies_need_coralloc(bindir: Path) -> None:
     code, _, err = cli(["run", "--build-dir", str(bindir), "--workloads", "python",
                         "--allocs", "system", "--copies", "2", "--no-install"])
-    one_line_error(code, err, "--copies repeats coralloc")
+    one_line_error(code, err, "--copies repeats coralloc, which --allocs leaves out")
     code, _, err = cli(["run", "--copies", "0"])
     one_line_error(code, err, "--copies must be a positive integer")
 

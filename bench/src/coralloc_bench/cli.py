@@ -255,6 +255,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                          f"(rebuild: `make build`)")
     user_names = [s.partition("=")[0] for s in args.alloc]
     allocs_mod.check_names(args.allocs, user_names)
+    if args.copies and args.allocs and "coralloc" not in args.allocs.split(","):
+        raise BenchError("--copies repeats coralloc, which --allocs leaves out")
     install = not args.no_install
     missing_allocs: Dict[str, str] = {}
     found = allocs_mod.discover(args.coralloc_lib, args.alloc,

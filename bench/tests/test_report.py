@@ -189,3 +189,6 @@ def test_copies_are_the_noise_yardstick_not_peers() -> None:
     assert "| w | 1.30x | peer | yes |" in text
     assert "above 1.05x the fastest copy's on 1 of 1 workloads" in text
     assert "| w | 1.30x | coralloc-copy1 | yes |" in text
+    terminal = terminal_report(records, meta, "peer")
+    assert "above 1.05x the fastest peer's on 1 of 1 workloads" in terminal
+    assert "above 1.05x the fastest copy's on 1 of 1 workloads" in terminal

@@ -355,6 +355,9 @@ def terminal_report(records: Sequence[RunRecord], meta: Dict[str, object], basel
     workloads, allocs = layout(records, meta)
     parts = [render_text(build_table(METRIC_BY_KEY[m], cells, workloads, allocs, baseline))
              for m in metrics]
+    summary = best_peer_section(cells, workloads, allocs, meta, tables=False)
+    if summary:
+        parts.append("\n".join(summary))
     rtt = rtt_notes(records, limit=10)
     if len(rtt) > 1:
         parts.append(rtt[0] + ":\n" + "\n".join("  " + x for x in rtt[1:]))
@@ -414,29 +417,40 @@ def _gap_summary(who: str, against: str, gaps: Sequence[PeerGap], compared: int)
             "do not overlap (beyond noise).")
 
 
+def _best_peer_groups(allocs: Sequence[str], meta: Dict[str, object], subject: str
+                      ) -> List[Tuple[List[str], str]]:
+    """The subject's comparisons: with the peers, and with its copies when
+    the run has any (each with the label of its fastest member)."""
+    copied = copy_names(meta)
+    copies = [a for a in allocs if copied.get(a) == subject]
+    peers = [a for a in allocs if a != subject and a not in copied]
+    return [(g, label) for g, label in ((peers, "the fastest peer"),
+                                        (copies, "the fastest copy")) if g]
+
+
 def best_peer_section(cells: Dict[Tuple[str, str], Cell], workloads: Sequence[str],
                       allocs: Sequence[str], meta: Dict[str, object],
-                      subject: str = "coralloc") -> List[str]:
+                      subject: str = "coralloc", tables: bool = True) -> List[str]:
     """Markdown: the subject against the fastest peer of each workload, and,
     when the run has copies of the subject, against the fastest copy: what
-    noise alone gives on this machine with these repetitions (an A/A run)."""
+    noise alone gives on this machine with these repetitions (an A/A run).
+    Without tables, only the summary lines (the terminal report)."""
     if subject not in allocs:
         return []
-    copies = [a for a, orig in copy_names(meta).items() if orig == subject and a in allocs]
-    peers = [a for a in allocs if a != subject and a not in copy_names(meta)]
-    out = ["## Against the best peer", ""]
-    for who, group, label in ((subject, peers, "the fastest peer"),
-                              (subject, copies, "the fastest copy")):
-        if not group:
+    out = ["## Against the best peer", ""] if tables else []
+    for group, label in _best_peer_groups(allocs, meta, subject):
+        gaps, compared = best_peer_gaps(cells, workloads, subject, group)
+        out += [_gap_summary(subject, label, gaps, compared)]
+        if not tables:
             continue
-        gaps, compared = best_peer_gaps(cells, workloads, who, group)
-        out += [_gap_summary(who, label, gaps, compared), ""]
+        out.append("")
         if gaps:
             out += ["| workload | ratio | to | beyond noise |", "|---|---:|---|---|"]
             out += [f"| {g.workload} | {g.ratio:.2f}x | {g.peer} | "
                     f"{'yes' if g.beyond_noise else 'no'} |" for g in gaps]
             out.append("")
-    if copies:
+    copies = [a for a in allocs if copy_names(meta).get(a) == subject]
+    if copies and tables:
         out += [f"The copies ({', '.join(copies)}) are {subject}'s own library under other "
                 "names: a gap to them is noise, and their line above is the yardstick for "
                 "the peers' line.", ""]

@@ -73,17 +73,22 @@ void *coral_malloc_refill(size_t size, coral_heap_t *heap, bool zero) {
     return class_refill(heap, coral_size_class(size), size, zero);
 }
 
+/* A block of class cls (a set-up heap): from the first page of its queue,
+ * as the direct[] fast path pops, else through the refill. */
+CORAL_INLINE void *class_alloc(coral_heap_t *heap, unsigned cls, size_t size, bool zero) {
+    coral_page_t *page = coral_queue_first(heap, cls);
+    if (coral_unlikely(page == NULL || page->free == NULL))
+        return class_refill(heap, cls, size, zero);
+    return page_pop(heap, page, cls, size, zero);
+}
+
 /* The other sizes: above CORAL_DIRECT_MAX_SIZE (no direct[] entry: their
  * pop is here, from the first page of their class, as direct[] pages are;
  * it saves no register), large and huge sizes, a thread's first call. */
 void *coral_malloc_generic(size_t size, coral_heap_t *heap, bool zero) {
     if (coral_unlikely(heap == &coral_heap_empty)) return malloc_first(size, zero);
     if (size > CORAL_CLASS_MAX_SIZE) return coral_heap_malloc_large(heap, size, 0, zero);
-    unsigned cls = coral_size_class(size);
-    coral_page_t *page = coral_queue_first(heap, cls);
-    if (coral_unlikely(page == NULL || page->free == NULL))
-        return coral_malloc_refill(size, heap, zero);
-    return page_pop(heap, page, cls, size, zero);
+    return class_alloc(heap, coral_size_class(size), size, zero);
 }
 
 /* ---- free -------------------------------------------------------------------------- */
@@ -234,14 +239,6 @@ static void *valgrind_resized(void *p, size_t old_usable, void *q) {
 
 static void *aligned_plain(coral_heap_t *heap, size_t size, size_t alignment, bool zero);
 
-/* A block of twin class cls (page.h), for a request of size bytes aligned
- * to more than a skewed class is a multiple of. */
-static void *twin_alloc(coral_heap_t *heap, unsigned cls, size_t size, bool zero) {
-    coral_page_t *page = coral_queue_first(heap, cls);
-    if (page == NULL || page->free == NULL) return class_refill(heap, cls, size, zero);
-    return page_pop(heap, page, cls, size, zero);
-}
-
 /* Aligned allocation; alignment is a power of two. */
 void *coral_malloc_aligned_in(coral_heap_t *heap, size_t size, size_t alignment, bool zero) {
     if (alignment <= CORAL_ALIGNMENT) return coral_heap_alloc_inline(heap, size, zero);
@@ -271,9 +268,8 @@ static void *aligned_plain(coral_heap_t *heap, size_t size, size_t alignment, bo
         size_t rounded = (size + alignment - 1) & ~(alignment - 1);
         if (rounded <= CORAL_CLASS_MAX_SIZE) {
             unsigned cls = coral_size_class(rounded);
-            if ((coral_class_size(cls) & (alignment - 1)) == 0)
-                return coral_malloc_generic(rounded, heap, zero);
-            return twin_alloc(heap, coral_class_twin(cls), rounded, zero);
+            if ((coral_class_size(cls) & (alignment - 1)) != 0) cls = coral_class_twin(cls);
+            return class_alloc(heap, cls, rounded, zero);
         }
     }
     return coral_heap_malloc_large(heap, size, alignment, zero);

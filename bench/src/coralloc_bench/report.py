@@ -417,17 +417,6 @@ def _gap_summary(who: str, against: str, gaps: Sequence[PeerGap], compared: int)
             "do not overlap (beyond noise).")
 
 
-def _best_peer_groups(allocs: Sequence[str], meta: Dict[str, object], subject: str
-                      ) -> List[Tuple[List[str], str]]:
-    """The subject's comparisons: with the peers, and with its copies when
-    the run has any (each with the label of its fastest member)."""
-    copied = copy_names(meta)
-    copies = [a for a in allocs if copied.get(a) == subject]
-    peers = [a for a in allocs if a != subject and a not in copied]
-    return [(g, label) for g, label in ((peers, "the fastest peer"),
-                                        (copies, "the fastest copy")) if g]
-
-
 def best_peer_section(cells: Dict[Tuple[str, str], Cell], workloads: Sequence[str],
                       allocs: Sequence[str], meta: Dict[str, object],
                       subject: str = "coralloc", tables: bool = True) -> List[str]:
@@ -437,8 +426,13 @@ def best_peer_section(cells: Dict[Tuple[str, str], Cell], workloads: Sequence[st
     Without tables, only the summary lines (the terminal report)."""
     if subject not in allocs:
         return []
+    copied = copy_names(meta)
+    copies = [a for a in allocs if copied.get(a) == subject]
+    peers = [a for a in allocs if a != subject and a not in copied]
     out = ["## Against the best peer", ""] if tables else []
-    for group, label in _best_peer_groups(allocs, meta, subject):
+    for group, label in ((peers, "the fastest peer"), (copies, "the fastest copy")):
+        if not group:
+            continue
         gaps, compared = best_peer_gaps(cells, workloads, subject, group)
         out += [_gap_summary(subject, label, gaps, compared)]
         if not tables:
@@ -449,7 +443,6 @@ def best_peer_section(cells: Dict[Tuple[str, str], Cell], workloads: Sequence[st
             out += [f"| {g.workload} | {g.ratio:.2f}x | {g.peer} | "
                     f"{'yes' if g.beyond_noise else 'no'} |" for g in gaps]
             out.append("")
-    copies = [a for a in allocs if copy_names(meta).get(a) == subject]
     if copies and tables:
         out += [f"The copies ({', '.join(copies)}) are {subject}'s own library under other "
                 "names: a gap to them is noise, and their line above is the yardstick for "

@@ -51,8 +51,22 @@ CORAL_INLINE void *page_pop(coral_heap_t *heap, coral_page_t *page, unsigned cls
     return block;
 }
 
+static void *aligned_plain(coral_heap_t *heap, size_t size, size_t alignment, bool zero);
+
+/* A thread whose exit has begun: from the exit heap, under its lock
+ * (heap/thread.c). alignment 0: malloc's. */
+static CORAL_NOINLINE void *malloc_exiting(size_t size, size_t alignment, bool zero) {
+    coral_heap_t *heap = coral_exit_heap_acquire();
+    if (heap == NULL) return enomem();
+    void *p = alignment == 0 ? coral_malloc_generic(size, heap, zero)
+                             : aligned_plain(heap, size, alignment, zero);
+    coral_exit_heap_release();
+    return p;
+}
+
 /* A thread's first allocation: set it up. */
 static CORAL_NOINLINE void *malloc_first(size_t size, bool zero) {
+    if (coral_unlikely(coral_thread_exiting())) return malloc_exiting(size, 0, zero);
     coral_heap_t *heap = coral_heap_ready();
     if (heap == NULL) return enomem();
     return coral_malloc_generic(size, heap, zero);
@@ -237,8 +251,6 @@ static void *valgrind_resized(void *p, size_t old_usable, void *q) {
     return q;
 }
 
-static void *aligned_plain(coral_heap_t *heap, size_t size, size_t alignment, bool zero);
-
 /* Aligned allocation; alignment is a power of two. */
 void *coral_malloc_aligned_in(coral_heap_t *heap, size_t size, size_t alignment, bool zero) {
     if (alignment <= CORAL_ALIGNMENT) return coral_heap_alloc_inline(heap, size, zero);
@@ -254,7 +266,10 @@ void *coral_malloc_aligned_in(coral_heap_t *heap, size_t size, size_t alignment,
 static void *aligned_plain(coral_heap_t *heap, size_t size, size_t alignment, bool zero) {
     if (size > CORAL_MAX_REQUEST || alignment > CORAL_MAX_REQUEST) return enomem();
     if (size == 0) size = 1; /* rounds up to one alignment unit below */
-    if (heap == &coral_heap_empty && (heap = coral_heap_ready()) == NULL) return enomem();
+    if (heap == &coral_heap_empty) {
+        if (coral_unlikely(coral_thread_exiting())) return malloc_exiting(size, alignment, zero);
+        if ((heap = coral_heap_ready()) == NULL) return enomem();
+    }
     if (alignment <= CORAL_SLICE_SIZE) {
         /* Every block of a class whose size is a multiple of the alignment
          * is aligned (pages start on a 64 KiB boundary). The nominal size

@@ -100,11 +100,13 @@ static size_t take_from_page(coral_page_t *page, void **out, size_t want) {
 static size_t malloc_each(size_t size, size_t n, void **out) {
     coral_heap_t *heap = coral_tls_heap;
     if (size <= CORAL_CLASS_MAX_SIZE) {
-        /* The first block sets the thread up; the rest can be batched. */
+        /* The first block sets the thread up; the rest can be batched. (A
+         * thread past its exit stays without a heap: block by block.) */
         if ((out[0] = coral_malloc_generic(size, heap, false)) == NULL) return 0;
-        return 1 + coral_malloc_bulk(size, n - 1, out + 1);
+        if (coral_tls_heap != &coral_heap_empty) return 1 + coral_malloc_bulk(size, n - 1, out + 1);
+        heap = coral_tls_heap;
     }
-    size_t got = 0;
+    size_t got = size <= CORAL_CLASS_MAX_SIZE;
     while (got < n && (out[got] = coral_malloc_generic(size, heap, false)) != NULL) got++;
     return got;
 }

@@ -15,9 +15,28 @@ static coral_list_t registry;
 static uint64_t caches_flush_due(uint64_t now, bool force);
 static void cache_thread_exit(void);
 
-/* fork: the purger may hold the registry lock; the child must find it free. */
-static void registry_lock_take(void) { pthread_mutex_lock(&registry_lock); }
-static void registry_lock_drop(void) { pthread_mutex_unlock(&registry_lock); }
+/* Held by the purger from the moment it takes caches (their busy flag) until
+ * it has flushed them and given them back. A fork takes it first of all
+ * (coral_fork_hooks_set: before the lower layers' locks, which a flush
+ * takes), so the child never finds a cache taken by a purger it does not
+ * have: such a cache's busy flag would stay set, its blocks never flushed,
+ * and its thread would wait for it forever at exit. */
+static pthread_mutex_t flush_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void fork_prepare(void) {
+    pthread_mutex_lock(&flush_lock);
+    pthread_mutex_lock(&registry_lock);
+}
+
+static void fork_parent(void) {
+    pthread_mutex_unlock(&registry_lock);
+    pthread_mutex_unlock(&flush_lock);
+}
+
+static void fork_child(void) {
+    pthread_mutex_init(&registry_lock, NULL);
+    pthread_mutex_init(&flush_lock, NULL);
+}
 
 /* Set by the purger when it will look at the caches again (a cache held
  * blocks at its last look); cleared before each look. A bulk call that
@@ -56,7 +75,7 @@ static coral_bulk_cache_t *cache_create(void) {
     if (!atomic_exchange_explicit(&hooks_set, 1, memory_order_relaxed)) {
         coral_purge_stage_set(CORAL_PURGE_BLOCK_CACHES, caches_flush_due);
         coral_thread_exit_hook_set(cache_thread_exit);
-        pthread_atfork(registry_lock_take, registry_lock_drop, registry_lock_drop);
+        coral_fork_hooks_set(fork_prepare, fork_parent, fork_child);
     }
     pthread_mutex_lock(&registry_lock);
     coral_list_push_back(&registry, &s->registry_link);
@@ -242,6 +261,10 @@ static void cache_look(coral_bulk_cache_t *s, cache_look_t *look) {
 static uint64_t caches_flush_due(uint64_t now, bool force) {
     cache_look_t look = {
         .now = now, .delay = (uint64_t)coral_option(CORAL_OPT_PURGE_DELAY_MS), .force = force};
+    /* A flush in progress elsewhere, or in this very thread (a flush frees
+     * blocks, which may start the purge thread, whose creation allocates,
+     * and that allocation's slow path may run a pass): look again soon. */
+    if (pthread_mutex_trylock(&flush_lock) != 0) return now + 1;
     atomic_store_explicit(&cache_watched, 0, memory_order_seq_cst);
     pthread_mutex_lock(&registry_lock);
     for (coral_link_t *l = registry.first; l != NULL; l = l->next)
@@ -254,5 +277,6 @@ static uint64_t caches_flush_due(uint64_t now, bool force) {
         coral_bulk_cache_flush(look.take[i]);
         atomic_store_explicit(&look.take[i]->busy, 0, memory_order_release);
     }
+    pthread_mutex_unlock(&flush_lock);
     return look.next;
 }

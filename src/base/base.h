@@ -58,6 +58,23 @@
  * client requests apply to each block). */
 #define CORAL_BULK_BLOCKWISE (CORAL_SECURE || CORAL_VALGRIND)
 
+/* CORAL_TEST_HOOKS=1 (the hooks library the interleaving tests link): the
+ * test points of test_points.h call the hook a test set. Elsewhere they are
+ * nothing. */
+#include "base/test_points.h"
+#ifndef CORAL_TEST_HOOKS
+#define CORAL_TEST_HOOKS 0
+#endif
+#if CORAL_TEST_HOOKS
+extern _Atomic(coral_test_point_fn) coral_test_point_hook;
+static inline void coral_test_point(coral_test_point_t point, const void *object) {
+    coral_test_point_fn fn = atomic_load_explicit(&coral_test_point_hook, memory_order_acquire);
+    if (fn != NULL) fn((int)point, object);
+}
+#else
+#define coral_test_point(point, object) ((void)(point), (void)(object))
+#endif
+
 /* ---- platform ------------------------------------------------------------ */
 #define CORAL_OS_PAGE_SIZE ((size_t)4096)
 #define CORAL_CACHE_LINE 64

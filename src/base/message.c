@@ -56,3 +56,13 @@ uint64_t coral_clock_ms(void) {
 void coral_clock_advance(uint64_t ms) {
     atomic_fetch_add_explicit(&clock_skew_ms, ms, memory_order_relaxed);
 }
+
+#if CORAL_TEST_HOOKS
+/* The hook the test points call (test_points.h); set by a test. */
+_Atomic(coral_test_point_fn) coral_test_point_hook;
+
+void coral_test_point_set(coral_test_point_fn fn);
+void coral_test_point_set(coral_test_point_fn fn) {
+    atomic_store_explicit(&coral_test_point_hook, fn, memory_order_release);
+}
+#endif

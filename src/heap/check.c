@@ -92,6 +92,11 @@ static bool check_heap(check_t *c, coral_heap_t *heap) {
             if (full != (q == CORAL_QUEUE_FULL) || (!full && page->class_idx != q))
                 return fail(c, "a page is in the wrong queue", page);
             if (!check_span(c, seg, page)) return false;
+            /* A page in the full queue gets a notice with the first block
+             * freed into it: one with every block free and none pending is
+             * stranded there (nothing will ever move it back). */
+            if (full && coral_page_all_free(page) && !coral_page_notice_pending(page))
+                return fail(c, "an empty page is stranded in the full queue", page);
             if (page->class_idx != CORAL_CLASS_LARGE &&
                 (!check_owner_view(c, page) || !check_blocks(c, page)))
                 return false;

@@ -49,13 +49,17 @@ static void page_push_full(coral_heap_t *heap, coral_page_t *page) {
     queue_push_front(heap, CORAL_QUEUE_FULL, page);
 }
 
+static bool page_has_room(const coral_page_t *page) {
+    return page->free != NULL || page->capacity < page->reserved;
+}
+
 /* The page has no free block: park it in the full queue, where remote frees
  * notify the heap (delay state USE). Returns false, leaving the page where
  * it is, when a remote free arrived just before the state changed. */
 static bool page_try_full(coral_heap_t *heap, coral_page_t *page) {
     coral_page_set_delay(page, CORAL_DELAY_USE, false);
     coral_page_collect(page);
-    if (page->free != NULL) {
+    if (page_has_room(page)) {
         coral_page_set_delay(page, CORAL_DELAY_NONE, false);
         return false;
     }
@@ -250,18 +254,18 @@ static coral_page_t *page_new(coral_heap_t *heap, unsigned cls) {
     return page;
 }
 
-static bool page_has_room(const coral_page_t *page) {
-    return page->free != NULL || page->capacity < page->reserved;
-}
-
 /* Owner: take back the full pages other threads freed blocks into: collect
  * them, move them back to their class queues, release the empty ones. */
-static void delayed_pages_collect(coral_heap_t *heap) {
+void coral_heap_collect_delayed(coral_heap_t *heap) {
     if (atomic_load_explicit(&heap->owner.delayed_pages, memory_order_relaxed) == NULL) return;
     coral_page_t *page =
         atomic_exchange_explicit(&heap->owner.delayed_pages, NULL, memory_order_acquire);
     while (page != NULL) {
         coral_page_t *next = atomic_load_explicit(&page->delayed_next, memory_order_relaxed);
+        /* Its notifier may not have left FREEING yet: a retire below that
+         * still saw it would leave an empty page in the full queue, with no
+         * block left to notify again. */
+        coral_page_wait_notice_done(page);
         atomic_store_explicit(&page->delayed_listed, 0, memory_order_relaxed);
         if (page_collect_all_free(page))
             coral_heap_page_retire(page);
@@ -277,7 +281,7 @@ CORAL_INLINE coral_page_t *find_room(coral_heap_t *heap, unsigned cls) {
     /* First the pages other threads freed into: that empties delayed_pages,
      * so no page of the walk below is still listed there when it may be
      * made full (and listed again) by page_try_full. */
-    delayed_pages_collect(heap);
+    coral_heap_collect_delayed(heap);
     coral_page_t *page = coral_queue_first(heap, cls);
     while (page != NULL) {
         coral_page_t *next = coral_list_entry(page->link.next, coral_page_t, link);
@@ -366,7 +370,7 @@ coral_heap_t *coral_heap_create(void) {
 }
 
 void coral_heap_collect(coral_heap_t *heap, bool release_empty) {
-    delayed_pages_collect(heap);
+    coral_heap_collect_delayed(heap);
     for (unsigned q = 0; q < CORAL_QUEUE_COUNT; q++) {
         coral_page_t *page = coral_queue_first(heap, q);
         while (page != NULL) {
@@ -406,12 +410,12 @@ void coral_heap_abandon(coral_heap_t *heap) {
     }
     for (size_t w = 0; w < CORAL_DIRECT_COUNT; w++) heap->direct[w] = &coral_page_empty;
     /* A user heap's huge blocks outlive it: they stop pointing at it. */
-    pthread_mutex_lock(&heap->huge_lock);
+    coral_huge_lists_lock();
     for (coral_link_t *l = heap->huge_blocks.first; l != NULL; l = l->next)
         atomic_store_explicit(&coral_container_of(l, coral_segment_t, link)->pages[0].owner, NULL,
                               memory_order_relaxed);
     heap->huge_blocks.first = heap->huge_blocks.last = NULL;
-    pthread_mutex_unlock(&heap->huge_lock);
+    coral_huge_lists_unlock();
 }
 
 /* Free every page of the heap, live blocks and all, in time proportional
@@ -429,14 +433,18 @@ static void heap_release_all(coral_heap_t *heap) {
             if (CORAL_VALGRIND) coral_page_valgrind_forget(coral_queue_first(heap, q));
             page_release(coral_queue_first(heap, q));
         }
-    pthread_mutex_lock(&heap->huge_lock);
+    /* The blocks are detached (owner NULL) under the lock: a free of one in
+     * flight then finds it detached and leaves the (gone) list alone. */
+    coral_huge_lists_lock();
     coral_link_t *l = heap->huge_blocks.first;
+    for (coral_link_t *e = l; e != NULL; e = e->next)
+        atomic_store_explicit(&coral_container_of(e, coral_segment_t, link)->pages[0].owner, NULL,
+                              memory_order_relaxed);
     heap->huge_blocks.first = heap->huge_blocks.last = NULL;
-    pthread_mutex_unlock(&heap->huge_lock);
+    coral_huge_lists_unlock();
     while (l != NULL) {
         coral_link_t *next = l->next;
         coral_segment_t *seg = coral_container_of(l, coral_segment_t, link);
-        atomic_store_explicit(&seg->pages[0].owner, NULL, memory_order_relaxed);
         CORAL_VG(VALGRIND_FREELIKE_BLOCK(seg->pages[0].start, 0));
         coral_huge_release(seg);
         l = next;
@@ -460,10 +468,8 @@ void coral_heap_free_all(coral_heap_t *heap, bool keep) {
  * page is either on delayed_pages already or never will be: then its free
  * blocks stay on thread_free until a collect of the whole heap (a leak at
  * worst, never a double use); the state goes back to NONE so the owner does
- * not wait for it forever. A user heap's huge_lock may have been held by
- * such a thread too. */
+ * not wait for it forever. */
 void coral_heap_after_fork_child(coral_heap_t *heap) {
-    pthread_mutex_init(&heap->huge_lock, NULL);
     for (unsigned q = 0; q < CORAL_QUEUE_COUNT; q++) {
         for (coral_link_t *l = heap->queues[q].first; l != NULL; l = l->next) {
             coral_page_t *page = coral_container_of(l, coral_page_t, link);

@@ -10,7 +10,8 @@
  *
  * Everything here runs on the heap's owner thread, except what the page
  * layer's remote-free protocol does (owner.delayed_pages) and the huge-block
- * list of a user heap (any thread's free unlinks one, under huge_lock). */
+ * list of a user heap (any thread's free unlinks one, under the one
+ * huge-list lock of large.c). */
 #ifndef CORAL_HEAP_H
 #define CORAL_HEAP_H
 
@@ -49,8 +50,10 @@ struct coral_heap_s {
     bool is_default;                        /* the thread's own heap */
     uint32_t heartbeat;                     /* slow-path calls, for periodic work */
     /* A user heap's huge blocks (through seg->link), for coral_heap_destroy:
-     * any thread's free unlinks one, hence the lock. */
-    pthread_mutex_t huge_lock;
+     * any thread's free unlinks one, hence a lock. It is one lock for every
+     * heap's list (coral_huge_lists_lock), not one in the heap: a free reads
+     * the block's owner under it, and a heap struct can be gone (its thread
+     * exited) and made another heap between that read and the locking. */
     coral_list_t huge_blocks;
     coral_link_t registry_link; /* every live heap (thread.c), under its lock */
     coral_link_t thread_link;   /* in thread->heaps; next also links the free pool */
@@ -93,14 +96,25 @@ extern __thread coral_heap_t *coral_tls_heap __attribute__((tls_model("initial-e
 extern coral_heap_t coral_heap_empty;
 
 /* Set up the calling thread (and the process on its first call); its heap,
- * or NULL when the OS has no memory. */
+ * or NULL when the OS has no memory or the thread's exit has begun. */
 coral_heap_t *coral_thread_init(void);
+/* The calling thread's exit has begun (its heaps are abandoned): it
+ * allocates from the exit heap (thread.c). */
+bool coral_thread_exiting(void);
+/* The process-wide heap of exiting threads, locked (NULL: no memory, not
+ * locked); every use ends with coral_exit_heap_release. */
+coral_heap_t *coral_exit_heap_acquire(void);
+void coral_exit_heap_release(void);
 /* The process set up (options read), without allocating. */
 void coral_process_init(void);
 /* Called at the start of a thread's exit, before its heaps are abandoned
  * (the api layer's bulk cache gives its blocks back there). */
 typedef void (*coral_thread_exit_fn)(void);
 void coral_thread_exit_hook_set(coral_thread_exit_fn fn);
+/* The layer above's fork handlers: prepare runs first of all (before any
+ * lock of the layers below is taken), parent and child last. */
+typedef void (*coral_fork_fn)(void);
+void coral_fork_hooks_set(coral_fork_fn prepare, coral_fork_fn parent, coral_fork_fn child);
 /* A heap struct from the pool (zeroed, registered), or NULL; back to it. */
 coral_heap_t *coral_heap_pool_get(void);
 void coral_heap_pool_put(coral_heap_t *heap);
@@ -127,6 +141,10 @@ CORAL_INLINE void coral_heap_periodic_work(coral_heap_t *heap) {
 coral_page_t *coral_heap_find_room(coral_heap_t *heap, unsigned cls);
 /* The same, with a block on its free list. */
 coral_page_t *coral_heap_find_page(coral_heap_t *heap, unsigned cls);
+/* Take back the pages other threads' frees gave space again (the heap's
+ * delayed_pages): back to their class queues, the empty ones released.
+ * Every allocation slow path calls it, whatever the size. */
+void coral_heap_collect_delayed(coral_heap_t *heap);
 /* Collect every page (page layer); release_empty: release the pages whose
  * blocks are all free. */
 void coral_heap_collect(coral_heap_t *heap, bool release_empty);
@@ -175,6 +193,12 @@ size_t coral_huge_usable(coral_segment_t *seg, const void *p);
  * request of size bytes (its usable size is the difference). */
 size_t coral_huge_block_end(size_t offset, size_t size);
 void coral_huge_free(coral_segment_t *seg);
+/* The lock of every user heap's huge-block list and of the huge blocks'
+ * owner field (pages[0].owner of a huge segment): held by whoever links,
+ * unlinks or detaches one. A fork takes it (thread.c). */
+void coral_huge_lists_lock(void);
+void coral_huge_lists_unlock(void);
+void coral_huge_lists_postfork_child(void);
 void coral_huge_release(coral_segment_t *seg);
 
 #endif /* CORAL_HEAP_H */

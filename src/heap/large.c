@@ -21,6 +21,15 @@
 
 static size_t align_up(size_t x, size_t a) { return (x + a - 1) & ~(a - 1); }
 
+/* Every user heap's huge-block list, and the owner field of every huge
+ * block (heap.h). Held only around list and owner updates and a huge
+ * block's move (mremap), never while waiting for another lock. */
+static pthread_mutex_t huge_lists_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void coral_huge_lists_lock(void) { pthread_mutex_lock(&huge_lists_lock); }
+void coral_huge_lists_unlock(void) { pthread_mutex_unlock(&huge_lists_lock); }
+void coral_huge_lists_postfork_child(void) { pthread_mutex_init(&huge_lists_lock, NULL); }
+
 static void *huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool zero);
 
 /* The secure build: the last huge blocks freed (their mappings made
@@ -156,6 +165,11 @@ void *coral_heap_malloc_large(coral_heap_t *heap, size_t size, size_t alignment,
     }
     /* A span starts on a slice boundary, so only alignments above the slice
      * size need room to move the block up. */
+    /* The slow path's work, as a class refill does it: a thread that only
+     * allocates large blocks takes back those other threads freed (their
+     * pages wait on delayed_pages), so it reuses their spans. */
+    coral_heap_periodic_work(heap);
+    coral_heap_collect_delayed(heap);
     size_t extra = alignment > CORAL_SLICE_SIZE ? alignment - CORAL_SLICE_SIZE : 0;
     /* (The secure build ends the span with a guard page.) */
     extra += CORAL_GUARD_SIZE;
@@ -347,12 +361,12 @@ static void *huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool 
     if (zero && got.dirty > offset)
         memset(page->start, 0, got.dirty - offset < size ? got.dirty - offset : size);
     /* A user heap keeps a list of its huge blocks, for coral_heap_destroy. */
-    bool tracked = !heap->is_default;
-    atomic_store_explicit(&page->owner, tracked ? &heap->owner : NULL, memory_order_relaxed);
-    if (tracked) {
-        pthread_mutex_lock(&heap->huge_lock);
+    atomic_store_explicit(&page->owner, NULL, memory_order_relaxed);
+    if (!heap->is_default) {
+        coral_huge_lists_lock();
+        atomic_store_explicit(&page->owner, &heap->owner, memory_order_relaxed);
         coral_list_push_front(&heap->huge_blocks, &seg->link);
-        pthread_mutex_unlock(&heap->huge_lock);
+        coral_huge_lists_unlock();
     }
     return page->start;
 }
@@ -385,11 +399,19 @@ void coral_huge_free(coral_segment_t *seg) {
         coral_misuse("double free detected: huge block %p was already free", (void *)page->start);
         return;
     }
-    coral_heap_t *heap = coral_page_heap(page);
-    if (heap != NULL) { /* a user heap's: off its list */
-        pthread_mutex_lock(&heap->huge_lock);
-        coral_list_remove(&heap->huge_blocks, &seg->link);
-        pthread_mutex_unlock(&heap->huge_lock);
+    /* A user heap's block: off its list. (An owner found NULL without the
+     * lock stays NULL: it is set only before the block is handed out.) The
+     * owner is read again under the lock:
+     * the heap's thread may be exiting (which detaches its blocks under
+     * it), and its struct then made another heap. */
+    if (atomic_load_explicit(&page->owner, memory_order_relaxed) != NULL) {
+        coral_test_point(CORAL_TP_HUGE_FREE_UNLOCKED, seg);
+        coral_huge_lists_lock();
+        coral_test_point(CORAL_TP_HUGE_LIST_LOCKED, seg);
+        coral_heap_t *heap = coral_page_heap(page);
+        if (heap != NULL) coral_list_remove(&heap->huge_blocks, &seg->link);
+        atomic_store_explicit(&page->owner, NULL, memory_order_relaxed);
+        coral_huge_lists_unlock();
     }
     coral_purger_start_ahead((int64_t)seg->huge_dirty);
     coral_huge_release(seg);
@@ -422,13 +444,15 @@ static void huge_shrink(coral_segment_t *seg, size_t total) {
  * address: it is relinked under the heap's lock, which a free of another of
  * its blocks takes to unlink that one. */
 static coral_segment_t *huge_move(coral_segment_t *seg, coral_segment_t *to, size_t old) {
-    coral_heap_t *heap = coral_page_heap(&seg->pages[0]);
-    if (heap != NULL) pthread_mutex_lock(&heap->huge_lock);
+    bool tracked = atomic_load_explicit(&seg->pages[0].owner, memory_order_relaxed) != NULL;
+    if (tracked) coral_huge_lists_lock();
     coral_segment_map_set(seg, old, false);
     coral_os_move(seg, to, old, true, CORAL_SEGMENT_SIZE);
-    if (heap != NULL) {
-        coral_list_relink(&heap->huge_blocks, &to->link);
-        pthread_mutex_unlock(&heap->huge_lock);
+    if (tracked) {
+        /* Re-read under the lock: the heap's thread may have detached it. */
+        coral_heap_t *heap = coral_page_heap(&to->pages[0]);
+        if (heap != NULL) coral_list_relink(&heap->huge_blocks, &to->link);
+        coral_huge_lists_unlock();
     }
     return to;
 }

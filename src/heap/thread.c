@@ -67,7 +67,6 @@ coral_heap_t *coral_heap_pool_get(void) {
     }
     if (heap) {
         memset(heap, 0, sizeof *heap);
-        pthread_mutex_init(&heap->huge_lock, NULL);
         coral_list_push_front(&heaps_live, &heap->registry_link);
     }
     pthread_mutex_unlock(&heap_pool_lock);
@@ -84,16 +83,48 @@ void coral_heap_pool_put(coral_heap_t *heap) {
 }
 
 /* ---- fork -------------------------------------------------------------------------------
- * The child has one thread (the forking one); every lock must be free in it.
- * The locks are taken in this order (and released in reverse): the
- * purger's, the heap pool's, the abandoned segments' and the segment
- * registry's, the segment cache's, the reclaimer's and the orphan list's.
- * The other threads' heaps stay as they were: their blocks remain valid and
- * can be freed (as remote frees) in the child. */
+ * The child has one thread (the forking one); every lock must be free in it,
+ * and nothing may be left half done by a thread that the child does not
+ * have. The prepare handler takes, in this order (released in reverse):
+ *   1. the layer above's (coral_fork_hooks_set: the bulk caches' flush
+ *      lock, so no purger flush of a cache is in progress);
+ *   2. the exit heap's (allocations of threads past their exit);
+ *      then the purger's lock (no purge pass starts or signals);
+ *   3. the heap pool's (heap structs handed out or back);
+ *   4. the huge-block list lock (user heaps' huge blocks: allocated, freed,
+ *      moved by mremap, detached at a thread's exit);
+ *   5. the abandoned segments' and the segment registry's (adoption,
+ *      abandonment, the purger's span locks are taken under the registry);
+ *   6. the segment cache's;
+ *   7. the reclaimer's and the orphan list's (no orphan half purged).
+ * Locks that a thread takes without waiting (a segment's span_lock, the
+ * try-lock of its slices) are not taken: the child frees them all
+ * (coral_segment_locks_postfork). The other threads' heaps stay as they
+ * were: their blocks remain valid and can be freed (as remote frees) in the
+ * child. */
+
+static _Atomic(coral_fork_fn) fork_hook_prepare, fork_hook_parent, fork_hook_child;
+
+void coral_fork_hooks_set(coral_fork_fn prepare, coral_fork_fn parent, coral_fork_fn child) {
+    atomic_store_explicit(&fork_hook_parent, parent, memory_order_relaxed);
+    atomic_store_explicit(&fork_hook_child, child, memory_order_relaxed);
+    atomic_store_explicit(&fork_hook_prepare, prepare, memory_order_release);
+}
+
+static void fork_hook_run(_Atomic(coral_fork_fn) *hook) {
+    coral_fork_fn fn = atomic_load_explicit(hook, memory_order_acquire);
+    if (fn != NULL) fn();
+}
+
+static pthread_mutex_t exit_heap_lock;
 
 static void fork_prepare(void) {
+    coral_test_point(CORAL_TP_FORK_PREPARE, NULL);
+    fork_hook_run(&fork_hook_prepare);
+    pthread_mutex_lock(&exit_heap_lock);
     coral_purger_prefork();
     pthread_mutex_lock(&heap_pool_lock);
+    coral_huge_lists_lock();
     coral_segment_locks_prefork();
     coral_segment_cache_prefork();
     coral_orphans_prefork();
@@ -102,15 +133,24 @@ static void fork_prepare(void) {
 static void fork_unlock(bool child) {
     coral_orphans_postfork(child);
     coral_segment_cache_postfork();
-    coral_segment_locks_postfork();
+    coral_segment_locks_postfork(child);
+    if (child)
+        coral_huge_lists_postfork_child();
+    else
+        coral_huge_lists_unlock();
     pthread_mutex_unlock(&heap_pool_lock);
     coral_purger_postfork(child);
+    pthread_mutex_unlock(&exit_heap_lock);
 }
 
-static void fork_parent(void) { fork_unlock(false); }
+static void fork_parent(void) {
+    fork_unlock(false);
+    fork_hook_run(&fork_hook_parent);
+}
 
 static void fork_child(void) {
     fork_unlock(true);
+    fork_hook_run(&fork_hook_child);
     coral_heap_t *heap = coral_tls_heap;
     if (heap == &coral_heap_empty) return;
     for (coral_link_t *l = heap->thread->heaps.first; l != NULL; l = l->next)
@@ -154,9 +194,51 @@ void coral_thread_exit_hook_set(coral_thread_exit_fn fn) {
     atomic_store_explicit(&thread_exit_hook, fn, memory_order_release);
 }
 
+/* ---- the exit heap --------------------------------------------------------------------
+ * A thread whose exit has begun (thread_done ran and abandoned its heaps)
+ * may still allocate: later pthread key destructors, C++ thread_local
+ * destructors, the purge thread's creation. It must not get a heap of its
+ * own again: glibc runs key destructors a bounded number of rounds (4), so
+ * a heap made in the last one would never be abandoned, keeping every
+ * segment it took, with the dead thread's id on its pages. So from the
+ * start of thread_done on, the thread's coral_tls_heap stays the empty heap
+ * (every allocation takes the slow path) and its allocations come from one
+ * process-wide heap, under exit_heap_lock (recursive: a slow path may start
+ * the purge thread, whose creation allocates on the same thread, at the
+ * safe point where a thread's own heap allows it too). Its segments carry
+ * a thread id that no thread has (the address of exit_heap), so every free
+ * of its blocks, by any thread, is a remote free, which the heap takes back
+ * when it next allocates. It is never abandoned. */
+static pthread_mutex_t exit_heap_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static coral_heap_t *exit_heap; /* under exit_heap_lock; made on first use */
+static __thread bool coral_tls_exiting __attribute__((tls_model("initial-exec")));
+
+bool coral_thread_exiting(void) { return coral_tls_exiting; }
+
+coral_heap_t *coral_exit_heap_acquire(void) {
+    pthread_mutex_lock(&exit_heap_lock);
+    if (exit_heap != NULL) return exit_heap;
+    coral_heap_t *heap = coral_heap_pool_get();
+    if (heap == NULL) {
+        pthread_mutex_unlock(&exit_heap_lock);
+        return NULL;
+    }
+    coral_thread_t *thread = &heap->thread_storage;
+    thread->segments.thread_id = (uintptr_t)&exit_heap;
+    thread->heap_default = heap;
+    coral_list_push_front(&thread->heaps, &heap->thread_link);
+    coral_heap_init(heap, thread);
+    heap->is_default = true;
+    exit_heap = heap;
+    return heap;
+}
+
+void coral_exit_heap_release(void) { pthread_mutex_unlock(&exit_heap_lock); }
+
 /* ---- threads ----------------------------------------------------------------------------- */
 
 coral_heap_t *coral_thread_init(void) {
+    if (coral_tls_exiting) return NULL; /* the exit heap serves it */
     coral_process_init();
     coral_heap_t *heap = coral_heap_pool_get();
     if (heap == NULL) return NULL;
@@ -181,6 +263,12 @@ static void thread_done(void *value) {
     coral_heap_t *heap = value;
     if (heap == NULL || heap != coral_tls_heap) return;
     coral_thread_t *thread = heap->thread;
+    /* From here on the thread allocates from the exit heap, also inside
+     * what follows (the exit hook frees, abandonment may start the purge
+     * thread): nothing can make a page of the heaps being abandoned. Frees
+     * still find the thread's own pages by its id. */
+    coral_tls_exiting = true;
+    coral_tls_heap = &coral_heap_empty;
     /* The exit hook first (the bulk cache: its blocks go back to pages the
      * thread still owns). */
     coral_thread_exit_fn hook = atomic_load_explicit(&thread_exit_hook, memory_order_acquire);
@@ -188,15 +276,17 @@ static void thread_done(void *value) {
     for (coral_link_t *l = thread->heaps.first; l != NULL; l = l->next)
         coral_heap_abandon(coral_container_of(l, coral_heap_t, thread_link));
     coral_segments_abandon(&thread->segments);
-    coral_tls_heap = &coral_heap_empty;
     coral_link_t *l = thread->heaps.first;
     while (l != NULL) {
         coral_link_t *next = l->next;
         coral_heap_t *h = coral_container_of(l, coral_heap_t, thread_link);
+        /* A user heap's handle stops working (coral_heap_*: a clear error). */
+        h->thread = NULL;
         if (h != heap) coral_heap_pool_put(h);
         l = next;
     }
     coral_heap_pool_put(heap); /* last: it holds the thread's state */
     coral_count(&coral_counters.threads, -1);
+    coral_purger_thread_exiting();
     coral_purger_start_if_wanted();
 }

@@ -148,6 +148,10 @@ void coral_purger_start_if_wanted(void);
 /* A free is about to leave `bytes` to purge: start the purge thread before
  * they are free if they will make it wanted (same rule: no lock held). */
 void coral_purger_start_ahead(int64_t bytes);
+/* A program thread is exiting (its heap is being abandoned): the purge
+ * thread watches for the moment no program thread is left, and then ends
+ * the process as the last thread's exit would have (purge.c). */
+void coral_purger_thread_exiting(void);
 void coral_purger_prefork(void);
 void coral_purger_postfork(bool child);
 

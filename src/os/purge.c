@@ -23,11 +23,29 @@
  * notification is never lost, and the futex wake (a system call) happens
  * only on the idle -> busy transition. A new purge is never due earlier than
  * the ones already pending (its delay starts now), so a sleeping thread need
- * not be woken for it. */
+ * not be woken for it.
+ *
+ * The process's end: POSIX ends a process when its last thread ends, and
+ * glibc does so by counting its threads, the purge thread among them. So
+ * when every program thread has ended with pthread_exit (main's included),
+ * the purge thread would keep the process alive forever (it blocks every
+ * signal). Each exiting program thread tells it (coral_purger_thread_exiting);
+ * for a while after that it looks every EXIT_WATCH_STEP_MS at the process's
+ * threads (/proc/self/task, read with no allocation), and when it is the
+ * only one not ended it calls exit(0), as glibc would have for the last
+ * thread. A program whose last thread never allocated (so never told it)
+ * is not seen: the purge thread starts only after 1 MiB was freed, which
+ * such a thread has not done. */
 #define _GNU_SOURCE
+#include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "os/os.h"
 
@@ -46,6 +64,12 @@ static _Atomic(uint64_t) next_tick_ms; /* throttles purging from slow paths */
 static _Atomic(int64_t) purge_backlog; /* bytes waiting to be purged (an estimate) */
 
 #define PURGER_START_BACKLOG ((int64_t)1 << 20)
+
+/* After a program thread's exit notice, the purge thread looks for the
+ * process's last thread every EXIT_WATCH_STEP_MS, for EXIT_WATCH_MS. */
+#define EXIT_WATCH_STEP_MS 5
+#define EXIT_WATCH_MS 2000
+static _Atomic(uint64_t) exit_watch_until_ms; /* coral_clock_ms; 0: not watching */
 
 /* The stages of a pass (coral_purge_stage_set). Set once each, by the
  * layer that owns what they purge, before it has anything to purge. */
@@ -78,38 +102,141 @@ static void purger_cond_init(void) {
     pthread_cond_init(&pass_cond, NULL);
 }
 
-/* Under purger_lock: sleep until `due` (coral_clock_ms), or until a test
- * asks for a pass now (coral_purge_wait_pass). Notifications wake the wait
- * too, harmlessly: nothing new is due before `due`. */
-static void wait_until_due(uint64_t due) {
-    while (!purger_test_wake) {
+/* Under purger_lock: wait on the condition variable until `due`
+ * (coral_clock_ms) at the latest. */
+static void timed_wait_until(uint64_t due) {
+    uint64_t now = coral_clock_ms();
+    if (due <= now) return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t ns = (uint64_t)ts.tv_nsec + (due - now) % 1000 * 1000000u;
+    ts.tv_sec += (time_t)((due - now) / 1000 + ns / 1000000000u);
+    ts.tv_nsec = (long)(ns % 1000000000u);
+    pthread_cond_timedwait(&purger_cond, &purger_lock, &ts);
+}
+
+/* Whether the task `tid` (of this process) has ended: its state in
+ * /proc/self/task/TID/stat is Z (an ended thread group leader stays listed
+ * as a zombie until the whole process ends) or X. A task that cannot be
+ * read has ended too. */
+static bool task_ended(const char *tid) {
+    char path[64] = "/proc/self/task/", buf[512];
+    size_t n = strlen(path), t = strlen(tid);
+    if (n + t + sizeof "/stat" > sizeof path) return false;
+    memcpy(path + n, tid, t);
+    memcpy(path + n + t, "/stat", sizeof "/stat");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return true;
+    ssize_t got = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (got <= 0) return true;
+    buf[got] = 0;
+    const char *paren = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+    if (paren == NULL || paren[1] != ' ') return false;
+    return paren[2] == 'Z' || paren[2] == 'X';
+}
+
+struct linux_dirent64_s {
+    uint64_t ino;
+    int64_t off;
+    unsigned short reclen;
+    unsigned char type;
+    char name[];
+};
+
+/* Whether the calling thread is the only one of the process not ended.
+ * False when /proc cannot tell. Allocates nothing (getdents64 into a
+ * buffer on the stack). */
+static bool only_thread_left(void) {
+    int fd = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return false;
+    char self[24];
+    long me = syscall(SYS_gettid);
+    int len = 0;
+    char digits[24];
+    do digits[len++] = (char)('0' + me % 10);
+    while ((me /= 10) > 0);
+    for (int i = 0; i < len; i++) self[i] = digits[len - 1 - i];
+    self[len] = 0;
+    char buf[1024] __attribute__((aligned(8)));
+    bool alone = true, any = false;
+    long n;
+    while (alone && (n = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0) {
+        for (long off = 0; off < n && alone;) {
+            const struct linux_dirent64_s *d = (const void *)(buf + off);
+            off += d->reclen;
+            if (d->name[0] == '.') continue;
+            any = true;
+            if (strcmp(d->name, self) != 0 && !task_ended(d->name)) alone = false;
+        }
+    }
+    close(fd);
+    return alone && any;
+}
+
+/* No program thread is left: end the process as its last thread's exit
+ * would have (glibc calls exit(0) then). */
+static void purger_end_process_if_last(void) {
+    if (!only_thread_left()) return;
+    coral_test_point(CORAL_TP_PURGER_LAST_THREAD, NULL);
+    exit(0);
+}
+
+void coral_purger_thread_exiting(void) {
+    if (atomic_load_explicit(&purger_state, memory_order_acquire) != PURGER_RUNNING) return;
+    atomic_store_explicit(&exit_watch_until_ms, coral_clock_ms() + EXIT_WATCH_MS,
+                          memory_order_relaxed);
+    pthread_mutex_lock(&purger_lock);
+    pthread_cond_signal(&purger_cond);
+    pthread_mutex_unlock(&purger_lock);
+}
+
+/* Under purger_lock: sleep until a pass is due (true: `next`, the
+ * earliest purge due, has come; or, when none is due, something new is
+ * pending; or a test asks for a pass), or until the next look for the
+ * process's last thread (false). Notifications wake the wait harmlessly
+ * while a purge is due: nothing new is due before it. */
+static bool purger_sleep(uint64_t next) {
+    for (;;) {
+        if (purger_test_wake) return true;
+        if (next == 0 && atomic_load_explicit(&purger_pending, memory_order_seq_cst)) return true;
         uint64_t now = coral_clock_ms();
-        if (due <= now) return;
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        uint64_t ns = (uint64_t)ts.tv_nsec + (due - now) % 1000 * 1000000u;
-        ts.tv_sec += (time_t)((due - now) / 1000 + ns / 1000000000u);
-        ts.tv_nsec = (long)(ns % 1000000000u);
-        pthread_cond_timedwait(&purger_cond, &purger_lock, &ts);
+        if (next != 0 && next <= now) return true;
+        uint64_t until = atomic_load_explicit(&exit_watch_until_ms, memory_order_relaxed);
+        if (until != 0 && now >= until) {
+            atomic_store_explicit(&exit_watch_until_ms, 0, memory_order_relaxed);
+            until = 0;
+        }
+        uint64_t look = until != 0 ? now + EXIT_WATCH_STEP_MS : 0, wake = next;
+        if (look != 0 && (wake == 0 || look < wake)) wake = look;
+        if (wake == 0)
+            pthread_cond_wait(&purger_cond, &purger_lock);
+        else
+            timed_wait_until(wake);
+        if (look != 0 && coral_clock_ms() >= look) return false;
     }
 }
 
 static void *purger_main(void *arg) {
     (void)arg;
+    uint64_t next = 0;
+    bool pass = true;
     for (;;) {
-        atomic_store_explicit(&purger_pending, 0, memory_order_seq_cst);
-        uint64_t next = purge_pass(false);
+        if (pass) {
+            atomic_store_explicit(&purger_pending, 0, memory_order_seq_cst);
+            next = purge_pass(false);
+        }
+        if (atomic_load_explicit(&exit_watch_until_ms, memory_order_relaxed) != 0)
+            purger_end_process_if_last();
         pthread_mutex_lock(&purger_lock);
-        /* A test that asked for a pass during this one asks again when it
-         * sees it counted (coral_purge_wait_pass loops). */
-        purger_test_wake = false;
-        purger_passes++;
-        pthread_cond_broadcast(&pass_cond);
-        if (next != 0)
-            wait_until_due(next);
-        else
-            while (!atomic_load_explicit(&purger_pending, memory_order_seq_cst))
-                pthread_cond_wait(&purger_cond, &purger_lock);
+        if (pass) {
+            /* A test that asked for a pass during this one asks again when
+             * it sees it counted (coral_purge_wait_pass loops). */
+            purger_test_wake = false;
+            purger_passes++;
+            pthread_cond_broadcast(&pass_cond);
+        }
+        pass = purger_sleep(next);
         pthread_mutex_unlock(&purger_lock);
     }
     return NULL;
@@ -231,4 +358,5 @@ void coral_purger_postfork(bool child) {
     if (state == PURGER_RUNNING || state == PURGER_STARTING)
         atomic_store_explicit(&purger_state, PURGER_OFF, memory_order_relaxed);
     atomic_store_explicit(&purger_pending, 0, memory_order_relaxed);
+    atomic_store_explicit(&exit_watch_until_ms, 0, memory_order_relaxed);
 }

@@ -333,15 +333,32 @@ void coral_page_collect(coral_page_t *page) {
 
 /* Owner: set the delay state (see the protocol above). A page in state NEVER
  * keeps it unless override_never. */
+/* Owner: wait while a remote freer is telling the owner (state FREEING):
+ * a few steps of that freer (page_notify_owner), but it may be preempted,
+ * or run at a lower priority on this CPU, so the wait yields. Returns the
+ * word seen once the state is another. */
+static uintptr_t wait_not_freeing(coral_page_t *page, uintptr_t tf) {
+    unsigned spins = 0;
+    while ((tf & CORAL_DELAY_MASK) == CORAL_DELAY_FREEING) {
+        if (spins == 0) coral_test_point(CORAL_TP_WAIT_FREEING, page);
+        if (++spins < 64)
+            coral_spin_pause();
+        else
+            sched_yield();
+        tf = atomic_load_explicit(&page->thread_free, memory_order_acquire);
+    }
+    return tf;
+}
+
+void coral_page_wait_notice_done(coral_page_t *page) {
+    (void)wait_not_freeing(page, atomic_load_explicit(&page->thread_free, memory_order_acquire));
+}
+
 void coral_page_set_delay(coral_page_t *page, uintptr_t state, bool override_never) {
     uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
     for (;;) {
+        tf = wait_not_freeing(page, tf);
         uintptr_t now = tf & CORAL_DELAY_MASK;
-        if (now == CORAL_DELAY_FREEING) { /* a remote push to the heap: short */
-            coral_spin_pause();
-            tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
-            continue;
-        }
         if (now == state || (now == CORAL_DELAY_NEVER && !override_never)) return;
         if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf,
                                                   (tf & ~CORAL_DELAY_MASK) | state,
@@ -386,6 +403,7 @@ static void page_notify_owner(coral_page_t *page) {
         atomic_store_explicit(&page->delayed_next, head, memory_order_relaxed);
     } while (!atomic_compare_exchange_weak_explicit(&owner->delayed_pages, &head, page,
                                                     memory_order_release, memory_order_relaxed));
+    coral_test_point(CORAL_TP_NOTIFY_PUSHED, page);
     uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
     while (!atomic_compare_exchange_weak_explicit(&page->thread_free, &tf,
                                                   (tf & ~CORAL_DELAY_MASK) | CORAL_DELAY_NONE,
@@ -481,12 +499,33 @@ size_t coral_page_blocks_bytes(const coral_page_t *page, size_t block_size) {
     return span / block_size * block_size;
 }
 
+/* Whoever releases a page takes whatever is left on its thread_free (a
+ * destroyed heap's page may hold the blocks other threads freed into it),
+ * waiting first for a purge in progress (BUSY). A purger that unlisted the
+ * page as an orphan but has not claimed it yet then finds a count below
+ * `reserved`, and its claim fails: no purge can start on a page once it is
+ * released, whose span may hold another page's live blocks next. */
+static void thread_free_seal(coral_page_t *page) {
+    uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_acquire);
+    for (;;) {
+        if (tf & CORAL_TF_BUSY) {
+            coral_page_wait_not_busy(page);
+            tf = atomic_load_explicit(&page->thread_free, memory_order_acquire);
+            continue;
+        }
+        if ((tf & ~CORAL_DELAY_MASK) == 0) return;
+        if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, tf & CORAL_DELAY_MASK,
+                                                  memory_order_acq_rel, memory_order_acquire))
+            return;
+    }
+}
+
 void coral_page_release_span(coral_page_t *page) {
     /* A page released with blocks on its thread_free (coral_heap_destroy)
      * may be an orphan, or being purged by the purger: neither may outlive
      * it. */
     coral_orphan_forget(page);
-    coral_page_wait_not_busy(page);
+    thread_free_seal(page);
     /* A large block placed on clean memory: how much of it the program
      * wrote tells the adaptive populate policy about big blocks. */
     if (page->class_idx == CORAL_CLASS_LARGE && page->is_fresh && coral_populate_adaptive())

@@ -252,6 +252,10 @@ void coral_page_set_delay(coral_page_t *page, uintptr_t state, bool override_nev
 bool coral_page_notice_pending(coral_page_t *page);
 /* Until the purger has returned a claimed page's memory. */
 void coral_page_wait_not_busy(coral_page_t *page);
+/* Owner: a page taken off delayed_pages was pushed there by a remote freer
+ * that may still be in state FREEING: wait until it has left it, so that
+ * coral_page_notice_pending tells only of notices still to come. */
+void coral_page_wait_notice_done(coral_page_t *page);
 /* A free of p that is a misuse: "free(): invalid pointer p (why)"
  * (coral_misuse: the caller then leaves p alone). */
 CORAL_COLD void coral_page_invalid_free(const void *p, const char *why);

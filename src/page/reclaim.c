@@ -115,12 +115,15 @@ static bool orphan_claim(coral_page_t *page) {
 /* Return a claimed page's whole span to the OS (it becomes zero), then let
  * its owner have it back. */
 static void orphan_purge(coral_page_t *page) {
+    coral_test_point(CORAL_TP_ORPHAN_PURGING, page);
     coral_segment_t *seg = coral_ptr_segment(page);
     uint8_t *span = coral_segment_base(seg) + (size_t)(page - seg->pages) * CORAL_SLICE_SIZE;
     size_t size = (size_t)page->slice_count * CORAL_SLICE_SIZE;
     /* The owner takes the page back as zero memory: made so by hand when
-     * the kernel refused. */
-    if (!coral_os_purge(span, size)) memset(span, 0, size);
+     * the kernel refused, over the blocks only (a large page's span ends
+     * with the secure build's guard page, which is not accessible). */
+    if (!coral_os_purge(span, size))
+        memset(page->start, 0, coral_page_blocks_bytes(page, page->block_size));
     coral_count(&coral_counters.orphans_reclaimed, 1);
     coral_count(&coral_counters.orphan_bytes_reclaimed, (int64_t)size);
     atomic_fetch_and_explicit(&page->thread_free, ~CORAL_TF_BUSY, memory_order_release);
@@ -147,6 +150,7 @@ static uint64_t orphans_reclaim_due(uint64_t now, bool force) {
                 break;
             }
             orphan_unlink(page);
+            coral_test_point(CORAL_TP_ORPHAN_UNLISTED, page);
             if (orphan_claim(page)) claimed[n++] = page;
         }
         bool more = orphans.first != NULL && next_due == 0;

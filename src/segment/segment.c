@@ -84,8 +84,16 @@ static void span_unlock(coral_segment_t *seg) {
     atomic_store_explicit(&seg->span_lock, 0, memory_order_release);
 }
 
-/* Owner: slices were freed; they may be purged after the purge delay. */
+/* Owner: slices were freed (used_slices stored); they may be purged after
+ * the purge delay. A store-load pair against the purger's: the owner stores
+ * used_slices then loads purge_due_ms, the purger stores purge_due_ms = 0
+ * then loads used_slices (segments_purge_due). With a full fence between
+ * each side's store and load, at least one of them sees the other's store:
+ * either this call sees 0 and schedules the segment again, or the purger's
+ * pass sees the freed slices and purges them. Without the fences both
+ * could read the old values, leaving free dirty slices with no purge due. */
 static void segment_mark_purgeable(coral_segment_t *seg) {
+    atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load_explicit(&seg->purge_due_ms, memory_order_relaxed) != 0) return;
     uint64_t due = coral_clock_ms() + (uint64_t)coral_option(CORAL_OPT_PURGE_DELAY_MS);
     atomic_store_explicit(&seg->purge_due_ms, due, memory_order_relaxed);
@@ -110,6 +118,11 @@ static void segment_purge_free(coral_segment_t *seg) {
     }
     atomic_store_explicit(&seg->dirty_slices, dirty & ~purge, memory_order_relaxed);
     backlog_add_slices(purge, -1);
+    /* What the kernel refused stays dirty: due again after the delay. */
+    if ((dirty & ~used & ~(uint64_t)1) != purge) {
+        uint64_t due = coral_clock_ms() + (uint64_t)coral_option(CORAL_OPT_PURGE_DELAY_MS);
+        atomic_store_explicit(&seg->purge_due_ms, due, memory_order_relaxed);
+    }
 }
 
 /* Purge every registered segment whose purge is due (all that have free
@@ -126,6 +139,7 @@ static uint64_t segments_purge_due(uint64_t now, bool force) {
             /* Cleared before reading used_slices: a page freed from here on
              * marks the segment again. */
             atomic_store_explicit(&seg->purge_due_ms, 0, memory_order_relaxed);
+            atomic_thread_fence(memory_order_seq_cst); /* segment_mark_purgeable */
             segment_purge_free(seg);
             span_unlock(seg);
             continue;
@@ -457,7 +471,14 @@ void coral_segment_locks_prefork(void) {
     pthread_mutex_lock(&registry_lock);
 }
 
-void coral_segment_locks_postfork(void) {
+/* In the child, every span lock is free: a thread that held one at the
+ * fork (taking slices of its own segment) does not exist there, and the
+ * child's purger would find that segment busy forever. (The purger's own
+ * span locks are taken under registry_lock, which the fork holds.) */
+void coral_segment_locks_postfork(bool child) {
+    if (child)
+        for (coral_link_t *l = registry.first; l != NULL; l = l->next)
+            span_unlock(coral_container_of(l, coral_segment_t, registry_link));
     pthread_mutex_unlock(&registry_lock);
     pthread_mutex_unlock(&abandoned_lock);
 }

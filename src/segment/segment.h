@@ -347,6 +347,6 @@ coral_segment_t *coral_segment_adopt_next(coral_thread_segments_t *ts);
  * in use of an adopted segment, starting from NULL. */
 coral_page_t *coral_segment_next_span(coral_segment_t *seg, coral_page_t *page);
 void coral_segment_locks_prefork(void);
-void coral_segment_locks_postfork(void);
+void coral_segment_locks_postfork(bool child);
 
 #endif /* CORAL_SEGMENT_H */

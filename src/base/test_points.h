@@ -1,0 +1,41 @@
+/* Test points: named places inside the allocator's concurrency protocols
+ * where a test can hold a thread, so that it drives one exact interleaving
+ * (a window between two steps) instead of hoping for it.
+ *
+ * Only the hooks library (CMake target coralloc_api_hooks, built with
+ * CORAL_TEST_HOOKS=1, linked by the interleaving tests) calls them: in the
+ * release, secure and sanitizer libraries coral_test_point() is nothing.
+ * The hook runs on the thread at the point, with the object the point is
+ * about (a page, a segment, a heap); it may block that thread until the
+ * test lets it go. A test sets it with coral_test_point_set (tests/hooks.h).
+ *
+ * Included by base.h; tests include it for the names. */
+#ifndef CORAL_TEST_POINTS_H
+#define CORAL_TEST_POINTS_H
+
+typedef enum coral_test_point_e {
+    /* reclaim.c: the purger unlisted an orphan page and has not claimed it yet */
+    CORAL_TP_ORPHAN_UNLISTED,
+    /* reclaim.c: the purger claimed an orphan page and is about to purge it */
+    CORAL_TP_ORPHAN_PURGING,
+    /* page.c: a remote freer pushed a full page on its owner's delayed_pages
+     * and has not left state FREEING yet */
+    CORAL_TP_NOTIFY_PUSHED,
+    /* page.c: an owner waits for a remote freer to leave state FREEING */
+    CORAL_TP_WAIT_FREEING,
+    /* large.c: a free of a user heap's huge block, before it takes the
+     * huge-block list lock */
+    CORAL_TP_HUGE_FREE_UNLOCKED,
+    /* large.c: the same free, holding the huge-block list lock */
+    CORAL_TP_HUGE_LIST_LOCKED,
+    /* thread.c: the fork's prepare handler starts (before any lock) */
+    CORAL_TP_FORK_PREPARE,
+    /* purge.c: the purge thread found no program thread left and is about
+     * to end the process */
+    CORAL_TP_PURGER_LAST_THREAD,
+    CORAL_TP_COUNT
+} coral_test_point_t;
+
+typedef void (*coral_test_point_fn)(int point, const void *object);
+
+#endif /* CORAL_TEST_POINTS_H */

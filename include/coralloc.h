@@ -40,6 +40,13 @@ CORAL_API void *coral_reallocarray(void *p, size_t n, size_t size);
 CORAL_API int coral_posix_memalign(void **out, size_t alignment, size_t size);
 CORAL_API CORAL_MALLOC_ATTR void *coral_aligned_alloc(size_t alignment, size_t size);
 CORAL_API CORAL_MALLOC_ATTR void *coral_memalign(size_t alignment, size_t size);
+/* aligned_alloc of n * size bytes, zeroed as calloc zeroes them: memory
+ * fresh from the OS is not written, so it stays out of the resident set
+ * until used (the secure build, libcoralloc-secure.so, writes the zeros of
+ * every aligned block, after its checks). NULL and EINVAL for an alignment
+ * that is not a power of two, NULL and ENOMEM when n * size overflows or
+ * memory runs out. */
+CORAL_API CORAL_MALLOC_ATTR void *coral_aligned_calloc(size_t alignment, size_t n, size_t size);
 CORAL_API CORAL_MALLOC_ATTR void *coral_valloc(size_t size);
 CORAL_API CORAL_MALLOC_ATTR void *coral_pvalloc(size_t size);
 CORAL_API size_t coral_malloc_usable_size(const void *p);

@@ -1,14 +1,17 @@
 /* coralloc: run a command with coralloc preloaded, and list its options.
  *
- *   coralloc run [--secure] [--stats] [--option KEY=VALUE]... -- COMMAND [ARGS...]
- *   coralloc options [--option KEY=VALUE]...
- *   coralloc --version | --help
+ *   coralloc run [--secure] [--stats] [--option KEY=VALUE | --option=KEY=VALUE]... [--]
+ *                COMMAND [ARGS...]
+ *   coralloc options [--option KEY=VALUE | --option=KEY=VALUE]...
+ *   coralloc --version
+ *   coralloc --help | -h | help
  *
  * The library is found relative to this program's own file (so the same
  * binary works from the build tree, where both sit in one folder, and from an
  * install, bin/ beside lib/): CORAL_REL_LIBDIR is the path from the command's
  * folder to the library's, set by the build. Bad arguments: one line on
- * stderr, exit status 2. See coralloc(1).
+ * stderr, exit status 2; what it cannot write to stdout: one line, status 1.
+ * See coralloc(1).
  */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -21,6 +24,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "coralloc.h"
@@ -32,20 +38,27 @@
 #define STR(x) STR2(x)
 #define SONAME_SUFFIX ".so." STR(CORALLOC_VERSION_MAJOR)
 
-enum { EXIT_USAGE = 2, EXIT_CANNOT_RUN = 127 };
+enum { EXIT_WRITE_ERROR = 1, EXIT_USAGE = 2, EXIT_CANNOT_EXECUTE = 126, EXIT_CANNOT_RUN = 127 };
 
+/* The first four lines are the SYNOPSIS of coralloc(1), word for word
+ * (check_docs.py synopsis compares them). */
 static const char usage[] =
-    "usage: coralloc run [--secure] [--stats] [--option KEY=VALUE]... -- COMMAND [ARGS...]\n"
-    "       coralloc options [--option KEY=VALUE]...\n"
-    "       coralloc --version | --help\n"
+    "usage: coralloc run [--secure] [--stats] [--option KEY=VALUE | --option=KEY=VALUE]... [--] "
+    "COMMAND [ARGS...]\n"
+    "       coralloc options [--option KEY=VALUE | --option=KEY=VALUE]...\n"
+    "       coralloc --version\n"
+    "       coralloc --help | -h | help\n"
     "\n"
-    "  run       run COMMAND with libcoralloc.so preloaded (LD_PRELOAD); every process\n"
-    "            it starts uses coralloc too\n"
+    "  run       run COMMAND with libcoralloc.so preloaded (LD_PRELOAD), and the\n"
+    "            processes it starts, except setuid/setgid programs (ld.so drops\n"
+    "            the preload; coralloc run warns for COMMAND) and static binaries;\n"
+    "            \"--\" is needed only before a COMMAND that starts with '-'\n"
     "  options   list every option: name, default, accepted values, value in force\n"
     "\n"
     "  --secure             preload the secure build (libcoralloc-secure.so)\n"
     "  --stats              each process prints coralloc's statistics to stderr at exit\n"
-    "                       (CORALLOC_SHOW_STATS=1)\n"
+    "                       (CORALLOC_SHOW_STATS=1); nothing from a process that has\n"
+    "                       closed its stderr by then\n"
     "  --option KEY=VALUE   set option CORALLOC_KEY (KEY with or without the CORALLOC_\n"
     "                       prefix, any case); checked before the command runs\n"
     "\n"
@@ -114,9 +127,9 @@ static void library_open(library_t *lib, const char *stem) {
         char dir[PATH_MAX];
         self_dir(dir, sizeof dir);
         if (strcmp(stem, "libcoralloc-secure") == 0)
-            usage_error("--secure: the secure build (libcoralloc-secure.so) is not installed "
-                        "beside %s",
-                        dir);
+            usage_error("--secure: the secure build (libcoralloc-secure.so) is not installed: "
+                        "not in %s nor in %s/%s",
+                        dir, dir, CORAL_REL_LIBDIR);
         fprintf(stderr, "coralloc: cannot find %s.so in %s or %s/%s\n", stem, dir, dir,
                 CORAL_REL_LIBDIR);
         exit(EXIT_CANNOT_RUN);
@@ -136,6 +149,16 @@ static void library_open(library_t *lib, const char *stem) {
 
 /* ---- options ----------------------------------------------------------------------------- */
 
+/* argv[*i] as "--option KEY=VALUE" (then *i moves to the value) or
+ * "--option=KEY=VALUE": the KEY=VALUE text; NULL when it is neither. */
+static const char *option_arg(int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    if (strncmp(a, "--option=", 9) == 0) return a + 9;
+    if (strcmp(a, "--option") != 0) return NULL;
+    if (*i + 1 >= argc) usage_error("--option wants KEY=VALUE");
+    return argv[++*i];
+}
+
 /* "KEY=VALUE" from --option: checked against the library's table (unknown key
  * or bad value: exit 2), then set as CORALLOC_KEY=VALUE. */
 static void option_apply(const library_t *lib, const char *arg) {
@@ -146,8 +169,7 @@ static void option_apply(const library_t *lib, const char *arg) {
     size_t klen = (size_t)(eq - arg);
     if (klen > 9 && strncasecmp(k, "CORALLOC_", 9) == 0) k += 9, klen -= 9;
     if (klen + 10 > sizeof key) usage_error("unknown option '%.*s'", (int)(eq - arg), arg);
-    for (size_t i = 0; i < klen; i++)
-        key[9 + i] = (char)toupper((unsigned char)k[i]);
+    for (size_t i = 0; i < klen; i++) key[9 + i] = (char)toupper((unsigned char)k[i]);
     key[9 + klen] = '\0';
     long long value;
     coral_option_info_t info;
@@ -175,8 +197,7 @@ static void print_accepted(const coral_option_info_t *o, char *buf, size_t cap) 
 
 static void value_text(const coral_option_info_t *o, long long v, char *buf, size_t cap) {
     size_t count = 0;
-    while (o->names != NULL && o->names[count] != NULL)
-        count++;
+    while (o->names != NULL && o->names[count] != NULL) count++;
     if (v >= 0 && (size_t)v < count)
         snprintf(buf, cap, "%s", o->names[v]);
     else
@@ -187,12 +208,9 @@ static int cmd_options(int argc, char **argv) {
     library_t lib = {0};
     library_open(&lib, "libcoralloc");
     for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--option") == 0 && i + 1 < argc)
-            option_apply(&lib, argv[++i]);
-        else if (strncmp(argv[i], "--option=", 9) == 0)
-            option_apply(&lib, argv[i] + 9);
-        else
-            usage_error("options: unexpected argument '%s'", argv[i]);
+        const char *kv = option_arg(argc, argv, &i);
+        if (kv == NULL) usage_error("options: unexpected argument '%s'", argv[i]);
+        option_apply(&lib, kv);
     }
     /* The options were read by dlopen's first call, before --option set them:
      * the value in force is what the environment says now. */
@@ -215,10 +233,72 @@ static int cmd_options(int argc, char **argv) {
 
 /* ---- run --------------------------------------------------------------------------------- */
 
+/* LD_PRELOAD = the library, then the user's LD_PRELOAD if any, however long:
+ * too long for the kernel, execve says so (E2BIG), in one line. */
+static void preload_set(const char *lib_path) {
+    const char *old = getenv("LD_PRELOAD");
+    char *value = NULL;
+    if (old != NULL && old[0] != '\0' && asprintf(&value, "%s:%s", lib_path, old) < 0) {
+        fprintf(stderr, "coralloc: cannot build LD_PRELOAD: %s\n", strerror(errno));
+        exit(EXIT_CANNOT_RUN);
+    }
+    if (setenv("LD_PRELOAD", value != NULL ? value : lib_path, 1) != 0) {
+        fprintf(stderr, "coralloc: cannot set LD_PRELOAD: %s\n", strerror(errno));
+        exit(EXIT_CANNOT_RUN);
+    }
+    free(value);
+}
+
+/* The file execvp would run for `command` (searched in PATH when it has no
+ * slash), into out; false if none is found. */
+static bool command_file(const char *command, char *out, size_t cap) {
+    if (strchr(command, '/') != NULL) return snprintf(out, cap, "%s", command) < (int)cap;
+    const char *path = getenv("PATH");
+    if (path == NULL) path = "/bin:/usr/bin"; /* execvp's default */
+    for (const char *dir = path;; dir = strchr(dir, ':') + 1) {
+        size_t len = strcspn(dir, ":");
+        int n = len ? snprintf(out, cap, "%.*s/%s", (int)len, dir, command)
+                    : snprintf(out, cap, "./%s", command); /* an empty entry: "." */
+        struct stat st;
+        if (n > 0 && n < (int)cap && stat(out, &st) == 0 && S_ISREG(st.st_mode) &&
+            access(out, X_OK) == 0)
+            return true;
+        if (dir[len] == '\0') return false;
+    }
+}
+
+/* Why running `file` puts ld.so in secure-execution mode (AT_SECURE),
+ * where it ignores LD_PRELOAD and removes it from the environment: a
+ * setuid or setgid file that changes this process's user or group (on a
+ * file system that honours the bits), or one with file capabilities; NULL
+ * when it does not. */
+static const char *secure_mode_reason(const char *file) {
+    struct stat st;
+    struct statvfs fs;
+    if (stat(file, &st) != 0) return NULL;
+    if (statvfs(file, &fs) == 0 && (fs.f_flag & ST_NOSUID)) return NULL;
+    if ((st.st_mode & S_ISUID) && st.st_uid != getuid()) return "setuid";
+    if ((st.st_mode & S_ISGID) && (st.st_mode & S_IXGRP) && st.st_gid != getgid()) return "setgid";
+    if (getuid() != 0 && getxattr(file, "security.capability", NULL, 0) > 0)
+        return "given file capabilities";
+    return NULL;
+}
+
+/* One line on stderr when the preload will be dropped; the command runs. */
+static void warn_if_secure_mode(const char *command) {
+    char file[PATH_MAX];
+    const char *why;
+    if (command_file(command, file, sizeof file) && (why = secure_mode_reason(file)) != NULL)
+        fprintf(stderr,
+                "coralloc: warning: %s is %s: ld.so ignores LD_PRELOAD for it, so neither "
+                "it nor the processes it starts use coralloc\n",
+                file, why);
+}
+
 static int cmd_run(int argc, char **argv) {
     bool secure = false, stats = false;
     int i = 0;
-    const char *opts[256];
+    const char *opts[256], *kv;
     int nopts = 0;
     for (; i < argc; i++) {
         const char *a = argv[i];
@@ -229,25 +309,21 @@ static int cmd_run(int argc, char **argv) {
             secure = true;
         } else if (strcmp(a, "--stats") == 0) {
             stats = true;
-        } else if (strcmp(a, "--option") == 0) {
-            if (i + 1 >= argc) usage_error("--option wants KEY=VALUE");
+        } else if ((kv = option_arg(argc, argv, &i)) != NULL) {
             if (nopts == 256) usage_error("too many --option");
-            opts[nopts++] = argv[++i];
-        } else if (strncmp(a, "--option=", 9) == 0) {
-            if (nopts == 256) usage_error("too many --option");
-            opts[nopts++] = a + 9;
+            opts[nopts++] = kv;
         } else if (a[0] == '-') {
             usage_error("run: unknown flag '%s'", a);
         } else {
             break; /* the command, without "--" */
         }
     }
-    if (i >= argc) usage_error("run: no command given (coralloc run [flags] -- COMMAND ARGS...)");
+    if (i >= argc)
+        usage_error("run: no command given (coralloc run [flags] [--] COMMAND [ARGS...])");
 
     library_t lib = {0};
     library_open(&lib, secure ? "libcoralloc-secure" : "libcoralloc");
-    for (int k = 0; k < nopts; k++)
-        option_apply(&lib, opts[k]);
+    for (int k = 0; k < nopts; k++) option_apply(&lib, opts[k]);
     if (stats && setenv("CORALLOC_SHOW_STATS", "1", 1) != 0)
         usage_error("cannot set CORALLOC_SHOW_STATS: %s", strerror(errno));
 
@@ -259,23 +335,35 @@ static int cmd_run(int argc, char **argv) {
                 lib.path);
         return EXIT_CANNOT_RUN;
     }
-    const char *old = getenv("LD_PRELOAD");
-    char preload[PATH_MAX * 2];
-    if (old != NULL && old[0] != '\0')
-        snprintf(preload, sizeof preload, "%s:%s", lib.path, old);
-    else
-        snprintf(preload, sizeof preload, "%s", lib.path);
-    setenv("LD_PRELOAD", preload, 1);
+    preload_set(lib.path);
+    warn_if_secure_mode(argv[i]);
 
     execvp(argv[i], argv + i);
-    fprintf(stderr, "coralloc: cannot run %s: %s\n", argv[i], strerror(errno));
-    return errno == ENOENT ? EXIT_CANNOT_RUN : 126;
+    int err = errno; /* before fprintf, which may fail (a closed stderr) */
+    fprintf(stderr, "coralloc: cannot run %s: %s\n", argv[i], strerror(err));
+    return err == ENOENT ? EXIT_CANNOT_RUN : EXIT_CANNOT_EXECUTE;
+}
+
+/* At exit: output that could not be written (a full disk, a closed
+ * stdout) is an error, one line and status 1, never a silent success. */
+static void stdout_check_at_exit(void) {
+    errno = 0;
+    bool flushed = fflush(stdout) == 0;
+    if (flushed && !ferror(stdout)) return;
+    int err = flushed ? 0 : errno; /* else an earlier write's error, errno long gone */
+    fprintf(stderr, "coralloc: cannot write to standard output: %s\n",
+            err != 0 ? strerror(err) : "write error");
+    _exit(EXIT_WRITE_ERROR);
 }
 
 int main(int argc, char **argv) {
+    atexit(stdout_check_at_exit);
     if (argc < 2) usage_error("no command given");
     const char *cmd = argv[1];
-    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+    bool help = strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0;
+    if ((help || strcmp(cmd, "--version") == 0) && argc > 2)
+        usage_error("%s: unexpected argument '%s'", cmd, argv[2]);
+    if (help) {
         fputs(usage, stdout);
         return 0;
     }

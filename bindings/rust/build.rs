@@ -1,9 +1,14 @@
 //! Compiles coralloc's C sources into a static library with the `cc` crate:
 //! every `*.c` under the repository's `src/`, found by walking the folder (so
 //! the build follows the sources when they move between layer folders), with
-//! `include/`, `src/` and every folder under `src/` as include paths, and the
-//! library flags of CMakeLists.txt (hidden visibility, initial-exec TLS,
-//! always optimised: a debug Rust build still gets a fast allocator).
+//! `include/`, `src/` and every folder under `src/` as include paths, and
+//! these flags: `-O3 -DNDEBUG` always (a debug Rust build still gets a fast
+//! allocator), hidden visibility and initial-exec TLS as CMakeLists.txt
+//! builds the library, and `-fno-plt` where the compiler has it, which
+//! CMakeLists.txt leaves out on purpose (the shared library binds its libc
+//! calls lazily, for the start-up of every process that preloads it): here
+//! the C code's calls into libc go through the GOT, bound when the program
+//! starts.
 //!
 //! `override.c` (the `malloc`/`free` symbols) is left out unless the feature
 //! `override` asks for it: a Rust program that picks `Coralloc` as its

@@ -314,6 +314,18 @@ void *coral_memalign(size_t alignment, size_t size) {
 
 void *coral_aligned_alloc(size_t alignment, size_t size) { return coral_memalign(alignment, size); }
 
+/* Zeroed like calloc: memory known to be fresh from the OS (zero) is not
+ * cleared again, so a large block costs no resident memory until written. */
+void *coral_aligned_calloc(size_t alignment, size_t n, size_t size) {
+    size_t total;
+    if (__builtin_mul_overflow(n, size, &total)) return enomem();
+    if (!is_power_of_two(alignment)) {
+        errno = EINVAL;
+        return NULL;
+    }
+    return coral_malloc_aligned_in(coral_tls_heap, total, alignment, true);
+}
+
 void *coral_valloc(size_t size) {
     return coral_malloc_aligned_in(coral_tls_heap, size, CORAL_OS_PAGE_SIZE, false);
 }

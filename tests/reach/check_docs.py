@@ -11,6 +11,9 @@
       (it must exit 0); a ```cmake block is built as CMakeLists.txt with the
       C/C++ blocks before it in the same file as main.c / main.cpp. (```rust
       blocks are doctests of bindings/rust: cargo test runs them.)
+  check_docs.py synopsis SRC_DIR CORALLOC_CMD
+      the SYNOPSIS of docs/man/coralloc.1, as groff renders it, is the
+      usage of `coralloc --help` (its first paragraph), line for line.
 Exit 0: consistent; 1: not; 77: a tool is missing (skipped).
 """
 import os
@@ -155,10 +158,32 @@ def check_examples(src, build, cmake):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def check_synopsis(src, cmd):
+    if shutil.which("groff") is None:
+        print("SKIP: groff is not installed")
+        sys.exit(SKIP)
+    man = os.path.join(src, "docs", "man", "coralloc.1")
+    page = subprocess.run(["groff", "-man", "-Tascii", "-P-cbou", "-rLL=300n", man],
+                          capture_output=True, text=True, check=True).stdout
+    m = re.search(r"^SYNOPSIS\n(.*?)\n(?=\S)", page, re.M | re.S)
+    if m is None:
+        fail(f"{man}: no SYNOPSIS section in groff's rendering")
+    synopsis = [" ".join(line.split()) for line in m.group(1).splitlines() if line.strip()]
+    help_text = subprocess.run([cmd, "--help"], capture_output=True, text=True, check=True).stdout
+    usage = [" ".join(line.split()) for line in help_text.split("\n\n")[0].splitlines()]
+    usage[0] = usage[0].removeprefix("usage: ")
+    if synopsis != usage:
+        fail("coralloc(1)'s SYNOPSIS is not `coralloc --help`'s usage:\n  man:  " +
+             "\n        ".join(synopsis) + "\n  help: " + "\n        ".join(usage))
+    print(f"coralloc(1) SYNOPSIS: the {len(usage)} lines of the usage")
+
+
 def main():
     what, src, cmd = sys.argv[1], sys.argv[2], sys.argv[3]
     if what == "options":
         check_options(src, cmd)
+    elif what == "synopsis":
+        check_synopsis(src, cmd)
     elif what == "examples":
         check_examples(src, sys.argv[4], sys.argv[5])
     else:

@@ -39,8 +39,19 @@ case $CASE in
 help)
     run --help
     [ "$status" = 0 ] || fail "exit $status"
-    grep -q '^usage: coralloc run \[--secure\] \[--stats\] \[--option KEY=VALUE\]\.\.\. -- COMMAND' \
+    grep -q '^usage: coralloc run \[--secure\] \[--stats\] \[--option KEY=VALUE | --option=KEY=VALUE\]\.\.\. \[--\] COMMAND' \
         "$TMP/out" || fail "no usage line: $out"
+    ;;
+help_forms)
+    # -h and help say what --help says; none of them takes an argument.
+    run --help
+    want=$out
+    for form in -h help; do
+        run "$form"
+        [ "$status" = 0 ] && [ "$out" = "$want" ] || fail "coralloc $form: exit $status, out: $out"
+    done
+    usage_error "unexpected argument 'run'" --help run
+    usage_error "unexpected argument 'x'" --version x
     ;;
 version)
     run --version
@@ -52,6 +63,10 @@ no_args) usage_error "no command given" ;;
 unknown_command) usage_error "unknown command 'frobnicate'" frobnicate ;;
 run_no_command) usage_error "no command given" run --stats -- ;;
 run_unknown_flag) usage_error "unknown flag '--bogus'" run --bogus -- true ;;
+option_no_value)
+    usage_error "^coralloc: --option wants KEY=VALUE" options --option
+    usage_error "^coralloc: --option wants KEY=VALUE" run --option
+    ;;
 option_bad_form) usage_error "wants KEY=VALUE, not 'PURGE_DELAY_MS'" run --option PURGE_DELAY_MS -- true ;;
 option_unknown) usage_error "unknown option 'NO_SUCH'" run --option NO_SUCH=1 -- true ;;
 option_bad_value)
@@ -60,10 +75,12 @@ option_bad_value)
     [ ! -e "$TMP/ran" ] || fail "the command ran despite the bad option"
     ;;
 secure_missing)
-    # A copy of the command where no library lies beside it.
+    # A copy of the command where no library lies beside it: both folders
+    # it looked in are named.
     cp "$CMD" "$TMP/coralloc"
     CMD="$TMP/coralloc"
-    usage_error "secure build (libcoralloc-secure.so) is not installed" run --secure -- touch "$TMP/ran"
+    usage_error "secure build (libcoralloc-secure.so) is not installed: not in $TMP nor in $TMP/" \
+        run --secure -- touch "$TMP/ran"
     [ ! -e "$TMP/ran" ] || fail "the command ran without the secure build"
     ;;
 secure_preloads)
@@ -88,6 +105,25 @@ run_keeps_preload)
     LD_PRELOAD=/nonexistent/other.so run run -- sh -c 'printf %s "$LD_PRELOAD"'
     [ "$out" = "$LIB:/nonexistent/other.so" ] || fail "LD_PRELOAD in the command: '$out'"
     ;;
+run_long_preload)
+    # A user's LD_PRELOAD of 12,000 characters arrives whole, after the
+    # library (an 8 KiB buffer once cut it mid-path). The library again,
+    # then empty entries (ld.so skips them): ld.so has nothing to complain of.
+    long="$LIB$(printf ':%.0s' $(seq $((12000 - ${#LIB}))))"
+    LD_PRELOAD=$long run run -- sh -c 'printf %s "$LD_PRELOAD"'
+    [ "$status" = 0 ] || fail "exit $status: $err"
+    [ "$out" = "$LIB:$long" ] || fail "LD_PRELOAD in the command: ${#out} characters, want $((${#LIB} + 1 + ${#long}))"
+    [ -z "$err" ] || fail "stderr: $err"
+    ;;
+run_preload_too_long)
+    # One that fits the kernel's limit on one environment string (128 KiB,
+    # "LD_PRELOAD=" and its NUL included) alone, but not with the library
+    # added: one line, status 126.
+    long="$LIB$(printf ':%.0s' $(seq $((131050 - ${#LIB}))))"
+    LD_PRELOAD=$long run run -- sh -c 'exit 0'
+    [ "$status" = 126 ] || fail "exit $status, want 126: $err"
+    [ "$err" = "coralloc: cannot run sh: Argument list too long" ] || fail "stderr: $err"
+    ;;
 run_exit_status)
     run run -- sh -c 'exit 3'
     [ "$status" = 3 ] || fail "exit $status, want the command's 3"
@@ -97,6 +133,53 @@ run_missing_command)
     [ "$status" = 127 ] || fail "exit $status, want 127"
     [ "$err" = "coralloc: cannot run /nonexistent/command: No such file or directory" ] ||
         fail "stderr: $err"
+    ;;
+run_missing_command_closed_stderr)
+    # The message cannot be written; the status still says "not found".
+    "$CMD" run -- /nonexistent/command 2>&-
+    status=$?
+    [ "$status" = 127 ] || fail "exit $status, want 127"
+    ;;
+run_without_dashes)
+    # "--" is optional; --option=KEY=VALUE is --option KEY=VALUE.
+    run run --option=verbose=on "$PROBE"
+    [ "$status" = 0 ] || fail "exit $status: $out $err"
+    [ "$(tail -n1 "$TMP/out")" = "coralloc active" ] || fail "probe says: $out"
+    grep -q '^coralloc: option CORALLOC_VERBOSE=1 ' "$TMP/err" || fail "verbose not on: $err"
+    ;;
+run_setuid_warns)
+    # A setuid program of another user: ld.so drops the preload (the probe
+    # finds no coralloc), and coralloc run says so first, in one line.
+    # Root makes one (the probe, owned by nobody); others look for one.
+    if [ "$(id -u)" = 0 ] && id nobody >/dev/null 2>&1; then
+        cp "$PROBE" "$TMP/probe" && chown nobody "$TMP/probe" && chmod 4755 "$TMP/probe" || exit 1
+        target=$TMP/probe
+    else
+        target=$(find /usr/bin /bin -maxdepth 1 \( -name mount -o -name su \) -perm -4000 \
+            ! -uid "$(id -u)" -print -quit 2>/dev/null)
+        [ -n "$target" ] || { echo "SKIP: no setuid program of another user to run"; exit 77; }
+    fi
+    if command -v findmnt >/dev/null && findmnt -no OPTIONS -T "$target" | grep -qw nosuid; then
+        echo "SKIP: $target lies on a nosuid file system"
+        exit 77
+    fi
+    if [ "$target" = "$TMP/probe" ]; then
+        run run -- "$target"
+        [ "$status" != 0 ] || fail "the setuid probe found coralloc: the preload was not dropped"
+    else
+        run run -- "$target" --version
+    fi
+    [ "$(head -n1 "$TMP/err")" = "coralloc: warning: $target is setuid: ld.so ignores LD_PRELOAD for it, so neither it nor the processes it starts use coralloc" ] ||
+        fail "stderr: $err"
+    ;;
+run_setuid_own_quiet)
+    # Setuid to the user who runs it: no change of user, the preload holds,
+    # and nothing is said.
+    cp "$PROBE" "$TMP/probe" && chmod 4755 "$TMP/probe" || exit 1
+    run run -- "$TMP/probe"
+    [ "$status" = 0 ] || fail "exit $status: $err"
+    [ "$(tail -n1 "$TMP/out")" = "coralloc active" ] || fail "probe says: $out"
+    ! grep -q warning "$TMP/err" || fail "stderr: $err"
     ;;
 stats)
     run run --stats -- "$PROBE"
@@ -127,6 +210,18 @@ options_current)
     grep -Eq '^CORALLOC_POPULATE +adaptive +off\|on\|adaptive +off ' "$TMP/out" || fail "populate row: $out"
     # A bad value in the environment: the library keeps the default (and says so).
     grep -Eq '^CORALLOC_SEGMENT_CACHE +64 +0-4096 +64 ' "$TMP/out" || fail "segment cache row: $out"
+    ;;
+write_error)
+    # Output that cannot be written: one line, status 1, for each command
+    # that writes to stdout.
+    [ -w /dev/full ] || { echo "SKIP: no /dev/full"; exit 77; }
+    for args in --version --help options; do
+        "$CMD" $args >/dev/full 2>"$TMP/err"
+        status=$?
+        [ "$status" = 1 ] || fail "coralloc $args >/dev/full: exit $status, want 1"
+        [ "$(cat "$TMP/err")" = "coralloc: cannot write to standard output: No space left on device" ] ||
+            fail "coralloc $args >/dev/full: stderr: $(cat "$TMP/err")"
+    done
     ;;
 *) fail "unknown case" ;;
 esac

@@ -19,6 +19,7 @@ extern "C" {
     pub fn coral_calloc(n: usize, size: usize) -> *mut c_void;
     pub fn coral_realloc(p: *mut c_void, size: usize) -> *mut c_void;
     pub fn coral_aligned_alloc(alignment: usize, size: usize) -> *mut c_void;
+    pub fn coral_aligned_calloc(alignment: usize, n: usize, size: usize) -> *mut c_void;
     pub fn coral_malloc_usable_size(p: *const c_void) -> usize;
     pub fn coral_free_sized(p: *mut c_void, size: usize);
     pub fn coral_free_aligned_sized(p: *mut c_void, alignment: usize, size: usize);

@@ -38,9 +38,13 @@ pub const MIN_ALIGN: usize = 16;
 /// Alignments up to [`MIN_ALIGN`] go through `coral_malloc` and are freed with
 /// `coral_free_sized` (the size is checked, not trusted); larger ones through
 /// `coral_aligned_alloc` and `coral_free_aligned_sized`. `alloc_zeroed` uses
-/// `coral_calloc`, which does not clear memory known to be fresh from the OS;
-/// `realloc` uses `coral_realloc` (in place when the size class allows,
-/// `mremap` for huge blocks).
+/// `coral_calloc` (up to [`MIN_ALIGN`]) or `coral_aligned_calloc` (above):
+/// neither clears memory known to be fresh from the OS, so a large zeroed
+/// block costs no resident memory until it is written, at any alignment.
+/// `realloc` up to [`MIN_ALIGN`] uses `coral_realloc` (in place when the size
+/// class allows, `mremap` for huge blocks); above, a block that still holds
+/// the new size keeps its place, and otherwise a new aligned block is
+/// allocated, the bytes copied and the old block freed.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Coralloc;
 
@@ -68,11 +72,7 @@ unsafe impl GlobalAlloc for Coralloc {
         if layout.align() <= MIN_ALIGN {
             ffi::coral_calloc(1, layout.size()) as *mut u8
         } else {
-            let p = self.alloc(layout);
-            if !p.is_null() {
-                std::ptr::write_bytes(p, 0, layout.size());
-            }
-            p
+            ffi::coral_aligned_calloc(layout.align(), 1, layout.size()) as *mut u8
         }
     }
 
@@ -80,6 +80,14 @@ unsafe impl GlobalAlloc for Coralloc {
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         if layout.align() <= MIN_ALIGN {
             return ffi::coral_realloc(ptr as *mut c_void, new_size) as *mut u8;
+        }
+        // Shrinking by less than half, or growing within the block's usable
+        // size: the block stays (its address is aligned; dealloc checks the
+        // new size against the block, which holds it), as coral_realloc keeps
+        // a block shrunk by less than half.
+        let usable = ffi::coral_malloc_usable_size(ptr as *const c_void);
+        if new_size <= usable && new_size >= usable / 2 {
+            return ptr;
         }
         let new_layout = Layout::from_size_align_unchecked(new_size, layout.align());
         let p = self.alloc(new_layout);
@@ -144,16 +152,44 @@ pub fn stats_json() -> String {
 }
 
 /// One top-level number of the statistics by its JSON key (`"mapped"`,
-/// `"rss"`, `"huge_allocs"`, `"threads"`, ...), or `None` if there is no such key.
+/// `"rss"`, `"huge_allocs"`, `"threads"`, ...), or `None` if there is no such
+/// key at the top level or its value is not a number (keys inside the nested
+/// objects, such as `"calls"` in `"os"`, do not answer).
 pub fn stat(key: &str) -> Option<i64> {
     let json = stats_json();
-    let pattern = format!("\"{key}\":");
-    let at = json.find(&pattern)? + pattern.len();
-    let digits: String = json[at..]
-        .chars()
-        .take_while(|c| c.is_ascii_digit() || *c == '-')
-        .collect();
-    digits.parse().ok()
+    let value = top_level_value(&json, key)?;
+    let end = value
+        .find(|c: char| !(c.is_ascii_digit() || c == '-'))
+        .unwrap_or(value.len());
+    value[..end].parse().ok()
+}
+
+/// The text after `"key":` where `key` is a key of the outermost object of
+/// `json` (depth 1), or `None`. Strings are skipped whole (with their
+/// escapes), so a brace or quote inside one does not count.
+fn top_level_value<'a>(json: &'a str, key: &str) -> Option<&'a str> {
+    let bytes = json.as_bytes();
+    let mut depth = 0usize;
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => depth = depth.checked_sub(1)?,
+            b'"' => {
+                let start = i + 1;
+                i = start;
+                while *bytes.get(i)? != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                if depth == 1 && &json[start..i] == key && bytes.get(i + 1) == Some(&b':') {
+                    return Some(&json[i + 2..]);
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
 }
 
 // ---- options ----------------------------------------------------------------------
@@ -280,9 +316,16 @@ pub unsafe fn free_bulk(ptrs: &mut [*mut c_void]) {
 ///
 /// A coralloc heap belongs to the thread that created it: only that thread may
 /// allocate from it, reset or destroy it, so `Heap` is neither `Send` nor
-/// `Sync`. Any thread may read and write its blocks. Do not keep a `Heap` in a
-/// `thread_local!`: coralloc may take the thread's heaps down before such a
-/// value is dropped at thread exit.
+/// `Sync`. Any thread may read and write its blocks.
+///
+/// A `Heap` in a `thread_local!` is destroyed when its thread exits, with
+/// everything in it: on glibc, Rust runs `thread_local!` destructors before
+/// coralloc's own thread-exit cleanup (a pthread key destructor), so the heap
+/// is whole when it is dropped (tests/thread_local_heap.rs). Do not drop a
+/// `Heap` from a pthread key destructor of your own, nor keep one in a
+/// `thread_local!` on a target where Rust runs thread-local destructors from
+/// a pthread key (without glibc's `__cxa_thread_atexit_impl`, e.g. musl):
+/// coralloc's cleanup may run first, and the handle is then stale.
 ///
 /// ```compile_fail
 /// fn is_send<T: Send>() {}

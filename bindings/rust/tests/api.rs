@@ -115,3 +115,17 @@ fn options() {
     assert_eq!(coralloc::option_get("NO_SUCH"), Err(OptionError::Invalid));
     assert_eq!(coralloc::option_get("bad\0name"), Err(OptionError::Invalid));
 }
+
+#[test]
+fn stat_answers_top_level_keys_only() {
+    // "calls" and "bytes" are keys of the objects nested in "os" only.
+    let json = coralloc::stats_json();
+    assert!(json.contains("\"os\":{") && json.contains("\"calls\":"), "{json}");
+    assert_eq!(coralloc::stat("calls"), None);
+    assert_eq!(coralloc::stat("bytes"), None);
+    assert_eq!(coralloc::stat("mmap"), None); // nested, and an object
+    assert_eq!(coralloc::stat("os"), None); // top level, but an object
+    assert_eq!(coralloc::stat("per_class"), None); // top level, but a boolean
+    assert!(coralloc::stat("segments").is_some());
+    assert!(coralloc::stat("threads").unwrap() >= 1);
+}

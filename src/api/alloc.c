@@ -443,8 +443,9 @@ static coral_heap_t *heap_of_caller(coral_heap_t *heap, const char *what) {
     if (heap == NULL) return coral_tls_heap;
     if (coral_unlikely(heap->thread == NULL ||
                        heap->thread->segments.thread_id != coral_thread_id()))
-        coral_fatal("%s(%p): the heap belongs to another thread (or was destroyed)", what,
-                    (void *)heap);
+        coral_fatal("%s(%p): the heap belongs to another thread, was destroyed, or its thread "
+                    "has exited",
+                    what, (void *)heap);
     return heap;
 }
 
@@ -464,6 +465,13 @@ static coral_heap_t *user_heap_of_caller(coral_heap_t *heap, const char *what) {
 }
 
 void coral_heap_destroy(coral_heap_t *heap) {
+    /* Its own thread, after coralloc's exit cleanup abandoned its pages
+     * (a later key destructor, a Rust thread_local): its blocks stay valid
+     * until freed, as every block of an exited thread does. */
+    if (heap != NULL && coral_heap_exited_by_caller(heap)) {
+        coral_heap_forget_exited(heap);
+        return;
+    }
     if (user_heap_of_caller(heap, "coral_heap_destroy") != NULL) coral_heap_free_all(heap, false);
 }
 

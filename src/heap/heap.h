@@ -56,7 +56,11 @@ struct coral_heap_s {
      * exited) and made another heap between that read and the locking. */
     coral_list_t huge_blocks;
     coral_link_t registry_link; /* every live heap (thread.c), under its lock */
-    coral_link_t thread_link;   /* in thread->heaps; next also links the free pool */
+    /* A user heap whose thread exited without destroying it: that thread's
+     * kernel id. Its struct stays out of the pool (so the handle never names
+     * another heap) until that thread is gone; 0 otherwise. */
+    int exited_tid;
+    coral_link_t thread_link; /* in thread->heaps; next also links the free pool */
 #if CORAL_STATS_ENABLED
     coral_heap_counts_t counts;
 #endif
@@ -115,6 +119,14 @@ void coral_thread_exit_hook_set(coral_thread_exit_fn fn);
  * lock of the layers below is taken), parent and child last. */
 typedef void (*coral_fork_fn)(void);
 void coral_fork_hooks_set(coral_fork_fn prepare, coral_fork_fn parent, coral_fork_fn child);
+/* A user heap of an exiting thread (its pages abandoned): its handle stops
+ * working, except that its own thread may still destroy it, until the end
+ * of its exit (later key destructors, a Rust thread_local's drop). */
+void coral_heap_park_exited(coral_heap_t *heap);
+/* heap was parked by the calling thread's exit. */
+bool coral_heap_exited_by_caller(const coral_heap_t *heap);
+/* Destroy of a parked heap by its own thread: its struct back to the pool. */
+void coral_heap_forget_exited(coral_heap_t *heap);
 /* A heap struct from the pool (zeroed, registered), or NULL; back to it. */
 coral_heap_t *coral_heap_pool_get(void);
 void coral_heap_pool_put(coral_heap_t *heap);

@@ -6,10 +6,13 @@
  * on its first allocation; a pthread key's destructor abandons it when the
  * thread exits. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "heap/heap.h"
 
@@ -27,6 +30,56 @@ static coral_heap_t *heap_pool_free;
 static uint8_t *heap_pool_carve;
 static size_t heap_pool_carve_left;
 static coral_list_t heaps_live; /* through heap->registry_link */
+/* User heaps parked at their thread's exit (coral_heap_park_exited), through
+ * heap->thread_link, under heap_pool_lock. */
+static coral_list_t heaps_exited;
+
+static void heap_counts_retire(coral_heap_t *heap);
+
+/* Whether the thread of kernel id tid (of this process) has ended. */
+static bool thread_gone(int tid) {
+    return syscall(SYS_tgkill, getpid(), tid, 0) != 0 && errno == ESRCH;
+}
+
+/* Under heap_pool_lock: a few parked heaps whose thread is gone go back to
+ * the pool. */
+static void heaps_exited_reap(void) {
+    coral_link_t *l = heaps_exited.first;
+    for (int looked = 0; l != NULL && looked < 4; looked++) {
+        coral_link_t *next = l->next;
+        coral_heap_t *heap = coral_container_of(l, coral_heap_t, thread_link);
+        if (thread_gone(heap->exited_tid)) {
+            coral_list_remove(&heaps_exited, l);
+            coral_list_remove(&heaps_live, &heap->registry_link);
+            heap->thread_link.next = heap_pool_free ? &heap_pool_free->thread_link : NULL;
+            heap_pool_free = heap;
+        }
+        l = next;
+    }
+}
+
+void coral_heap_park_exited(coral_heap_t *heap) {
+    pthread_mutex_lock(&heap_pool_lock);
+    heap_counts_retire(heap);
+    heap->thread = NULL;
+    heap->exited_tid = gettid();
+    coral_list_push_back(&heaps_exited, &heap->thread_link);
+    pthread_mutex_unlock(&heap_pool_lock);
+}
+
+bool coral_heap_exited_by_caller(const coral_heap_t *heap) {
+    return heap->thread == NULL && heap->exited_tid != 0 && heap->exited_tid == gettid();
+}
+
+void coral_heap_forget_exited(coral_heap_t *heap) {
+    pthread_mutex_lock(&heap_pool_lock);
+    coral_list_remove(&heaps_exited, &heap->thread_link);
+    coral_list_remove(&heaps_live, &heap->registry_link);
+    heap->exited_tid = 0;
+    heap->thread_link.next = heap_pool_free ? &heap_pool_free->thread_link : NULL;
+    heap_pool_free = heap;
+    pthread_mutex_unlock(&heap_pool_lock);
+}
 
 void coral_heaps_visit(coral_heap_visit_fn fn, void *arg) {
     pthread_mutex_lock(&heap_pool_lock);
@@ -49,6 +102,7 @@ static void heap_counts_retire(coral_heap_t *heap) {
 
 coral_heap_t *coral_heap_pool_get(void) {
     pthread_mutex_lock(&heap_pool_lock);
+    if (heaps_exited.first != NULL) heaps_exited_reap();
     /* Heaps are carved from 64 KiB mappings one at a time, when needed:
      * carving them all at once would touch (fault in) every page. */
     size_t chunk = 16 * CORAL_OS_PAGE_SIZE;
@@ -280,9 +334,9 @@ static void thread_done(void *value) {
     while (l != NULL) {
         coral_link_t *next = l->next;
         coral_heap_t *h = coral_container_of(l, coral_heap_t, thread_link);
-        /* A user heap's handle stops working (coral_heap_*: a clear error). */
-        h->thread = NULL;
-        if (h != heap) coral_heap_pool_put(h);
+        /* A user heap's handle stops working (coral_heap_*: a clear error),
+         * but its struct is not reused while this thread may still hold it. */
+        if (h != heap) coral_heap_park_exited(h);
         l = next;
     }
     coral_heap_pool_put(heap); /* last: it holds the thread's state */

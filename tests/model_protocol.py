@@ -1,0 +1,260 @@
+#!/usr/bin/env python3
+"""An exhaustive explorer of the remote-free protocol's steps (a model of
+the protocol in page/page.c, reclaim.c and heap/heap.c, not of the C code).
+
+A page of R blocks, all in use and parked in its owner's full queue (state
+USE). Remote freers each free one block; the purger reclaims orphans; the
+owner either takes its pages back (collect) or destroys the heap. Every
+interleaving of the named steps is explored (depth-first over states,
+each step atomic as the CAS or lock it stands for), and each final or
+intermediate state is checked against the invariants:
+
+  - no purge of a span that is no longer the page's (a released span may
+    hold a new page's live blocks);
+  - no page stranded: at the end, a page still in the full queue has a
+    live block, or a notice still to come;
+  - every block freed is accounted for (free lists + thread_free + used).
+
+`--without FIX` explores the protocol with one fix taken out, to show the
+explorer finds the defect it guards against (the test runs both ways:
+with every fix, no violation; without each fix, a violation)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, replace
+from typing import Callable, Iterator, Optional
+
+NONE, USE, FREEING, NEVER = "NONE", "USE", "FREEING", "NEVER"
+FIXES = ("seal", "wait_notice")
+
+
+@dataclass(frozen=True)
+class State:
+    tf_count: int = 0  # blocks on thread_free
+    delay: str = USE
+    reclaimed: bool = False
+    busy: bool = False
+    used: int = 0  # the owner's count of blocks not on its free lists
+    free_lists: int = 0  # blocks on the owner's free lists
+    in_full: bool = True
+    delayed_listed: bool = False
+    on_stack: bool = False  # on the heap's delayed_pages stack
+    orphan_listed: bool = False
+    span: str = "page"  # page, free, reused
+    pcs: tuple[int, ...] = ()  # each thread's step
+    notes: tuple[bool, ...] = ()  # per freer: must notify
+    popped: bool = False  # the owner popped the page off delayed_pages
+    purger_candidate: bool = False
+    purger_claimed: bool = False
+    error: str = ""
+
+
+Step = Callable[[State, int], Optional[State]]  # None: not enabled now
+
+
+def set_pc(s: State, t: int, pc: int, **kw: object) -> State:
+    pcs = list(s.pcs)
+    pcs[t] = pc
+    return replace(s, pcs=tuple(pcs), **kw)
+
+
+class Model:
+    def __init__(self, blocks: int, freers: int, owner: str, fixes: set[str]) -> None:
+        self.blocks, self.freers, self.owner, self.fixes = blocks, freers, owner, fixes
+        # threads: freers 0..F-1, then the owner, then the purger
+        self.owner_t, self.purger_t = freers, freers + 1
+
+    def initial(self) -> State:
+        return State(used=self.blocks, pcs=(0,) * (self.freers + 2),
+                     notes=(False,) * self.freers)
+
+    # ---- a remote freer: push (CAS), list the page, leave FREEING -------------
+    def freer(self, s: State, t: int) -> Optional[State]:
+        pc = s.pcs[t]
+        if pc == 0:  # the push's CAS (the orphan lock is held around it)
+            if s.reclaimed or s.busy:
+                return set_pc(s, t, 3, error="a free found RECLAIMED: double free reported")
+            count = s.tf_count + 1
+            notify = s.delay == USE
+            notes = list(s.notes)
+            notes[t] = notify
+            s2 = replace(s, tf_count=count, delay=FREEING if notify else s.delay,
+                         notes=tuple(notes))
+            if count == s.used and s.free_lists + s.used == self.blocks and count == self.blocks:
+                s2 = replace(s2, orphan_listed=True)
+            return set_pc(s2, t, 1 if notify else 3)
+        if pc == 1:  # push the page on delayed_pages
+            return set_pc(s, t, 2, delayed_listed=True, on_stack=True)
+        if pc == 2:  # FREEING -> NONE
+            return set_pc(s, t, 3, delay=NONE)
+        return None
+
+    # ---- the owner ------------------------------------------------------------
+    def take_list(self, s: State) -> State:
+        """Owner: take thread_free (or reset a reclaimed page)."""
+        if s.reclaimed:
+            return replace(s, reclaimed=False, tf_count=0, used=0, free_lists=0)
+        n = s.tf_count
+        orphan = s.orphan_listed and n == self.blocks
+        return replace(s, tf_count=0, used=s.used - n, free_lists=s.free_lists + n,
+                       orphan_listed=False if orphan else s.orphan_listed)
+
+    def release(self, s: State, t: int, pc: int) -> Optional[State]:
+        """The span goes back: orphan forgotten, thread_free sealed."""
+        if "seal" in self.fixes:
+            if s.busy:
+                return None  # waits for the purge in progress
+            s = replace(s, tf_count=0)
+        elif s.busy:
+            return None  # wait_not_busy, as before the seal
+        return set_pc(s, t, pc, span="free", in_full=False)
+
+    def owner_collect(self, s: State, t: int) -> Optional[State]:
+        pc = s.pcs[t]
+        if pc == 0:  # pop delayed_pages when something is there
+            if not s.on_stack:
+                # nothing to take: done once every freer is done
+                if all(p == 3 for p in s.pcs[: self.freers]):
+                    return set_pc(s, t, 9)
+                return None
+            return set_pc(s, t, 1, on_stack=False, popped=True)
+        if pc == 1:  # wait for the notifier to leave FREEING (the fix)
+            if "wait_notice" in self.fixes and s.delay == FREEING:
+                return None
+            return set_pc(s, t, 2, delayed_listed=False)
+        if pc == 2:  # collect: take the list
+            if s.busy:
+                return None
+            s2 = self.take_list(s)
+            if s2.used == 0:
+                pending = s2.delay == FREEING or s2.delayed_listed
+                if pending:  # retire returns: a notice is to come
+                    return set_pc(s2, t, 0)
+                return set_pc(s2, t, 3)
+            return set_pc(s2, t, 0, in_full=False)  # back to its class queue
+        if pc == 3:
+            return self.release(s, t, 4)
+        if pc == 4:  # a new page on the span
+            return set_pc(s, t, 9, span="reused")
+        return None
+
+    def owner_destroy(self, s: State, t: int) -> Optional[State]:
+        pc = s.pcs[t]
+        if pc == 0:  # every page to NEVER (waits while FREEING)
+            # A program destroys a heap once no other thread frees its blocks
+            # (a free after the destroy is the program's double free).
+            if any(p != 3 for p in s.pcs[: self.freers]) or s.delay == FREEING:
+                return None
+            return set_pc(s, t, 1, delay=NEVER)
+        if pc == 1:  # orphan_forget: the unlocked look, then release
+            return self.release(replace(s, orphan_listed=False) if s.orphan_listed else s, t, 2)
+        if pc == 2:
+            return set_pc(s, t, 9, span="reused")
+        return None
+
+    # ---- the purger -----------------------------------------------------------
+    def purger(self, s: State, t: int) -> Optional[State]:
+        pc = s.pcs[t]
+        if pc == 0:  # unlist (under the orphan lock), if listed
+            if not s.orphan_listed:
+                if s.pcs[self.owner_t] == 9 and all(p == 3 for p in s.pcs[: self.freers]):
+                    return set_pc(s, t, 9)
+                return None
+            return set_pc(s, t, 1, orphan_listed=False, purger_candidate=True)
+        if pc == 1:  # claim: one CAS that needs every block on thread_free
+            if s.tf_count == self.blocks and not s.reclaimed:
+                return set_pc(s, t, 2, tf_count=0, reclaimed=True, busy=True, purger_claimed=True)
+            return set_pc(s, t, 9)
+        if pc == 2:  # purge the span
+            if s.span != "page":
+                return set_pc(s, t, 3, error="the purger purged a span a new page lives on")
+            return set_pc(s, t, 3)
+        if pc == 3:  # clear BUSY
+            return set_pc(s, t, 9, busy=False)
+        return None
+
+    def step(self, s: State, t: int) -> Optional[State]:
+        if t < self.freers:
+            return self.freer(s, t)
+        if t == self.owner_t:
+            return (self.owner_collect if self.owner == "collect" else self.owner_destroy)(s, t)
+        return self.purger(s, t)
+
+    def final_check(self, s: State) -> str:
+        if s.error:
+            return s.error
+        if s.span == "page" and s.in_full and s.used == 0 and not s.delayed_listed \
+                and s.delay != FREEING:
+            return "an empty page is stranded in the full queue"
+        if s.span == "page" and s.tf_count + s.used + s.free_lists != self.blocks + 0 \
+                and not s.reclaimed and s.used + s.free_lists != self.blocks:
+            return "blocks lost"
+        return ""
+
+    def explore(self) -> tuple[int, Optional[str]]:
+        seen: set[State] = set()
+        stack = [self.initial()]
+        while stack:
+            s = stack.pop()
+            if s in seen:
+                continue
+            seen.add(s)
+            if s.error:
+                return len(seen), s.error
+            moved = False
+            for t in range(len(s.pcs)):
+                n = self.step(s, t)
+                if n is not None:
+                    moved = True
+                    stack.append(n)
+            if not moved:
+                why = self.final_check(s)
+                if why:
+                    return len(seen), why
+                if any(p not in (3, 9) for p in s.pcs):
+                    return len(seen), f"deadlock at {s.pcs}"
+        return len(seen), None
+
+
+def scenarios(fixes: set[str]) -> Iterator[tuple[str, Model]]:
+    for blocks, freers in ((1, 1), (2, 2)):
+        for owner in ("collect", "destroy"):
+            yield f"{owner}, {blocks} blocks, {freers} freers", Model(blocks, freers, owner, fixes)
+
+
+def violations(fixes: set[str]) -> list[str]:
+    found = []
+    total = 0
+    for name, model in scenarios(fixes):
+        n, why = model.explore()
+        total += n
+        print(f"  {name}: {n} states, {why or 'no violation'}")
+        if why:
+            found.append(why)
+    print(f"  {total} states explored; {len(found)} scenario(s) with a violation")
+    return found
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--without", choices=FIXES, help="explore with this fix taken out")
+    ap.add_argument("--check", action="store_true",
+                    help="the test: no violation with every fix, one without each fix")
+    args = ap.parse_args()
+    if not args.check:
+        fixes = set(FIXES) - ({args.without} if args.without else set())
+        return 1 if violations(fixes) else 0
+    print("with every fix:")
+    ok = not violations(set(FIXES))
+    for fix in FIXES:
+        print(f"without {fix}:")
+        if not violations(set(FIXES) - {fix}):
+            print(f"FAILED: taking out {fix} shows no violation: the model cannot see it")
+            ok = False
+    print("protocol model: passed" if ok else "protocol model: FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -20,7 +20,7 @@
 set -u
 LIB=$(readlink -f "${1:?libcoralloc.so path}")
 ALLOC=${2:?startup_alloc path}
-command -v strace >/dev/null 2>&1 || { echo "SKIPPED: strace is not installed"; exit 77; }
+bash "$(dirname "$0")/deps.sh" skipped strace || exit $?
 unset LD_PRELOAD LD_DEBUG LD_BIND_NOW
 TMP=$(mktemp -d /tmp/coral_startup.XXXXXX) || exit 1
 trap 'rm -rf "$TMP"' EXIT

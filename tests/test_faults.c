@@ -219,8 +219,9 @@ int main(int argc, char **argv) {
         f = popen(command, "r");
         CHECK_NOT_NULL(f);
         char said[16] = "";
-        CHECK_EQ(fscanf(f, "%15s", said), 1);
+        int got = fscanf(f, "%15s", said);
         CHECK_MSG(pclose(f) == 0, "CORALLOC_FAIL_OS_AFTER=%lld: the child failed\n", n);
+        CHECK_EQ(got, 1);
         first += strcmp(said, "first") == 0;
         later += strcmp(said, "later") == 0;
         CHECK_MSG(strcmp(said, "first") == 0 || strcmp(said, "later") == 0 ||

@@ -1,14 +1,15 @@
 # Top-level driver. `make` builds build/libcoralloc.{so,a}; `make test` builds
 # the normal, ASan+UBSan (with per-class statistics compiled in, so their
 # tests run too) and TSan configurations and runs every test through ctest;
-# `make bench` runs the default benchmark comparison.
+# `make bench` runs the default benchmark comparison. The test targets first
+# install what their tests need (test-deps).
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE ?= cmake
 
 PREFIX ?= /usr/local
 
-.PHONY: all build test test-release test-asan test-tsan test-arm64 test-programs bench clean \
-	format install uninstall deb fuzz
+.PHONY: all build test test-deps test-release test-asan test-tsan test-arm64 test-programs bench \
+	clean format install uninstall deb fuzz
 
 all: build
 
@@ -16,15 +17,24 @@ build:
 	$(CMAKE) -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 	$(CMAKE) --build build -j$(JOBS)
 
-build-asan/.configured:
+# The Debian packages the tests need (tests/packages.txt, the list .ci/run
+# installs from too): apt-get installs the missing ones when root; a user
+# who is not root is told which, and their tests report SKIPPED naming the
+# package. One dpkg-query when all are there. CORALLOC_NO_INSTALL=1: never
+# installs. Every test target runs it before it configures or builds.
+test-deps:
+	@tests/deps.sh install
+
+build-asan/.configured: | test-deps
 	$(CMAKE) -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCORAL_SANITIZE=address -DCORAL_STATS=ON >/dev/null
 	touch $@
 
-build-tsan/.configured:
+build-tsan/.configured: | test-deps
 	$(CMAKE) -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCORAL_SANITIZE=thread >/dev/null
 	touch $@
 
-test-release: build
+test-release: test-deps
+	@$(MAKE) --no-print-directory build
 	cd build && ctest --output-on-failure -j$(JOBS)
 
 test-asan: build-asan/.configured
@@ -38,7 +48,8 @@ test-tsan: build-tsan/.configured
 # Real programs from Debian (python3's tests, sqlite3, redis, git, g++) under
 # LD_PRELOAD of every coralloc library, against their runs without it
 # (tests/programs/run_programs.py); also part of test-release.
-test-programs: build
+test-programs: test-deps
+	@$(MAKE) --no-print-directory build
 	cd build && ctest --output-on-failure -j$(JOBS) -R '^programs_'
 
 # One summary line per configuration, then the overall one.
@@ -73,7 +84,7 @@ deb: build
 # qemu's own translation cache). Left out for time only: fuzz_secure (fuzz,
 # the same program against the default build, runs). See docs/PLATFORMS.md.
 ARM64_EXCLUDE = ^(preload_.*|programs_.*|valgrind_.*|bench_runner|misuse|misuse_secure|fuzz_secure|errors|faults|heaps|stats|stats_override|purge|populate|reclaim|fork|fork_override|fork_storm|churn|startup_cost)$$
-build-arm64/.configured:
+build-arm64/.configured: | test-deps
 	$(CMAKE) -S . -B build-arm64 -DCMAKE_BUILD_TYPE=Release -DCORAL_SKIP_RUST=ON \
 		-DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-toolchain.cmake >/dev/null
 	touch $@
@@ -90,7 +101,7 @@ bench: build
 # FUZZ_OPTIONS_SECONDS, each growing its corpus in build-fuzz/corpus/.
 FUZZ_SECONDS ?= 60
 FUZZ_OPTIONS_SECONDS ?= 10
-fuzz:
+fuzz: test-deps
 	tests/fuzz/run_fuzz.sh build build-fuzz
 	tests/fuzz/run_fuzz.sh run build-fuzz fuzz_model $(FUZZ_SECONDS)
 	tests/fuzz/run_fuzz.sh run build-fuzz fuzz_options $(FUZZ_OPTIONS_SECONDS)

@@ -7,6 +7,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 mapfile -t files < <(find include src tests bench/workloads bench/witness bench/src/coralloc_bench/data \
     -name '*.c' -o -name '*.h' -o -name '*.cc' | sort)
+# The walk must have found the sources (else 0 files would "match").
+printf '%s\n' "${files[@]}" | grep -qx include/coralloc.h ||
+    { echo "format: include/coralloc.h not among the ${#files[@]} files found: nothing checked"; exit 1; }
 bad=()
 for f in "${files[@]}"; do
     if ! clang-format --dry-run --Werror "$f" >/dev/null 2>&1; then bad+=("$f"); fi

@@ -14,6 +14,10 @@ It also reports the largest set of files that reach each other through
 calls (a strongly connected component of that graph), which must be at most
 MAX_CYCLE files, all in one layer.
 
+The call half must show that it saw the calls: it fails when nm lists no
+defined symbol for an object, when it finds no file-to-file link at all, or
+when a layer above base has no call into a lower one (see blind_spots).
+
 Usage: check_layers.py SRC_DIR BUILD_DIR. Prints every offending pair and
 exits 1 on any; exit 0 when the rule holds.
 """
@@ -82,16 +86,14 @@ def object_files(build: Path, src: Path) -> dict[str, Path]:
     return found
 
 
-def call_graph(objects: dict[str, Path]) -> dict[str, set[str]]:
-    defined_by: dict[str, str] = {}
-    undefined: dict[str, set[str]] = {}
-    for name, obj in objects.items():
-        d, u = nm_symbols(obj)
-        for sym in d:
-            defined_by[sym] = name
-        undefined[name] = u
-    graph: dict[str, set[str]] = {name: set() for name in objects}
-    for name, syms in undefined.items():
+Symbols = dict[str, tuple[set[str], set[str]]]
+
+
+def call_graph(symbols: Symbols) -> dict[str, set[str]]:
+    """symbols: per source name, what its object defines and leaves undefined."""
+    defined_by = {sym: name for name, (defined, _) in symbols.items() for sym in defined}
+    graph: dict[str, set[str]] = {name: set() for name in symbols}
+    for name, (_, syms) in symbols.items():
         for sym in syms:
             target = defined_by.get(sym)
             if target is not None and target != name:
@@ -137,12 +139,35 @@ def largest_cycle(graph: dict[str, set[str]]) -> list[str]:
     return best
 
 
+def blind_spots(objects: dict[str, Path], symbols: Symbols,
+                graph: dict[str, set[str]]) -> list[str]:
+    """What says the call half saw nothing: an object for which nm lists no
+    defined symbol (nm failed or printed nothing), no file-to-file link at
+    all, or a layer above base whose files call no lower layer (every layer
+    builds on the one below, so each has such calls)."""
+    errors = [f"nm lists no symbol defined in {name} ({obj})"
+              for name, obj in sorted(objects.items()) if not symbols[name][0]]
+    links = sum(len(t) for t in graph.values())
+    if links == 0:
+        errors.append(f"0 file-to-file links among {len(objects)} objects: the call check saw nothing")
+    present = {name.split("/")[0] for name in objects}
+    for layer in LAYERS[1:]:
+        if layer not in present:
+            continue
+        down = [t for name, targets in graph.items() if name.split("/")[0] == layer
+                for t in targets if LAYERS.index(t.split("/")[0]) < LAYERS.index(layer)]
+        if not down:
+            errors.append(f"no call from {layer} into a lower layer found: the call check is blind")
+    return errors
+
+
 def check_calls(src: Path, build: Path) -> list[str]:
     objects = object_files(build, src)
     if not objects:
         return [f"no object files of the library under {build}"]
-    graph = call_graph(objects)
-    errors = []
+    symbols = {name: nm_symbols(obj) for name, obj in objects.items()}
+    graph = call_graph(symbols)
+    errors = blind_spots(objects, symbols, graph)
     for name in sorted(graph):
         own = name.split("/")[0]
         for target in sorted(graph[name]):

@@ -20,7 +20,6 @@ WHICH=${3:-all}
 SMOKE_CXX=${4:-}
 SRC_DIR=${5:-$(dirname "$0")}
 
-SKIP=77
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 [ -f "$LIB" ] || fail "no $LIB"
@@ -32,14 +31,7 @@ TMP=$(mktemp -d /tmp/coral_preload.XXXXXX) || fail "mktemp"
 trap 'rm -rf "$TMP"' EXIT
 mkdir -p "$TMP/lddebug"
 
-need() {
-    for p in "$@"; do
-        if ! command -v "$p" >/dev/null 2>&1; then
-            echo "SKIP: $p is not installed"
-            exit $SKIP
-        fi
-    done
-}
+need() { bash "$SRC_DIR/deps.sh" skipped "$@" || exit $?; }
 
 # The probe: passes with the preload, fails without (so it can fail).
 probe() {
@@ -126,7 +118,7 @@ preloaded() {
 run_python() {
     local PY=/usr/bin/python3
     [ -x "$PY" ] || PY=$(command -v python3 || true)
-    [ -n "$PY" ] && [ -x "$PY" ] || { echo "SKIP: python3 is not installed"; exit $SKIP; }
+    [ -n "$PY" ] && [ -x "$PY" ] || need python3
     probe
     cat >"$TMP/alloc.py" <<'EOF'
 import gc, hashlib, json

@@ -20,7 +20,7 @@
 set -u
 LIB=$(readlink -f "${1:?libcoralloc.so path}")
 ALLOC=${2:?startup_alloc path}
-command -v strace >/dev/null 2>&1 || { echo "SKIPPED: strace is not installed"; exit 77; }
+bash "$(dirname "$0")/deps.sh" skipped strace || exit $?
 unset LD_PRELOAD LD_DEBUG LD_BIND_NOW
 TMP=$(mktemp -d /tmp/coral_startup.XXXXXX) || exit 1
 trap 'rm -rf "$TMP"' EXIT
@@ -30,20 +30,41 @@ fail() {
     status=1
 }
 
-# Per system call name, how many calls: "name count" lines, sorted. (The
-# command's exit status is the caller's business.)
+# Per system call name, how many calls: "name count" lines, sorted. The
+# trace must have run: strace exits 0 (it exits with the command's status,
+# and every command traced here exits 0), and the trace shows the command's
+# execve and its exit_group; else the test stops here, since an empty trace
+# would read as "no system call added".
 calls() { # out-file command...
-    local out=$1
+    local out=$1 rc=0
     shift
-    strace -f -qq -o "$out.raw" "$@" >/dev/null 2>&1
+    strace -f -qq -o "$out.raw" "$@" >/dev/null 2>"$out.err" || rc=$?
+    if [ "$rc" -ne 0 ]; then
+        echo "FAIL: strace $* exited with status $rc: $(head -c 500 "$out.err")"
+        exit 1
+    fi
     sed -n 's/^\([0-9]* *\)\{0,1\}\([a-z_0-9]*\)(.*/\2/p' "$out.raw" | sort | uniq -c |
         awk '{print $2, $1}' >"$out"
+    local name
+    for name in execve exit_group; do
+        if ! grep -q "^$name " "$out"; then
+            echo "FAIL: the trace of $* has no $name call ($(wc -l <"$out.raw") lines): strace saw nothing"
+            exit 1
+        fi
+    done
+}
+
+# A preloaded run's trace must show the library being opened: else
+# LD_PRELOAD did not take and nothing was measured.
+check_loaded() { # label preloaded
+    grep -q "open.*\"$LIB\"" "$2.raw" || fail "$1: the trace never opens $LIB: not preloaded"
 }
 
 # The calls the preloaded run adds (name and how many more), checked
 # against the budget in $TMP/budget ("name max" lines).
 check_added() { # label plain preloaded
     local label=$1 plain=$2 pre=$3
+    check_loaded "$label" "$pre"
     join -a 2 -e 0 -o 0,1.2,2.2 "$plain" "$pre" | awk '$3 > $2 {print $1, $3 - $2}' >"$TMP/added"
     echo "$label: system calls added by the preload: $(tr '\n' ' ' <"$TMP/added")"
     while read -r name n; do
@@ -73,10 +94,14 @@ calls "$TMP/env.plain" env /bin/true
 printf '%s\nmmap 3\n' "$LOAD_BUDGET" >"$TMP/budget"
 check_added "/bin/true" "$TMP/env.plain" "$TMP/true.pre"
 
-# 2. lazy binding: the loader binds none of the library's functions.
-bindings=$(LD_DEBUG=bindings LD_PRELOAD="$LIB" /bin/true 2>&1 |
-    grep -c "binding file $LIB \[0\] to .*normal symbol")
-echo "/bin/true: $bindings symbol bindings from the library at start-up"
+# 2. lazy binding: the loader binds none of the library's functions. The
+# loader's report must list bindings at all (those of /bin/true itself), or
+# a count of 0 would prove nothing.
+LD_DEBUG=bindings LD_PRELOAD="$LIB" /bin/true >"$TMP/bindings" 2>&1
+all=$(grep -c "binding file .* to .*normal symbol" "$TMP/bindings")
+[ "$all" -gt 0 ] || fail "/bin/true: LD_DEBUG=bindings reported no binding at all"
+bindings=$(grep -c "binding file $LIB \[0\] to .*normal symbol" "$TMP/bindings")
+echo "/bin/true: $bindings symbol bindings from the library at start-up (of $all in all)"
 [ "$bindings" -le 4 ] || fail "/bin/true: $bindings bindings from the library (at most 4): \
 linked with -z now or -fno-plt?"
 

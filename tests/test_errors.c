@@ -9,7 +9,8 @@
  *   free-interior-remote (another thread's free inside a block): abort with
  *   a message;
  *   bad-option: one clear line naming the variable, then a normal run;
- *   fail-os: the first OS mapping fails -> NULL with ENOMEM, the next works;
+ *   fail-os: the first OS mapping fails -> NULL with ENOMEM, the next works,
+ *   and the statistics count that one injected failure;
  *   rlimit: under RLIMIT_AS, a large request fails cleanly and the allocator
  *   stays usable (release build only: sanitizers reserve terabytes). */
 #define _GNU_SOURCE
@@ -23,6 +24,7 @@
 
 #include "check.h"
 #include "coralloc.h"
+#include "stats_json.h"
 #include "testutil.h"
 
 static int child_double_free(void) {
@@ -234,10 +236,13 @@ static int child_fail_os(void) {
     void *p = coral_malloc(64); /* the first mapping (the thread's heap) fails */
     CHECK_NULL(p);
     CHECK_EQ(errno, ENOMEM);
+    /* ... because the injection failed it (and nothing else did). */
+    CHECK_EQ(stats_get("os_failures_injected"), 1);
     p = coral_malloc(64);
     CHECK_NOT_NULL(p);
     memset(p, 1, 64);
     coral_free(p);
+    CHECK_EQ(stats_get("os_failures_injected"), 1); /* the first call only */
     return 0;
 }
 

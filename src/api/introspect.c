@@ -47,6 +47,7 @@ static const figure_t figures[] = {
     {"segments_adopted", C(segments_adopted), "adopted"},
     {"orphan_pages_reclaimed", C(orphans_reclaimed), "orphans reclaimed"},
     {"orphan_bytes_reclaimed", C(orphan_bytes_reclaimed), "orphan bytes"},
+    {"os_failures_injected", C(os_failures_injected), "injected failures"},
 };
 #undef C
 #define FIGURES (sizeof figures / sizeof figures[0])

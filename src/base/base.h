@@ -207,6 +207,9 @@ typedef struct coral_counters_s {
     _Atomic(int64_t) huge_bytes, huge_live;       /* huge blocks in use */
     _Atomic(int64_t) huge_pages_slow; /* 2 MiB pages slower to fault in than 4 KiB ones */
     _Atomic(int64_t) bulk_cached, bulk_cached_peak; /* bytes in threads' bulk caches */
+    /* Kernel calls failed on purpose (CORALLOC_FAIL_OS_AFTER): what shows a
+     * test that its injected failure happened. */
+    _Atomic(int64_t) os_failures_injected;
     /* Per class counts of heaps that are gone, and of frees by threads
      * without a heap (CORAL_STATS builds). */
     _Atomic(int64_t) class_allocs[CORAL_STAT_CLASSES], class_frees[CORAL_STAT_CLASSES];

@@ -29,6 +29,7 @@ static bool os_should_fail(void) {
     if (coral_likely(fail_at <= 0)) return false;
     if (atomic_fetch_add_explicit(&os_calls_seen, 1, memory_order_relaxed) + 1 != fail_at)
         return false;
+    atomic_fetch_add_explicit(&coral_counters.os_failures_injected, 1, memory_order_relaxed);
     errno = ENOMEM;
     return true;
 }

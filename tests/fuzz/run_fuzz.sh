@@ -16,12 +16,10 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
 skip_if_no_fuzzer() {
-    if ! command -v clang >/dev/null 2>&1; then
-        echo "SKIPPED: clang is not installed (Debian: apt-get install clang)"
-        exit 77
-    fi
+    "$here/../deps.sh" skipped clang || exit $?
     if [ -e "$1/no-libfuzzer" ]; then
-        echo "SKIPPED: clang cannot link -fsanitize=fuzzer (Debian: libclang-rt-<version>-dev)"
+        echo "SKIPPED: clang cannot link -fsanitize=fuzzer (Debian package libclang-rt-dev:" \
+            "apt-get install libclang-rt-dev, or run make test as root)"
         exit 77
     fi
 }

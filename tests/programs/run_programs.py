@@ -46,6 +46,7 @@ from typing import Callable
 
 SKIP = 77
 HERE = Path(__file__).resolve().parent
+DEPS = HERE.parent / "deps.sh"  # the SKIPPED line that names the Debian package
 
 
 class Failure(Exception):
@@ -130,8 +131,9 @@ def python_modules() -> list[str]:
         found = [m for m in alternatives.split("|")
                  if (tests / f"{m}.py").exists() or (tests / m / "__init__.py").exists()]
         if not found:
-            raise Skipped(f"python's test module {alternatives} is not installed "
-                          f"(Debian: apt-get install libpython3.11-testsuite)")
+            raise Skipped(f"python's test module {alternatives} is not installed (Debian "
+                          f"package libpython3.11-testsuite: apt-get install "
+                          f"libpython3.11-testsuite, or run make test as root)")
         chosen.append("test." + found[0])
     return chosen
 
@@ -531,7 +533,9 @@ def main(argv: list[str]) -> int:
     prog = PROGRAMS[args.program]
     for need in prog.needs:
         if not (os.access(need, os.X_OK) if need.startswith("/") else shutil.which(need)):
-            print(f"SKIPPED: {need} is not installed")
+            said = subprocess.run(["bash", str(DEPS), "skipped", need]).returncode
+            if said == 0:  # deps.sh finds it where this did not
+                print(f"SKIPPED: {need} is not installed")
             return SKIP
     for path in [args.stats_so, *args.libs]:
         if not os.path.isfile(path):

@@ -29,11 +29,7 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "FAIL ($WAY): $*" >&2; exit 1; }
-need() {
-    for p in "$@"; do
-        command -v "$p" >/dev/null 2>&1 || { echo "SKIP: $p is not installed"; exit $SKIP; }
-    done
-}
+need() { bash "$SRC/tests/deps.sh" skipped "$@" || exit $?; }
 CC=${CC:-cc}
 CXX=${CXX:-c++}
 FLAGS="-O2 -Wall -Wextra -Werror -fno-builtin"
@@ -114,7 +110,7 @@ cmake)
     ;;
 deb)
     need dpkg-deb pkg-config "$CC" "$CXX"
-    command -v cpack >/dev/null || [ -x "$(dirname "$CMAKE")/cpack" ] || { echo "SKIP: no cpack"; exit $SKIP; }
+    command -v cpack >/dev/null || [ -x "$(dirname "$CMAKE")/cpack" ] || { bash "$SRC/tests/deps.sh" skipped cpack; exit $SKIP; }
     CPACK=$(dirname "$CMAKE")/cpack
     [ -x "$CPACK" ] || CPACK=cpack
     (cd "$BUILD" && "$CPACK" -G DEB -B "$TMP/pkg" >"$TMP/cpack.log" 2>&1) ||

@@ -142,6 +142,7 @@ typedef enum coral_option_e {
     CORAL_OPT_FAIL_OS_AFTER,  /* testing: the Nth OS call that can fail fails (0: off) */
     CORAL_OPT_BULK_CACHE_KB,  /* per-thread bulk cache (api/bulk_cache.h) */
     CORAL_OPT_ON_ERROR,       /* a misuse detected: CORAL_ON_ERROR_* */
+    CORAL_OPT_OLD_MREMAP,     /* testing: mremap as kernels before 6.17 (os.c) */
     CORAL_OPT_COUNT
 } coral_option_t;
 

@@ -54,6 +54,10 @@ static const option_desc_t option_descs[CORAL_OPT_COUNT] = {
                             "a misuse detected (double free, invalid pointer, overflow): abort, "
                             "or warn (print, leak the block, go on)",
                             true, on_error_names},
+    [CORAL_OPT_OLD_MREMAP] = {"OLD_MREMAP", 0, 0, 1, true,
+                              "testing: mremap behaves as on kernels before 6.17 (a move of a "
+                              "range of several mappings unmaps the destination, then fails)",
+                              true},
 };
 
 int64_t coral_options[CORAL_OPT_COUNT];

@@ -4,6 +4,7 @@
  * testing. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -120,9 +121,53 @@ bool coral_os_extend(void *end, size_t size) {
     return false;
 }
 
-/* One mremap of [src, src + size) onto dst; dst's own pages are dropped. */
+/* Whether [p, p + size) lies in one mapping (VMA), read from
+ * /proc/self/maps without allocating; true when it cannot tell. Only the
+ * old-kernel emulation asks (CORALLOC_OLD_MREMAP). */
+static bool one_mapping(const uint8_t *p, size_t size) {
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return true;
+    char buf[4096];
+    size_t have = 0;
+    bool one = true;
+    for (;;) {
+        ssize_t got = read(fd, buf + have, sizeof buf - have);
+        if (got <= 0) break;
+        have += (size_t)got;
+        size_t line = 0;
+        for (size_t i = 0; i < have; i++) {
+            if (buf[i] != '\n') continue;
+            uintptr_t lo = 0, hi = 0;
+            size_t j = line;
+            while (j < i && buf[j] != '-')
+                lo = lo * 16 + (uintptr_t)(buf[j] <= '9' ? buf[j] - '0' : (buf[j] | 32) - 'a' + 10),
+                j++;
+            for (j++; j < i && buf[j] != ' '; j++)
+                hi = hi * 16 + (uintptr_t)(buf[j] <= '9' ? buf[j] - '0' : (buf[j] | 32) - 'a' + 10);
+            if ((uintptr_t)p >= lo && (uintptr_t)p < hi) {
+                one = (uintptr_t)p + size <= hi;
+                close(fd);
+                return one;
+            }
+            line = i + 1;
+        }
+        memmove(buf, buf + line, have - line);
+        have -= line;
+    }
+    close(fd);
+    return one;
+}
+
+/* One mremap of [src, src + size) onto dst; dst's own pages are dropped.
+ * Kernels before 6.17 unmap dst first when src spans several mappings, and
+ * then fail (EFAULT): a failed move may leave dst unmapped. */
 static bool os_move_once(uint8_t *src, uint8_t *dst, size_t size) {
     coral_count_os_call(CORAL_OS_REMAP, size);
+    if (coral_option(CORAL_OPT_OLD_MREMAP) && !one_mapping(src, size)) {
+        (void)munmap(dst, size); /* uncounted, as the kernel's own unmap */
+        errno = EFAULT;
+        return false;
+    }
     if (os_should_fail() ||
         mremap(src, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, dst) == MAP_FAILED)
         return false;
@@ -130,21 +175,51 @@ static bool os_move_once(uint8_t *src, uint8_t *dst, size_t size) {
     return true;
 }
 
+/* dst mapped again, zero, whatever a failed move did to it (MAP_FIXED
+ * replaces what is there). False when the kernel refuses. */
+static bool os_remap_destination(uint8_t *dst, size_t size) {
+    void *p = mmap(dst, size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    coral_count_os_call(CORAL_OS_MMAP, size);
+    return p == dst;
+}
+
+/* The pieces of a failed move: halves, down to the huge page (the finest
+ * grain of coralloc's own advice, which splits mappings); what still does
+ * not move is copied (keep) into a destination mapped again first, or
+ * left zero. The source is unmapped in the end either way. */
+#define MOVE_MIN_PIECE ((size_t)2 << 20)
+static void os_move_split(uint8_t *s, uint8_t *d, size_t n, bool keep) {
+    if (os_move_once(s, d, n)) return;
+    if (n > MOVE_MIN_PIECE) {
+        size_t half = (n / 2 + CORAL_OS_PAGE_SIZE - 1) & ~(CORAL_OS_PAGE_SIZE - 1);
+        os_move_split(s, d, half, keep);
+        os_move_split(s + half, d + half, n - half, keep);
+        return;
+    }
+    bool mapped = os_remap_destination(d, n);
+    if (!mapped) coral_fatal("cannot map %zu bytes at %p again after a failed mremap", n, d);
+    /* (dst counts as mapped throughout, whatever the failed move did.) */
+    if (keep) memcpy(d, s, n);
+    coral_os_unmap(s, n);
+}
+
 /* Move the pages of [src, src + size) onto the mapped range at dst (page
  * tables move: no byte is copied, nothing faults); the source range is
  * unmapped afterwards. The kernel moves only within one mapping, and a range
  * coralloc assembled from several moves is several mappings, split on
  * `piece` boundaries (the segment layer maps, moves and unmaps whole 4 MiB
- * chunks): then it goes piece by piece. A piece that still does not move is
- * copied when `keep` (its contents matter), else dropped (dst keeps zeros). */
+ * chunks) or, inside a piece, where part of it was advised for huge pages:
+ * then it goes piece by piece, and a piece that still does not move, in
+ * halves. Kernels before 6.17 unmap the destination of a move that fails
+ * so: a piece that does not move at all is mapped again at dst before it
+ * is copied (`keep`: its contents matter) or left zero. */
 void coral_os_move(void *src, void *dst, size_t size, bool keep, size_t piece) {
     uint8_t *s = src, *d = dst;
     if (size == 0 || os_move_once(s, d, size)) return;
     for (size_t off = 0; off < size; off += piece) {
         size_t n = size - off < piece ? size - off : piece;
-        if (os_move_once(s + off, d + off, n)) continue;
-        if (keep) memcpy(d + off, s + off, n);
-        coral_os_unmap(s + off, n);
+        os_move_split(s + off, d + off, n, keep);
     }
 }
 

@@ -105,9 +105,10 @@ static inline void gate_signal(bool *flag) {
     pthread_mutex_unlock(&gates_lock);
 }
 
+/* (g = GATES: wait for the flag only.) */
 static inline void gate_wait_for(bool *flag, int g) {
     pthread_mutex_lock(&gates_lock);
-    while (!*flag && !gates[g].held) pthread_cond_wait(&gates_cond, &gates_lock);
+    while (!*flag && (g >= GATES || !gates[g].held)) pthread_cond_wait(&gates_cond, &gates_lock);
     pthread_mutex_unlock(&gates_lock);
 }
 

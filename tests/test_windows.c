@@ -204,6 +204,176 @@ static void case_large_only(void) {
     CHECK_MSG(peak < (512ll << 20), "mapped peak %lld MiB for one live 1 MiB block", peak >> 20);
 }
 
+/* ---- a huge block freed while its user heap's thread exits -----------------------------
+ * Thread B frees huge block X of user heap H; before it takes the
+ * huge-block list lock, H's thread exits (detaching H's huge blocks) and a
+ * new user heap is made and given a huge block. Before the fix B locked
+ * H's own lock with the owner read before the exit, H's struct could be
+ * the new heap's, and B's unlink of X with X's stale links put H's other
+ * live block Y on the new heap's list: destroying the new heap freed Y.
+ * Now the owner is read again under one lock for every list: X is found
+ * detached, Y stays live and freeable once. */
+
+#define HUGE ((size_t)8 << 20)
+
+static struct {
+    coral_heap_t *heap;
+    char *x, *y;
+    bool ready, exit_now, second_ready, destroy_now;
+} hx;
+
+static void *huge_owner(void *arg) {
+    (void)arg;
+    hx.heap = coral_heap_new();
+    hx.y = coral_heap_malloc(hx.heap, HUGE);
+    CHECK(hx.y != NULL);
+    fill_pattern(hx.y, HUGE, 7);
+    hx.x = coral_heap_malloc(hx.heap, HUGE);
+    CHECK(hx.x != NULL);
+    gate_signal(&hx.ready);
+    gate_wait_for(&hx.exit_now, GATES); /* (no gate index GATES: waits for the flag only) */
+    return NULL;                        /* exits with H undestroyed */
+}
+
+static void *huge_freer(void *arg) {
+    (void)arg;
+    coral_free(hx.x); /* held before the huge-block list lock */
+    return NULL;
+}
+
+static void *second_heap(void *arg) {
+    (void)arg;
+    coral_heap_t *heap = coral_heap_new();
+    CHECK(heap != NULL);
+    CHECK(coral_heap_malloc(heap, HUGE) != NULL);
+    gate_signal(&hx.second_ready);
+    gate_wait_for(&hx.destroy_now, GATES);
+    coral_heap_destroy(heap);
+    return NULL;
+}
+
+static void case_huge_free_vs_exit(void) {
+    pthread_t owner = start(huge_owner, NULL);
+    gate_wait_for(&hx.ready, GATES);
+    gate_arm(CORAL_TP_HUGE_FREE_UNLOCKED, -1);
+    pthread_t freer = start(huge_freer, NULL);
+    gate_wait_held();
+    gate_signal(&hx.exit_now);
+    join(owner);
+    pthread_t second = start(second_heap, NULL);
+    gate_wait_for(&hx.second_ready, GATES);
+    gate_open();
+    join(freer);
+    gate_signal(&hx.destroy_now);
+    join(second);
+    CHECK_MSG(pattern_mismatch(hx.y, HUGE, 7) == (size_t)-1, "live huge block Y was changed");
+    coral_free(hx.y); /* once: no double free reported */
+}
+
+/* ---- fork while a thread holds the huge-block list lock ---------------------------------
+ * A worker frees a huge block of its user heap and is held holding the
+ * lock; the main thread forks. The fork's prepare handler lets the worker
+ * go (the gate's opener) and takes the lock itself, so the child finds it
+ * free and can free another huge block of that heap. (Before the fix,
+ * per-heap locks were not taken at fork: a child could inherit one held
+ * and hang freeing; that run's outcome depended on the worker's speed.) */
+
+static struct {
+    coral_heap_t *heap;
+    char *a, *b;
+    bool ready;
+} fh;
+
+static void *huge_lock_holder(void *arg) {
+    (void)arg;
+    fh.heap = coral_heap_new();
+    fh.a = coral_heap_malloc(fh.heap, HUGE);
+    fh.b = coral_heap_malloc(fh.heap, HUGE);
+    CHECK(fh.a != NULL && fh.b != NULL);
+    gate_arm(CORAL_TP_HUGE_LIST_LOCKED, CORAL_TP_FORK_PREPARE);
+    gate_signal(&fh.ready);
+    coral_free(fh.a); /* held with the lock until the fork prepares */
+    return NULL;
+}
+
+static void case_fork_huge_lock(void) {
+    pthread_t worker = start(huge_lock_holder, NULL);
+    gate_wait_for(&fh.ready, GATES);
+    gate_wait_held();
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        alarm(20); /* a hang ends the child: the parent sees SIGALRM */
+        coral_free(fh.b);
+        coral_free(coral_malloc(HUGE));
+        _exit(0);
+    }
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status 0x%x", status);
+    join(worker);
+    coral_free(fh.b);
+}
+
+/* ---- fork while the purger flushes a bulk cache -----------------------------------------
+ * A thread's bulk cache holds blocks; a purge pass takes the cache to
+ * flush it and is held there; that thread forks. The fork's prepare
+ * handler waits for the flush (the gate opens at the fork), so in the
+ * child the cache is not left taken: the child's only thread (the
+ * forking one) exits through coralloc's thread-exit cleanup, which
+ * waited forever for a cache left taken. */
+
+#define FLUSH_BLOCKS 4096
+
+static bool flush_pass_done;
+
+static void *flush_pass(void *arg) {
+    (void)arg;
+    coral_test_purge_pass();
+    gate_signal(&flush_pass_done);
+    return NULL;
+}
+
+static void *exit_in_child(void *arg) {
+    (void)arg;
+    return NULL;
+}
+
+static void *cache_owner(void *arg) {
+    (void)arg;
+    static void *blocks[FLUSH_BLOCKS];
+    static void *scattered[FLUSH_BLOCKS];
+    /* Twice: the first free makes the cache, the second round's malloc
+     * asks for the class. Scattered over several pages (not runs of one):
+     * the cache keeps them. */
+    for (int round = 0; round < 2; round++) {
+        CHECK_EQ(coral_malloc_bulk(48, FLUSH_BLOCKS, blocks), FLUSH_BLOCKS);
+        for (size_t i = 0; i < FLUSH_BLOCKS; i++) scattered[i] = blocks[i * 1031 % FLUSH_BLOCKS];
+        coral_free_bulk(scattered, FLUSH_BLOCKS);
+    }
+    gate_arm(CORAL_TP_CACHE_FLUSHING, CORAL_TP_FORK_PREPARE);
+    pthread_t purger = start(flush_pass, NULL);
+    gate_wait_for(&flush_pass_done, 0);
+    CHECK_MSG(gate_holds(0), "the purge pass did not flush the bulk cache");
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        alarm(20);
+        /* The child's only thread: a new thread allocates and exits, then
+         * this one exits through the thread-exit cleanup of its cache. */
+        pthread_t t = start(exit_in_child, NULL);
+        join(t);
+        pthread_exit(NULL);
+    }
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status 0x%x", status);
+    join(purger);
+    return NULL;
+}
+
+static void case_fork_bulk_flush(void) { join(start(cache_owner, NULL)); }
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_windows CASE\n");
@@ -213,9 +383,9 @@ int main(int argc, char **argv) {
         const char *name;
         void (*run)(void);
     } cases[] = {
-        {"orphan_destroy", case_orphan_destroy},
-        {"notify_retire", case_notify_retire},
-        {"large_only", case_large_only},
+        {"orphan_destroy", case_orphan_destroy}, {"notify_retire", case_notify_retire},
+        {"large_only", case_large_only},         {"huge_free_vs_exit", case_huge_free_vs_exit},
+        {"fork_huge_lock", case_fork_huge_lock}, {"fork_bulk_flush", case_fork_bulk_flush},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(argv[1], cases[i].name) == 0) {

@@ -273,6 +273,7 @@ static uint64_t caches_flush_due(uint64_t now, bool force) {
     if (look.next != 0) atomic_store_explicit(&cache_watched, 1, memory_order_seq_cst);
     /* Outside the registry lock: flushing frees blocks, which may release
      * pages and segments. */
+    if (look.taken != 0) coral_test_point(CORAL_TP_CACHE_FLUSHING, look.take[0]);
     for (size_t i = 0; i < look.taken; i++) {
         coral_bulk_cache_flush(look.take[i]);
         atomic_store_explicit(&look.take[i]->busy, 0, memory_order_release);

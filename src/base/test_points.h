@@ -33,6 +33,8 @@ typedef enum coral_test_point_e {
     /* purge.c: the purge thread found no program thread left and is about
      * to end the process */
     CORAL_TP_PURGER_LAST_THREAD,
+    /* bulk_cache.c: the purger took idle bulk caches and is about to flush them */
+    CORAL_TP_CACHE_FLUSHING,
     CORAL_TP_COUNT
 } coral_test_point_t;
 

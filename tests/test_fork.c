@@ -10,9 +10,9 @@
  * configuration: through the coral_ API and, as test_fork_override, through
  * malloc/free of libcoralloc.so.
  *
- * With FORK_STORM (ctest fork_storm): the same with four allocating threads
- * and 1000 forks, for a deadlock that only a rare interleaving of a fork
- * with the threads' locks would show; the children fill and check only the
+ * With FORK_STORM (ctest fork_storm): the same with four allocating threads,
+ * four threads on the allocator's locked paths, and 300 forks, for a deadlock that only a rare
+ * interleaving of a fork with the threads' locks would show; the children fill and check only the
  * first 4 KiB of each block (their page faults, not the fork, would take
  * the time).
  */
@@ -48,9 +48,9 @@
 #define MiB (1024 * KiB)
 
 #ifdef FORK_STORM
-/* All 1000 in every configuration (measured here: release 9 s, ASan 6 s,
- * TSan 18 s). */
-enum { THREADS = 4, FILL_CAP = 4096, FORKS = 1000 };
+/* 300 forks in every configuration, under the four allocating threads and
+ * the four locked paths. */
+enum { THREADS = 4, FILL_CAP = 4096, FORKS = 300 };
 #else
 enum { THREADS = 3, FILL_CAP = 64 * 1024 * 1024 };
 #if defined(CORAL_TEST_TSAN)
@@ -107,6 +107,80 @@ static void *busy(void *arg) {
     return NULL;
 }
 
+#ifdef FORK_STORM
+/* The storm's other threads each keep one locked path of the allocator
+ * busy while the main thread forks, so that a fork finds each lock held at
+ * some point: a user heap's huge blocks (the huge-block list lock, mremap
+ * moves), bulk frees into the bulk cache (which the purge thread flushes,
+ * under the flush lock), large blocks resized in place (segment span
+ * locks), threads that start and exit (abandonment, the exit heap). */
+static void *huge_in_user_heap(void *arg) {
+    (void)arg;
+    coral_heap_t *heap = coral_heap_new();
+    CHECK_NOT_NULL(heap);
+    while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
+        char *p = coral_heap_malloc(heap, 5 * MiB);
+        CHECK_NOT_NULL(p);
+        p[0] = 1;
+        p = coral_heap_realloc(heap, p, 9 * MiB);
+        CHECK_NOT_NULL(p);
+        CHECK_EQ(p[0], 1);
+        coral_free(p);
+    }
+    coral_heap_destroy(heap);
+    return NULL;
+}
+
+enum { BULK = 1024 };
+
+static void *bulk_frees(void *arg) {
+    (void)arg;
+    static _Thread_local void *blocks[BULK], *scattered[BULK];
+    while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
+        CHECK_EQ(coral_malloc_bulk(48, BULK, blocks), BULK);
+        for (size_t i = 0; i < BULK; i++) scattered[i] = blocks[i * 257 % BULK];
+        coral_free_bulk(scattered, BULK);
+    }
+    return NULL;
+}
+
+static void *large_resizes(void *arg) {
+    (void)arg;
+    while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
+        char *p = T_MALLOC(300 * KiB);
+        CHECK_NOT_NULL(p);
+        p[0] = 2;
+        p = T_REALLOC(p, 600 * KiB);
+        CHECK_NOT_NULL(p);
+        p = T_REALLOC(p, 200 * KiB);
+        CHECK_NOT_NULL(p);
+        CHECK_EQ(p[0], 2);
+        T_FREE(p);
+    }
+    return NULL;
+}
+
+static void *short_thread(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 50; i++) T_FREE(T_MALLOC((size_t)i * 97 + 1));
+    return NULL;
+}
+
+static void *thread_churn(void *arg) {
+    (void)arg;
+    while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
+        pthread_t t;
+        CHECK_EQ(pthread_create(&t, NULL, short_thread, NULL), 0);
+        CHECK_EQ(pthread_join(t, NULL), 0);
+    }
+    return NULL;
+}
+
+static void *(*const locked_paths[])(void *) = {huge_in_user_heap, bulk_frees, large_resizes,
+                                                thread_churn};
+enum { LOCKED_PATHS = sizeof locked_paths / sizeof locked_paths[0] };
+#endif
+
 #if !defined(CORAL_TEST_TSAN) && !defined(CORAL_TEST_ASAN)
 static void *child_thread(void *arg) {
     (void)arg;
@@ -117,6 +191,13 @@ static void *child_thread(void *arg) {
     }
     return NULL;
 }
+#endif
+
+#ifdef FORK_STORM
+/* A huge block of the main thread's user heap, made before each fork: the
+ * child frees it, and so does the parent. */
+static coral_heap_t *storm_heap;
+static void *storm_heap_block;
 #endif
 
 /* What a child does; returns its exit status. */
@@ -140,6 +221,18 @@ static int child(void *from_parent, size_t parent_size, uint64_t parent_seed) {
         if (pattern_mismatch(b[i], filled(n[i]), (uint64_t)i) != (size_t)-1) return 5;
         T_FREE(b[i]);
     }
+#ifdef FORK_STORM
+    /* Every locked path once more in the child: a huge block of the
+     * parent's user heap freed (the huge-block list lock), bulk calls (the
+     * bulk cache), a large block resized (span locks). */
+    coral_free(storm_heap_block);
+    void *bulk[64];
+    if (coral_malloc_bulk(48, 64, bulk) != 64) return 7;
+    coral_free_bulk(bulk, 64);
+    char *r = T_REALLOC(T_MALLOC(300 * KiB), 600 * KiB);
+    if (!r) return 7;
+    T_FREE(r);
+#endif
     coral_collect(1);
 /* Not under the sanitizers: TSan does not support threads after such a
  * fork, and GCC 12's ASan allocator is not fork-safe (a thread started in
@@ -161,8 +254,19 @@ int main(void) {
     for (uintptr_t i = 0; i < THREADS; i++)
         CHECK_EQ(pthread_create(&th[i], NULL, busy, (void *)i), 0);
 
+#ifdef FORK_STORM
+    pthread_t locked[LOCKED_PATHS];
+    for (size_t i = 0; i < LOCKED_PATHS; i++)
+        CHECK_EQ(pthread_create(&locked[i], NULL, locked_paths[i], NULL), 0);
+    storm_heap = coral_heap_new();
+    CHECK_NOT_NULL(storm_heap);
+#endif
     tu_rng rng = {12345};
     for (int f = 0; f < FORKS; f++) {
+#ifdef FORK_STORM
+        storm_heap_block = coral_heap_malloc(storm_heap, 6 * MiB);
+        CHECK_NOT_NULL(storm_heap_block);
+#endif
         size_t psize = any_size(&rng);
         void *pblock = T_MALLOC(psize);
         CHECK_NOT_NULL(pblock);
@@ -183,15 +287,22 @@ int main(void) {
         CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0,
                   "fork %d: child %s %d (2: parent block corrupt, 3: malloc "
                   "failed or not ours, 4: realloc failed, 5: content lost, "
-                  "6: thread in child failed; SIGALRM=%d: deadlock)\n",
+                  "6: thread in child failed, 7: a locked path failed; SIGALRM=%d: deadlock)\n",
                   f, WIFEXITED(status) ? "exited with" : "killed by signal",
                   WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), SIGALRM);
         CHECK_PATTERN(pblock, filled(psize), (uint64_t)f);
         T_FREE(pblock);
         T_FREE(q);
+#ifdef FORK_STORM
+        coral_free(storm_heap_block);
+#endif
     }
     atomic_store(&stop, 1);
     for (int i = 0; i < THREADS; i++) CHECK_EQ(pthread_join(th[i], NULL), 0);
+#ifdef FORK_STORM
+    for (size_t i = 0; i < LOCKED_PATHS; i++) CHECK_EQ(pthread_join(locked[i], NULL), 0);
+    coral_heap_destroy(storm_heap);
+#endif
     for (int h = 0; h < 64; h++) T_FREE(handoff[h]);
     printf("test_fork: %d forks under %d allocating threads: all passed in "
            "%.2f s\n",

@@ -39,11 +39,14 @@ def test_geomean() -> None:
 
 
 def sample() -> List[RunRecord]:
+    """5 repetitions: the fewest with which the rank test can call a
+    difference over two workloads (3 can call none)."""
     out = []
-    for rep, (a, b, c) in enumerate([(1.0, 2.0, 0.5), (1.2, 2.2, 0.5), (0.8, 1.8, 0.5)], 1):
+    for rep, (a, b, c) in enumerate([(1.0, 2.0, 0.5), (1.2, 2.2, 0.5), (0.8, 1.8, 0.5),
+                                     (1.1, 2.1, 0.5), (0.9, 1.9, 0.5)], 1):
         out += [rec("w1", "mimalloc", a, rep), rec("w1", "coralloc", b, rep),
                 rec("w1", "system", c, rep)]
-    for rep in (1, 2, 3):
+    for rep in range(1, 6):
         out += [rec("w2", "mimalloc", 4.0, rep, rss=2048), rec("w2", "coralloc", 1.0, rep),
                 rec("w2", "system", 4.0, rep,
                     status=FAILED if rep == 2 else OK, reason="killed by SIGSEGV")]
@@ -159,8 +162,9 @@ def runs(w: str, a: str, walls: List[float]) -> List[RunRecord]:
 
 
 def test_best_peer_gap_is_to_the_fastest_peer_and_ranked_by_noise() -> None:
-    records = (runs("apart", "coralloc", [1.19, 1.20, 1.21]) + runs("apart", "p1", [0.99, 1.0, 1.01])
-               + runs("apart", "p2", [1.09, 1.10, 1.11])
+    records = (runs("apart", "coralloc", [1.18, 1.19, 1.20, 1.21, 1.22])
+               + runs("apart", "p1", [0.98, 0.99, 1.0, 1.01, 1.02])
+               + runs("apart", "p2", [1.08, 1.09, 1.10, 1.11, 1.12])
                + runs("mixed", "coralloc", [1.0, 1.2, 1.4]) + runs("mixed", "p1", [0.9, 1.0, 1.1])
                + runs("close", "coralloc", [1.04, 1.04, 1.04]) + runs("close", "p1", [1.0] * 3))
     gaps, compared = best_peer_gaps(aggregate(records), ["apart", "mixed", "close"], "coralloc",
@@ -177,9 +181,9 @@ def test_copies_are_the_noise_yardstick_not_peers() -> None:
     assert [(c.name, c.path, c.copy_of) for c in twins] == [
         ("coralloc-copy1", "/lib/libcoralloc.so", "coralloc"),
         ("coralloc-copy2", "/lib/libcoralloc.so", "coralloc")]
-    records = (runs("w", "coralloc", [1.3, 1.3, 1.3]) + runs("w", "peer", [1.0, 1.0, 1.0])
-               + runs("w", "coralloc-copy1", [1.0, 1.0, 1.0])
-               + runs("w", "coralloc-copy2", [1.3, 1.3, 1.3]))
+    records = (runs("w", "coralloc", [1.3] * 5) + runs("w", "peer", [1.0] * 5)
+               + runs("w", "coralloc-copy1", [1.0] * 5)
+               + runs("w", "coralloc-copy2", [1.3] * 5))
     meta: Dict[str, object] = {"allocators": {a.name: a.to_json() for a in
                                               [original, Allocator("peer", "/p.so", "user"),
                                                *twins]}}

@@ -196,3 +196,34 @@ def test_copies_are_the_noise_yardstick_not_peers() -> None:
     terminal = terminal_report(records, meta, "peer")
     assert "above 1.05x the fastest peer's on 1 of 1 workloads" in terminal
     assert "above 1.05x the fastest copy's on 1 of 1 workloads" in terminal
+
+
+def test_merge_joins_runs_of_other_workloads(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A suite run in parts (each under a timed command's limit) reads as one
+    run; parts with other allocators, or one workload twice, are refused."""
+    allocs: Dict[str, object] = {"a": {"path": None}, "b": {"path": "/b.so"}}
+    part1 = [rec("w1", a, t, rep) for a, t in (("a", 1.0), ("b", 2.0)) for rep in (1, 2)]
+    part2 = [rec("w2", a, t, rep) for a, t in (("a", 1.0), ("b", 0.5)) for rep in (1, 2)]
+    write_json(tmp_path / "1.json", {"allocators": allocs, "baseline": "a",
+                                     "workloads": {"w1": {}},
+                                     "suite": {"not_run": {"w2": "later", "x": "never"}}},
+               part1)
+    write_json(tmp_path / "2.json", {"allocators": allocs, "workloads": {"w2": {}},
+                                     "suite": {"not_run": {"y": "never"}}}, part2)
+    assert main(["merge", str(tmp_path / "1.json"), str(tmp_path / "2.json"), "--out",
+                 str(tmp_path / "m"), "--no-charts"]) == 0
+    meta, records = load_results(str(tmp_path / "m" / "results.json"))
+    assert len(records) == 8 and set(meta["workloads"]) == {"w1", "w2"}  # type: ignore[arg-type]
+    assert meta["suite"] == {"not_run": {"x": "never", "y": "never"}}
+    md = (tmp_path / "m" / "report.md").read_text()
+    assert "| w1 " in md and "| w2 " in md
+    out = capsys.readouterr().out
+    assert any(ln.startswith("geomean vs a") and ln.split()[-1] == "1.00x"
+               for ln in out.splitlines())  # b: geomean(2.0, 0.5), the column order a, b
+    write_json(tmp_path / "3.json", {"allocators": {"a": {}}}, part2)
+    assert main(["merge", str(tmp_path / "1.json"), str(tmp_path / "3.json"), "--out",
+                 str(tmp_path / "n")]) == 2
+    assert main(["merge", str(tmp_path / "1.json"), str(tmp_path / "1.json"), "--out",
+                 str(tmp_path / "n")]) == 2
+    assert "workload w1 is in runs 1 and 2" in capsys.readouterr().err

@@ -166,6 +166,15 @@ def build_parser() -> argparse.ArgumentParser:
                      help="take the times from a recorded run instead of running")
     cal.set_defaults(func=cmd_calibrate)
 
+    m = sub.add_parser("merge", help="one report from several runs of the same allocators "
+                       "(e.g. a suite run in parts, each under the time limit of a timed "
+                       "command)")
+    m.add_argument("results", metavar="RESULTS.json", nargs="+")
+    m.add_argument("--out", metavar="DIR", required=True,
+                   help="where to write the merged results.json, report.md and charts")
+    m.add_argument("--no-charts", action="store_true")
+    m.set_defaults(func=cmd_merge)
+
     c = sub.add_parser("compare", help="ratios between two results.json files (NEW/OLD)")
     c.add_argument("old", metavar="OLD.json")
     c.add_argument("new", metavar="NEW.json")
@@ -582,6 +591,30 @@ def cmd_fastpath(args: argparse.Namespace) -> int:
             f"does better. Versions: {vers}.\n\n" +
             "".join(f"- {n}\n" for n in sec.notes) + ("\n" if sec.notes else "") + rest)
         print(f"wrote {doc}")
+    return 0
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    """Runs of different workloads under the same allocators, as one run:
+    the records side by side, the workloads and the suite's notes joined;
+    the first file's metadata otherwise (its command, machine, baseline)."""
+    from coralloc_bench import report
+    meta, records = report.merge_results([report.load_results(p) for p in args.results])
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    meta["merged_from"] = [str(Path(p).resolve()) for p in args.results]
+    report.write_json(out / "results.json", meta, records)
+    report.write_csv(out / "results.csv", records)
+    baseline = report.pick_baseline(str(meta.get("baseline") or ""), report.layout(records,
+                                                                                  meta)[1])
+    charts: List[str] = []
+    if not args.no_charts:
+        from coralloc_bench import charts as charts_mod
+        if charts_mod.available():
+            charts = charts_mod.draw(records, meta, baseline, out)
+    (out / "report.md").write_text(report.markdown_report(records, meta, baseline, charts))
+    print(report.terminal_report(records, meta, baseline))
+    print(f"\n{len(records)} runs merged; report: {out / 'report.md'}")
     return 0
 
 

@@ -79,7 +79,6 @@ class SuiteTest:
     stdin: Optional[str] = None
     derivation: Optional[Derivation] = None
     thread_factor: int = 0  # 0: no procs in the command, 1: procs, 2: procs x 2...
-    unsupported: str = ""  # why this runner cannot run it ('' when it can)
 
     @property
     def argv(self) -> List[str]:

@@ -583,6 +583,45 @@ def load_results(path: str) -> Tuple[Dict[str, object], List[RunRecord]]:
     return meta, records  # type: ignore[return-value]
 
 
+def merge_results(parts: Sequence[Tuple[Dict[str, object], List[RunRecord]]]
+                  ) -> Tuple[Dict[str, object], List[RunRecord]]:
+    """Several runs of different workloads as one: their records, the first
+    run's metadata with the workloads, the suite's tests not run and its
+    derived times joined. Refused when the runs' allocators differ (their
+    ratios would not compare) or when a workload is in two of them."""
+    if not parts:
+        raise BenchError("nothing to merge")
+    meta = json.loads(json.dumps(parts[0][0]))  # a deep copy
+    records: List[RunRecord] = []
+    seen: Dict[str, int] = {}
+    names = sorted(_dict(meta.get("allocators")))
+    for i, (m, recs) in enumerate(parts):
+        if sorted(_dict(m.get("allocators"))) != names:
+            raise BenchError(f"run {i + 1} has other allocators than run 1: "
+                             f"{sorted(_dict(m.get('allocators')))} against {names}")
+        for w in {r.workload for r in recs}:
+            if w in seen:
+                raise BenchError(f"workload {w} is in runs {seen[w] + 1} and {i + 1}")
+            seen[w] = i
+        records += recs
+        if i:
+            _dict(meta.setdefault("workloads", {})).update(_dict(m.get("workloads")))
+            suite, other = _dict(meta.get("suite")), _dict(m.get("suite"))
+            for k in ("not_run", "derived_times"):
+                if k in other:
+                    _dict(suite.setdefault(k, {})).update(_dict(other[k]))
+            meta["total_seconds"] = float(str(meta.get("total_seconds") or 0)) + float(
+                str(m.get("total_seconds") or 0))
+    suite = _dict(meta.get("suite"))
+    if "not_run" in suite:  # a test some part ran is not "not run"
+        suite["not_run"] = {k: v for k, v in _dict(suite["not_run"]).items() if k not in seen}
+    return meta, records
+
+
+def _dict(v: object) -> Dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
 def markdown_report(records: Sequence[RunRecord], meta: Dict[str, object], baseline: str,
                     charts: Sequence[str]) -> str:
     cells = aggregate(records)
@@ -633,6 +672,8 @@ def markdown_report(records: Sequence[RunRecord], meta: Dict[str, object], basel
         out.append("")
     out += ["## Tables", ""]
     for m in METRICS:
+        if m.key == "figure" and isinstance(meta.get("suite"), dict):
+            continue  # a suite's programs print no figure of ours
         out += [render_markdown(build_table(m, cells, workloads, allocs, baseline, ranges=True)),
                 ""]
     out += best_peer_section(cells, workloads, allocs, meta)

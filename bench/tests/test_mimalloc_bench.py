@@ -122,6 +122,10 @@ def test_the_suite_runs_through_the_runner(tmp_path: Path, bindir: Path, witness
     times = {r["workload"]: r["time_s"] for r in runs}
     assert times["larsonN"] == pytest.approx(0.25) and times["rateN"] == pytest.approx(5.0)
     assert times["tiny"] is None  # the wall time counts
+    import csv
+    with open(out / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {float(r["time_s"]) for r in rows if r["workload"] == "larsonN"} == {0.25}
     suite = data["meta"]["suite"]
     assert suite["procs"] == 2 and data["meta"]["seed"] == 3
     assert set(suite["not_run"]) == {"pushy", "needs-env", "security", "goneN", "sysprog"}

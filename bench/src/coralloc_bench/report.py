@@ -543,7 +543,7 @@ def best_peer_section(cells: Dict[Tuple[str, str], Cell], workloads: Sequence[st
 
 CSV_FIELDS = ["workload", "allocator", "rep", "status", "reason", "exit_status", "wall_s",
               "user_s", "sys_s", "max_rss_kib", "minor_faults", "major_faults", "fault_traps",
-              "rtt_before_ns", "rtt_after_ns",
+              "rtt_before_ns", "rtt_after_ns", "time_s",
               "figure_name",
               "figure", "threads", "profile", "served_by", "command"]
 

@@ -72,6 +72,21 @@ def bindir(probe: Path, launcher: Path, progdir: Path) -> Path:
     return d
 
 
+@pytest.fixture(scope="session")
+def witness(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The malloc witness (libmalloc-witness.so): the built one, else compiled here."""
+    built = os.environ.get("CORALLOC_BENCH_BUILD")
+    if built and (Path(built) / "libmalloc-witness.so").is_file():
+        return Path(built) / "libmalloc-witness.so"
+    cc = _cc()
+    if cc is None:
+        pytest.skip("no C compiler and no built witness")
+    out = tmp_path_factory.mktemp("w") / "libmalloc-witness.so"
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(out),
+                    str(BENCH / "witness" / "malloc-witness.c"), "-ldl"], check=True)
+    return out
+
+
 def libc_path() -> str:
     if os.path.exists(LIBC):
         return LIBC
@@ -105,6 +120,7 @@ SCRIPTS: Dict[str, str] = {
     "badcheck": 'echo "result: ops_per_sec=99999999"\n'
                 'echo "CHECK FAILED: block overwritten" >&2\nexit 3\n',
     "noresult": 'echo "info: malloc_lib=${LD_PRELOAD:-%LIBC%}"\n',
+    "nolib": 'echo "result: ops_per_sec=1000"\n',
     "wronglib": 'echo "info: malloc_lib=/usr/lib/libsomethingelse.so"\n'
                 'echo "result: ops_per_sec=99999999"\n',
     "hang": 'sleep 30\necho "result: ops_per_sec=1"\n',

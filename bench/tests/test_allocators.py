@@ -142,3 +142,19 @@ def test_select() -> None:
         select("hoard", found, [])
     with pytest.raises(BenchError, match="no allocator"):
         select("tcmalloc", found, [], notes.append)
+
+
+def test_a_relative_build_dir_gives_an_absolute_preload(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The programs run in other directories (redis in its own, git in a
+    repository): a relative LD_PRELOAD path would not load there."""
+    from coralloc_bench import allocators
+    from coralloc_bench.cli import build_parser
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "b").mkdir()
+    shutil.copy(other_shared_lib(), tmp_path / "b" / "libcoralloc.so")
+    found = allocators.discover(None, [], Path("b"), False, lambda s: None,
+                                peer_cache=tmp_path / "peers")
+    assert found["coralloc"].path == str(tmp_path / "b" / "libcoralloc.so")
+    assert build_parser().parse_args(["run", "--build-dir", "b"]).build_dir == \
+        str(tmp_path / "b")

@@ -77,8 +77,14 @@ def test_reports_name_the_slow_runs() -> None:
 def test_launcher_measures_rtt_or_leaves_it_out(launcher: Path) -> None:
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one CPU: nothing to measure between")
-    o = measure(["/bin/true"], {"PATH": "/usr/bin:/bin"}, 30, launcher=launcher)
-    assert o.exit_status == 0
+    # The launcher leaves the figure out when no batch of round trips ends
+    # within its budget, as when the other CPU is busy with other work (a
+    # loaded build machine): up to 5 tries, one measured is the proof.
+    for _ in range(5):
+        o = measure(["/bin/true"], {"PATH": "/usr/bin:/bin"}, 30, launcher=launcher)
+        assert o.exit_status == 0
+        if o.rtt_before_ns is not None and o.rtt_after_ns is not None:
+            break
     assert o.rtt_before_ns is not None and o.rtt_after_ns is not None
     assert 1 < o.rtt_before_ns < 1e6 and 1 < o.rtt_after_ns < 1e6
     off = measure(["/bin/true"], {"PATH": "/usr/bin:/bin", "CORALLOC_BENCH_NO_RTT": "1"}, 30,

@@ -13,7 +13,7 @@ import pytest
 from coralloc_bench import devtools
 from coralloc_bench.allocators import Allocator
 from coralloc_bench.execute import RunContext
-from coralloc_bench.realprogs import witness_verdict, witnessed_env
+from coralloc_bench.witness import witness_verdict, witnessed_env
 from conftest import BENCH, libc_path
 
 
@@ -48,21 +48,6 @@ def test_git_blob_id_is_gits(tmp_path: Path) -> None:
     assert out.stdout.strip() == devtools.git_blob_id(text)
 
 
-@pytest.fixture(scope="module")
-def witness(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import os
-    built = os.environ.get("CORALLOC_BENCH_BUILD")
-    if built and (Path(built) / "libmalloc-witness.so").is_file():
-        return Path(built) / "libmalloc-witness.so"
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler and no built witness")
-    out = tmp_path_factory.mktemp("w") / "libmalloc-witness.so"
-    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(out),
-                    str(BENCH / "witness" / "malloc-witness.c"), "-ldl"], check=True)
-    return out
-
-
 def test_the_witness_names_who_serves_malloc(witness: Path, tmp_path: Path) -> None:
     """Under `system` every process (a shell and what it starts) is served
     by libc; the same run judged as another allocator's is a failure that
@@ -74,13 +59,14 @@ def test_the_witness_names_who_serves_malloc(witness: Path, tmp_path: Path) -> N
                    check=True)
     lines = wf.read_text().splitlines()
     assert len(lines) >= 2 and all("libc" in ln for ln in lines)
-    assert witness_verdict(system, ctx, wf) == ""
+    why, who = witness_verdict(system, ctx, wf)
+    assert why == "" and "libc" in who  # results.json's served_by names it
     other = Allocator("other", libc_path().replace("libc.so.6", "libm.so.6"), "user")
-    assert witness_verdict(other, ctx, wf).startswith("malloc served by ")
+    assert witness_verdict(other, ctx, wf)[0].startswith("malloc served by ")
     assert witness_verdict(system, ctx, tmp_path / "none.txt") == \
-        "no process reported who served malloc"
+        ("no process reported who served malloc", "")
     no_witness = RunContext(tmp_path, "quick", 1, tmp_path)
-    assert "not built" in witness_verdict(system, no_witness, wf)
+    assert "not built" in witness_verdict(system, no_witness, wf)[0]
 
 
 def test_system_comes_first_in_a_program_that_links_another_malloc(witness: Path,
@@ -104,8 +90,8 @@ def test_system_comes_first_in_a_program_that_links_another_malloc(witness: Path
     subprocess.run([str(prog)], env=witnessed_env(system, ctx, plain), check=True)
     subprocess.run([str(prog)], env=witnessed_env(system, ctx, first, libc_first=True),
                    check=True)
-    assert "libm2.so" in witness_verdict(system, ctx, plain)
-    assert witness_verdict(system, ctx, first) == ""
+    assert "libm2.so" in witness_verdict(system, ctx, plain)[0]
+    assert witness_verdict(system, ctx, first)[0] == ""
 
 
 def test_ruby_expected_output(tmp_path: Path) -> None:

@@ -4,10 +4,12 @@ the table, never a time; and the measurement itself."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Dict, List, Tuple
 
 import pytest
 
 from conftest import fake_allocators, fake_workload
+from coralloc_bench.allocators import Allocator
 from coralloc_bench.cli import exit_code_for
 from coralloc_bench.execute import (FAILED, OK, RunContext, measure, parse_result_line,
                                     run_matrix)
@@ -72,14 +74,34 @@ def test_one_failed_rep_fails_the_cell(fake_dir: Path, tmp_path: Path, launcher:
 
 def test_interleaved_order(fake_dir: Path, tmp_path: Path, launcher: Path) -> None:
     wls = [fake_workload(fake_dir, "ok"), fake_workload(fake_dir, "slowok")]
-    recs = run_matrix(wls, fake_allocators(), 3, ctx(tmp_path, launcher))
+    recs = run_matrix(wls, fake_allocators(), 3, ctx(tmp_path, launcher), seed=1)
     reps = [r.rep for r in recs]
     assert reps == sorted(reps), "rep k of everything runs before rep k+1"
-    assert [(r.workload, r.allocator) for r in recs[:4]] == [
-        ("fake-ok", "system"), ("fake-ok", "coralloc"),
-        ("fake-slowok", "system"), ("fake-slowok", "coralloc")]
-    # the allocator order rotates from rep to rep
-    assert recs[4].allocator == "coralloc"
+    assert [r.workload for r in recs[:4]] == ["fake-ok"] * 2 + ["fake-slowok"] * 2
+
+
+def test_allocator_order_is_drawn_anew_in_every_rep(fake_dir: Path, tmp_path: Path,
+                                                    launcher: Path) -> None:
+    """Not a rotation (where each allocator always runs right after the same
+    one): the order of each repetition is a fresh permutation, replayable
+    from its seed."""
+    allocs = fake_allocators() + [Allocator("system-b", None, "system")]
+    names = sorted(a.name for a in allocs)
+
+    def orders(seed: int) -> List[Tuple[str, ...]]:
+        recs = run_matrix([fake_workload(fake_dir, "ok")], allocs, 8, ctx(tmp_path, launcher),
+                          seed=seed)
+        assert all(r.status == OK for r in recs)
+        return [tuple(r.allocator for r in recs if r.rep == k) for k in range(1, 9)]
+    first = orders(7)
+    assert all(sorted(o) == names for o in first)
+    followers: Dict[str, set[str]] = {}
+    for o in first:
+        for a, b in zip(o, o[1:]):
+            followers.setdefault(a, set()).add(b)
+    assert any(len(f) > 1 for f in followers.values()), first
+    assert len(set(first)) > 3, first
+    assert orders(7) == first  # the seed replays it
 
 
 def test_timeout_is_a_failure(fake_dir: Path, tmp_path: Path, launcher: Path) -> None:
@@ -125,3 +147,16 @@ def test_parse_result_line() -> None:
     assert "bad result item" in parse_result_line("result: a=fast\n")[2]
     assert "bad result item" in parse_result_line("result: a=nan\n")[2]
     assert parse_result_line("result:\n")[2] == "empty result line"
+
+
+def test_a_run_that_does_not_say_who_served_malloc_is_a_failure(fake_dir: Path, tmp_path: Path,
+                                                                launcher: Path) -> None:
+    """A workload's good result line without its malloc_lib line proves
+    nothing about the allocator: failed, with the reason."""
+    recs = run_matrix([fake_workload(fake_dir, "nolib")], fake_allocators()[:1], 1,
+                      ctx(tmp_path, launcher))
+    assert recs[0].status == FAILED and recs[0].wall_s is not None
+    assert "malloc_lib" in recs[0].reason
+    ok = run_matrix([fake_workload(fake_dir, "ok")], fake_allocators()[:1], 1,
+                    ctx(tmp_path, launcher))
+    assert ok[0].status == OK and ok[0].served_by.endswith("libc.so.6")

@@ -39,11 +39,14 @@ def test_geomean() -> None:
 
 
 def sample() -> List[RunRecord]:
+    """5 repetitions: the fewest with which the rank test can call a
+    difference over two workloads (3 can call none)."""
     out = []
-    for rep, (a, b, c) in enumerate([(1.0, 2.0, 0.5), (1.2, 2.2, 0.5), (0.8, 1.8, 0.5)], 1):
+    for rep, (a, b, c) in enumerate([(1.0, 2.0, 0.5), (1.2, 2.2, 0.5), (0.8, 1.8, 0.5),
+                                     (1.1, 2.1, 0.5), (0.9, 1.9, 0.5)], 1):
         out += [rec("w1", "mimalloc", a, rep), rec("w1", "coralloc", b, rep),
                 rec("w1", "system", c, rep)]
-    for rep in (1, 2, 3):
+    for rep in range(1, 6):
         out += [rec("w2", "mimalloc", 4.0, rep, rss=2048), rec("w2", "coralloc", 1.0, rep),
                 rec("w2", "system", 4.0, rep,
                     status=FAILED if rep == 2 else OK, reason="killed by SIGSEGV")]
@@ -159,8 +162,9 @@ def runs(w: str, a: str, walls: List[float]) -> List[RunRecord]:
 
 
 def test_best_peer_gap_is_to_the_fastest_peer_and_ranked_by_noise() -> None:
-    records = (runs("apart", "coralloc", [1.19, 1.20, 1.21]) + runs("apart", "p1", [0.99, 1.0, 1.01])
-               + runs("apart", "p2", [1.09, 1.10, 1.11])
+    records = (runs("apart", "coralloc", [1.18, 1.19, 1.20, 1.21, 1.22])
+               + runs("apart", "p1", [0.98, 0.99, 1.0, 1.01, 1.02])
+               + runs("apart", "p2", [1.08, 1.09, 1.10, 1.11, 1.12])
                + runs("mixed", "coralloc", [1.0, 1.2, 1.4]) + runs("mixed", "p1", [0.9, 1.0, 1.1])
                + runs("close", "coralloc", [1.04, 1.04, 1.04]) + runs("close", "p1", [1.0] * 3))
     gaps, compared = best_peer_gaps(aggregate(records), ["apart", "mixed", "close"], "coralloc",
@@ -177,9 +181,9 @@ def test_copies_are_the_noise_yardstick_not_peers() -> None:
     assert [(c.name, c.path, c.copy_of) for c in twins] == [
         ("coralloc-copy1", "/lib/libcoralloc.so", "coralloc"),
         ("coralloc-copy2", "/lib/libcoralloc.so", "coralloc")]
-    records = (runs("w", "coralloc", [1.3, 1.3, 1.3]) + runs("w", "peer", [1.0, 1.0, 1.0])
-               + runs("w", "coralloc-copy1", [1.0, 1.0, 1.0])
-               + runs("w", "coralloc-copy2", [1.3, 1.3, 1.3]))
+    records = (runs("w", "coralloc", [1.3] * 5) + runs("w", "peer", [1.0] * 5)
+               + runs("w", "coralloc-copy1", [1.0] * 5)
+               + runs("w", "coralloc-copy2", [1.3] * 5))
     meta: Dict[str, object] = {"allocators": {a.name: a.to_json() for a in
                                               [original, Allocator("peer", "/p.so", "user"),
                                                *twins]}}
@@ -192,3 +196,34 @@ def test_copies_are_the_noise_yardstick_not_peers() -> None:
     terminal = terminal_report(records, meta, "peer")
     assert "above 1.05x the fastest peer's on 1 of 1 workloads" in terminal
     assert "above 1.05x the fastest copy's on 1 of 1 workloads" in terminal
+
+
+def test_merge_joins_runs_of_other_workloads(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A suite run in parts (each under a timed command's limit) reads as one
+    run; parts with other allocators, or one workload twice, are refused."""
+    allocs: Dict[str, object] = {"a": {"path": None}, "b": {"path": "/b.so"}}
+    part1 = [rec("w1", a, t, rep) for a, t in (("a", 1.0), ("b", 2.0)) for rep in (1, 2)]
+    part2 = [rec("w2", a, t, rep) for a, t in (("a", 1.0), ("b", 0.5)) for rep in (1, 2)]
+    write_json(tmp_path / "1.json", {"allocators": allocs, "baseline": "a",
+                                     "workloads": {"w1": {}},
+                                     "suite": {"not_run": {"w2": "later", "x": "never"}}},
+               part1)
+    write_json(tmp_path / "2.json", {"allocators": allocs, "workloads": {"w2": {}},
+                                     "suite": {"not_run": {"y": "never"}}}, part2)
+    assert main(["merge", str(tmp_path / "1.json"), str(tmp_path / "2.json"), "--out",
+                 str(tmp_path / "m"), "--no-charts"]) == 0
+    meta, records = load_results(str(tmp_path / "m" / "results.json"))
+    assert len(records) == 8 and set(meta["workloads"]) == {"w1", "w2"}  # type: ignore[arg-type]
+    assert meta["suite"] == {"not_run": {"x": "never", "y": "never"}}
+    md = (tmp_path / "m" / "report.md").read_text()
+    assert "| w1 " in md and "| w2 " in md
+    out = capsys.readouterr().out
+    assert any(ln.startswith("geomean vs a") and ln.split()[-1] == "1.00x"
+               for ln in out.splitlines())  # b: geomean(2.0, 0.5), the column order a, b
+    write_json(tmp_path / "3.json", {"allocators": {"a": {}}}, part2)
+    assert main(["merge", str(tmp_path / "1.json"), str(tmp_path / "3.json"), "--out",
+                 str(tmp_path / "n")]) == 2
+    assert main(["merge", str(tmp_path / "1.json"), str(tmp_path / "1.json"), "--out",
+                 str(tmp_path / "n")]) == 2
+    assert "workload w1 is in runs 1 and 2" in capsys.readouterr().err

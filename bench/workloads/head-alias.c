@@ -9,7 +9,7 @@
  * indexed by address bits 6-11, which then holds 8 (or 12) of them; a
  * stride 64 bytes longer spreads them over the sets. So this separates
  * what zero-fill's figure owes to where the blocks lie from what it owes
- * to the allocator's work (docs/BENCHMARKS.md, "What the numbers say").
+ * to the allocator's work (docs/experiments/, "What the numbers said before issue 36").
  *
  * Figure: ns_per_op, one op = one block taken, touched, checked, put back.
  * Not in a profile: run by hand, e.g. --stride 8192 against 8256.

@@ -112,10 +112,17 @@ static void *rtt_pong(void *arg) {
         atomic_store(&r->turn, RTT_STOP);
         return NULL;
     }
+    /* The answer is a compare-exchange, not a store: the pinger may write
+     * RTT_STOP between our load of an odd value and our answer (it gives up
+     * at its deadline), and a plain store would overwrite that STOP with an
+     * even value no one answers: this thread would spin forever and the
+     * launcher would never run the program. */
     for (;;) {
         unsigned long v = atomic_load_explicit(&r->turn, memory_order_acquire);
         if (v == RTT_STOP) return NULL;
-        if (v & 1) atomic_store_explicit(&r->turn, v + 1, memory_order_release);
+        if (v & 1)
+            atomic_compare_exchange_strong_explicit(&r->turn, &v, v + 1, memory_order_acq_rel,
+                                                    memory_order_acquire);
     }
 }
 

@@ -557,7 +557,7 @@ static CORAL_NOINLINE void *const *free_stretch(runs_t *runs, void *const *q, vo
      * (free_one sends each the same way). */
     if ((runs->key[r] & ~CACHED_KEY) != key && !run_open(runs, r, q[0], key)) return q + 1;
     /* A new run starts with q[0] alone, the rest linked in front of it
-     * (the order docs/BENCHMARKS.md "The bulk cache" measured the faster to
+     * (the order docs/experiments/, "The bulk cache", measured the faster to
      * take back). */
     if (runs->count[r] == 0) run_link_first(runs, r, q++[0]);
     return run_add_stretch(runs, r, q, end);

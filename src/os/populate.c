@@ -3,7 +3,7 @@
  * A page that faults in on first touch costs a trap into the kernel per
  * 4 KiB. madvise(MADV_POPULATE_WRITE) faults a whole range in with one
  * call, cheaper per page but with a fixed cost per call, so it pays for
- * ranges of CORAL_POPULATE_MIN_BYTES and more (docs/BENCHMARKS.md has the
+ * ranges of CORAL_POPULATE_MIN_BYTES and more (docs/experiments/ has the
  * figures), and only for pages the program then writes: a prefaulted page
  * it never touches is resident for nothing.
  *

@@ -16,7 +16,7 @@
  * handed out only after the rest of the carved blocks, in the reverse
  * order of their frees: the kept objects would be spread out, and a walk
  * over them in allocation order (a garbage collector's) would jump
- * backwards through memory (docs/BENCHMARKS.md, "Reuse order").
+ * backwards through memory (docs/experiments/, "Reuse order").
  *
  * So a loop of mallocs and frees of one class may never return to the
  * slow path: remote frees into its page wait on thread_free until `free`

@@ -88,7 +88,7 @@ bool coral_secure_check_slow(coral_page_t *page, void *p, bool release) {
  * draws, which is the order malloc hands the blocks out: nearly the
  * address order, so that objects allocated one after the other stay a few
  * blocks apart and a walk over them in allocation order goes forward
- * through memory (docs/BENCHMARKS.md, "The secure build"), yet which of
+ * through memory (docs/experiments/, "The secure build"), yet which of
  * the window's blocks comes next is a fresh secret draw every time. */
 
 /* A draw uniform in 0..count-1 (count <= CORAL_CARVE_WINDOW) from the low

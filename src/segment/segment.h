@@ -54,7 +54,7 @@
  * 128 bytes, a power of two, so finding one is a shift. Two cache lines,
  * cut by who writes them, so that a free from another thread never touches
  * the line its owner writes at every malloc and free (measured in
- * docs/BENCHMARKS.md, "The secure build"):
+ * docs/experiments/, "The secure build"):
  *
  *   - the first line is the owner's alone: its fast paths write free,
  *     local_free and used at every call, its slow paths the rest (link at

@@ -45,6 +45,8 @@ class Allocator:
     notes: List[str] = field(default_factory=list)
     settings: Dict[str, str] = field(default_factory=dict)  # extra environment, e.g. options
     copy_of: Optional[str] = None  # `run --copies`: the allocator this one repeats
+    # How it was built and with which options it runs (the report says it).
+    build: str = ""
 
     def env(self) -> Dict[str, str]:
         """The environment of a run under this allocator."""
@@ -69,7 +71,7 @@ class Allocator:
     def to_json(self) -> Dict[str, object]:
         return {"path": self.path, "source": self.source, "package": self.package,
                 "version": self.version, "verified": self.verified, "notes": self.notes,
-                "settings": self.settings, "copy_of": self.copy_of}
+                "settings": self.settings, "copy_of": self.copy_of, "build": self.build}
 
 
 def copies(original: Allocator, n: int) -> List[Allocator]:
@@ -161,17 +163,22 @@ def discover(coralloc_lib: Optional[str], extra: Sequence[str], build_root: Path
     are reported through log() and, with their reason, in missing_out."""
     found: Dict[str, Allocator] = {}
     gone: Dict[str, str] = missing_out if missing_out is not None else {}
-    found["system"] = Allocator("system", None, "system", version=glibc_version())
+    found["system"] = Allocator("system", None, "system", version=glibc_version(),
+                                build="the C library's malloc, its default tunables")
 
     user = parse_alloc_specs(extra)
     cpath = coralloc_lib or (user.pop("coralloc").path if "coralloc" in user else None)
     if cpath is not None:
         check_library(cpath, "--coralloc-lib")
-        found["coralloc"] = Allocator("coralloc", os.path.abspath(cpath), "user")
+        found["coralloc"] = Allocator("coralloc", os.path.abspath(cpath), "user",
+                                      build="given with --coralloc-lib, default options")
     else:
-        default = build_root / "libcoralloc.so"
+        # absolute: the programs run in other directories (LD_PRELOAD would
+        # not find a relative path from there)
+        default = Path(os.path.abspath(build_root / "libcoralloc.so"))
         if default.is_file():
-            found["coralloc"] = Allocator("coralloc", str(default), "build")
+            found["coralloc"] = Allocator("coralloc", str(default), "build",
+                                          build="this tree's CMake build, default options")
         else:
             log(f"coralloc: {default} is not built (run `make build`, or give "
                 f"--coralloc-lib PATH); going on without it")
@@ -187,13 +194,14 @@ def discover(coralloc_lib: Optional[str], extra: Sequence[str], build_root: Path
             gone[name] = f"not installed; `apt-get install {pkg}` (as root) adds it"
             log(f"{name}: {gone[name]}; going on without it")
             continue
-        found[name] = Allocator(name, path, "debian", package=pkg, version=debian_version(pkg))
+        found[name] = Allocator(name, path, "debian", package=pkg, version=debian_version(pkg),
+                                build="Debian's build, default options")
     wanted = [p for p in peers_mod.PEERS if p.name not in user]
     got, lost = peers_mod.obtain_all(peer_cache or peers_mod.default_cache(repo_root()),
                                      install, log, wanted)
     for name, (peer, path) in got.items():
         found[name] = Allocator(name, path, "pypi" if peer.package.startswith("PyPI") else "crate",
-                                package=peer.package, version=peer.version)
+                                package=peer.package, version=peer.version, build=peer.build)
     for name, why in lost.items():
         gone[name] = why
         log(f"{name}: missing: {why}; going on without it")

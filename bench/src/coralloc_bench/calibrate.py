@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from coralloc_bench import programs
 from coralloc_bench.allocators import Allocator
 from coralloc_bench.execute import OK, Progress, RunContext, RunRecord, run_matrix
 from coralloc_bench.util import median
@@ -44,7 +45,8 @@ def measure(workloads: Sequence[Workload], alloc: Allocator, reps: int,
     `alloc` (None when a run failed)."""
     progress = Progress(len(workloads) * reps, quiet=quiet)
     try:
-        records = run_matrix(workloads, [alloc], reps, ctx, progress)
+        records = run_matrix(workloads, [alloc], reps, ctx, progress,
+                             executor_for=programs.executor_for)
     finally:
         progress.close()
     out: Dict[str, Dict[str, object]] = {}

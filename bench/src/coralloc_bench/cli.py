@@ -19,18 +19,22 @@ import dataclasses
 import datetime as _dt
 import os
 import platform
+import random
 import shlex
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, NoReturn, Optional, Sequence
+from typing import Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 from coralloc_bench import __version__
 from coralloc_bench import allocators as allocs_mod
 from coralloc_bench import fastpath as fastpath_mod
+from coralloc_bench import programs
 from coralloc_bench import workloads as wl_mod
-from coralloc_bench.execute import FAILED, Progress, RunContext, RunRecord, run_matrix
+from coralloc_bench.execute import (FAILED, Executor, Progress, RunContext, RunRecord,
+                                    run_matrix)
 from coralloc_bench.util import BenchError, repo_root
 
 PROG = "coralloc-bench"
@@ -59,6 +63,11 @@ def _positive_int(what: str):  # type: ignore[no-untyped-def]
     return parse
 
 
+def _absolute(s: str) -> str:
+    """A path option as an absolute path: programs run in other directories."""
+    return os.path.abspath(s)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, description="coralloc's benchmark suite: our own workloads and "
                 "real programs under every allocator, interleaved, with tables and charts.")
@@ -70,6 +79,17 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run the benchmarks and write the report")
     r.add_argument("--profile", choices=wl_mod.PROFILES, default="quick",
                    help="quick (default, under 10 minutes on 2 cores) or full")
+    r.add_argument("--suite", metavar="mimalloc-bench=PATH",
+                   help="run the tests of a checkout of daanx/mimalloc-bench (its bench.sh "
+                        "command lines, procs = --threads) instead of our workloads; "
+                        "--workloads then names its tests (larsonN), families (larson) or "
+                        "lists (tests_all1)")
+    r.add_argument("--suite-build", metavar="DIR",
+                   help="where the suite's programs are built (default: "
+                        "<repo>/build-mimalloc-bench)")
+    r.add_argument("--seed", type=int,
+                   help="seed of the random allocator order of each repetition "
+                        "(default: drawn, and recorded in results.json)")
     r.add_argument("--workloads", metavar="A,B",
                    help="workloads or groups to run (default: the profile's; see `list`)")
     r.add_argument("--allocs", metavar="A,B",
@@ -92,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="output directory (default: bench/results/<date-time>/)")
     r.add_argument("--baseline", default=allocs_mod.DEFAULT_BASELINE,
                    help="allocator the ratios are to (default: mimalloc3, mimalloc 3.4.3)")
-    r.add_argument("--build-dir", metavar="DIR",
+    r.add_argument("--build-dir", metavar="DIR", type=_absolute,
                    help="where the workloads are built (default: <repo>/build/bench, "
                         "else <repo>/build-bench)")
     r.add_argument("--no-install", action="store_true",
@@ -110,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     fp.add_argument("--alloc", metavar="NAME=/path/lib.so[,VAR=VALUE...]", action="append",
                     default=[])
     fp.add_argument("--coralloc-lib", metavar="PATH")
-    fp.add_argument("--build-dir", metavar="DIR",
+    fp.add_argument("--build-dir", metavar="DIR", type=_absolute,
                     help="the build whose libcoralloc.so is measured (default: <repo>/build)")
     fp.add_argument("--scenarios", metavar="A,B", help="pair16,pair64,pair512,batch64,mixed")
     fp.add_argument("--scale", type=float, default=1.0,
@@ -125,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("list", help="name the workloads and the allocators found")
     ls.add_argument("--alloc", metavar="NAME=/path/lib.so", action="append", default=[])
     ls.add_argument("--coralloc-lib", metavar="PATH")
-    ls.add_argument("--build-dir", metavar="DIR")
+    ls.add_argument("--build-dir", metavar="DIR", type=_absolute)
     ls.set_defaults(func=cmd_list)
 
     cal = sub.add_parser("calibrate", help="time each workload under the baseline allocator "
@@ -137,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the allocator to time under (default: mimalloc3)")
     cal.add_argument("--reps", type=_positive_int("--reps"), default=3)
     cal.add_argument("--threads", type=_positive_int("--threads"))
-    cal.add_argument("--build-dir", metavar="DIR")
+    cal.add_argument("--build-dir", metavar="DIR", type=_absolute)
     cal.add_argument("--no-install", action="store_true")
     cal.add_argument("--quiet", action="store_true")
     cal.add_argument("--write", action="store_true",
@@ -145,6 +165,15 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--from", dest="from_results", metavar="RESULTS.json",
                      help="take the times from a recorded run instead of running")
     cal.set_defaults(func=cmd_calibrate)
+
+    m = sub.add_parser("merge", help="one report from several runs of the same allocators "
+                       "(e.g. a suite run in parts, each under the time limit of a timed "
+                       "command)")
+    m.add_argument("results", metavar="RESULTS.json", nargs="+")
+    m.add_argument("--out", metavar="DIR", required=True,
+                   help="where to write the merged results.json, report.md and charts")
+    m.add_argument("--no-charts", action="store_true")
+    m.set_defaults(func=cmd_merge)
 
     c = sub.add_parser("compare", help="ratios between two results.json files (NEW/OLD)")
     c.add_argument("old", metavar="OLD.json")
@@ -190,8 +219,11 @@ def make_context(bdir: Path, profile: str, threads: int, work: Path) -> RunConte
 
 
 def _coralloc_build_root(root: Path, build_dir: Optional[str]) -> Path:
+    """Where libcoralloc.so is, as an absolute path (a relative --build-dir
+    would give a relative LD_PRELOAD, which programs started in another
+    directory cannot load)."""
     if build_dir and (Path(build_dir) / "libcoralloc.so").is_file():
-        return Path(build_dir)
+        return Path(build_dir).resolve()
     return root / "build"
 
 
@@ -237,18 +269,62 @@ def resolve_out_dir(out: Optional[str], root: Path) -> Path:
         return Path(out).resolve()
     return root / "bench" / "results" / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
 
+def suite_workloads(spec: str, select: Optional[str], threads: int, build: Optional[str],
+                    install: bool, root: Path
+                    ) -> Tuple[List[wl_mod.Workload], Dict[str, Executor], Dict[str, object]]:
+    """--suite mimalloc-bench=PATH: its tests as workloads, their runners, and
+    what results.json says of the suite (checkout, commit, procs, the tests
+    not run and why)."""
+    from coralloc_bench import mimalloc_bench as mb
+    name, sep, path = spec.partition("=")
+    if name != mb.NAME or not sep or not path:
+        raise BenchError(f"--suite takes {mb.NAME}=PATH (a checkout of daanx/mimalloc-bench), "
+                         f"not '{spec}'")
+    checkout = Path(path).resolve()
+    suite = mb.read_suite(checkout, threads)
+    tests = mb.select(suite, select)
+    state = Path(build).resolve() if build else root / "build-mimalloc-bench"
+    sdir, gone = mb.build(checkout, state, [t.program for t in tests if t.program], _log)
+    skipped = dict(suite.skipped)
+    for t in tests:
+        if t.program in gone:
+            skipped[t.name] = f"{t.program} not built: {gone[t.program]}"
+    skipped.update(mb.install_programs(tests, install, _log, allocs_mod.apt_install))
+    tests = [t for t in tests if t.name not in skipped]
+    if not tests:
+        raise BenchError(f"no {mb.NAME} test left to run: " +
+                         "; ".join(f"{k}: {v}" for k, v in skipped.items()))
+    for k, v in skipped.items():
+        _log(f"{mb.NAME}: {k} not run: {v}")
+    chosen, executors = mb.workloads(suite, sdir)
+    chosen = [w for w in chosen if w.name in {t.name for t in tests}]
+    commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    meta: Dict[str, object] = {
+        "name": mb.NAME, "checkout": str(checkout), "commit": commit, "procs": threads,
+        "build": str(sdir), "not_run": skipped,
+        "derived_times": {t.name: t.derivation.regex for t in tests if t.derivation}}
+    return chosen, executors, meta
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     t_start = time.monotonic()
     root = repo_root()
     profile: str = args.profile
-    chosen = wl_mod.select(args.workloads, profile)
     threads: int = args.threads or threads_default()
+    executors: Dict[str, Executor] = {}
+    suite_meta: Dict[str, object] = {}
+    if args.suite:
+        chosen, executors, suite_meta = suite_workloads(
+            args.suite, args.workloads, threads, args.suite_build, not args.no_install, root)
+    else:
+        chosen = wl_mod.select(args.workloads, profile)
     reps: int = args.reps or DEFAULT_REPS[profile]
     if args.baseline not in allocs_mod.KNOWN and not any(
             s.partition("=")[0] == args.baseline for s in args.alloc):
         raise BenchError(f"unknown baseline allocator '{args.baseline}'")
     bdir = bin_dir(args.build_dir, root)
-    missing = sorted({w.program for w in chosen if not w.is_real
+    missing = sorted({w.program for w in chosen if not w.is_real and w.name not in executors
                       and not (bdir / w.program).is_file()})
     if missing:
         raise BenchError(f"workload programs missing in {bdir}: {', '.join(missing)} "
@@ -271,8 +347,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     real = [w.program for w in chosen if w.is_real]
     if real and install:
-        from coralloc_bench import realprogs
-        need = realprogs.missing_packages(real)
+        need = programs.missing_packages(real)
         if need and not allocs_mod.apt_install(need, _log):
             _log(f"missing programs ({' '.join(need)}): their workloads are skipped")
 
@@ -287,6 +362,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             _log(f"{a.name}: NOT verified: {res.reason}; its runs are reported as failed")
             blocked[a.name] = f"allocator not verified: {res.reason}"
 
+    seed: int = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     out_dir = resolve_out_dir(args.out, root)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -304,10 +380,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         "command": " ".join(shlex.quote(a) for a in [PROG, *sys.argv[1:]])
         if sys.argv and sys.argv[0] else PROG,
         "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "profile": profile, "reps": reps, "threads": threads, "baseline": baseline,
+        "profile": suite_meta.get("name", profile), "reps": reps, "threads": threads,
+        "baseline": baseline, "seed": seed,
         "machine": machine_info(),
         "allocators": {a.name: a.to_json() for a in alloc_list},
         "missing_allocators": missing_allocs,
+        **({"suite": suite_meta} if suite_meta else {}),
         "workloads": {w.name: {"description": w.description, "program": w.program,
                                "threads": w.threads_used(threads),
                                "args": w.argv_tail(profile, threads)} for w in chosen},
@@ -326,13 +404,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         report.write_json(out_dir / "results.json", meta, records)
 
     total = len(chosen) * len(alloc_list) * reps
-    _log(f"{profile} profile: {len(chosen)} workloads x {len(alloc_list)} allocators "
+    _log(f"{suite_meta.get('name', profile)}: {len(chosen)} workloads x {len(alloc_list)} allocators "
          f"({', '.join(a.name for a in alloc_list)}) x {reps} reps = {total} runs, "
          f"{threads} threads; writing {out_dir}")
     progress = Progress(total, quiet=args.quiet)
     interrupted = False
     try:
-        run_matrix(chosen, alloc_list, reps, ctx, progress, on_record=save, blocked=blocked)
+        run_matrix(chosen, alloc_list, reps, ctx, progress, executors=executors,
+                   on_record=save, blocked=blocked, executor_for=programs.executor_for,
+                   seed=seed)
     except KeyboardInterrupt:
         interrupted = True
         _log("interrupted: writing what has run so far")
@@ -511,6 +591,30 @@ def cmd_fastpath(args: argparse.Namespace) -> int:
             f"does better. Versions: {vers}.\n\n" +
             "".join(f"- {n}\n" for n in sec.notes) + ("\n" if sec.notes else "") + rest)
         print(f"wrote {doc}")
+    return 0
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    """Runs of different workloads under the same allocators, as one run:
+    the records side by side, the workloads and the suite's notes joined;
+    the first file's metadata otherwise (its command, machine, baseline)."""
+    from coralloc_bench import report
+    meta, records = report.merge_results([report.load_results(p) for p in args.results])
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    meta["merged_from"] = [str(Path(p).resolve()) for p in args.results]
+    report.write_json(out / "results.json", meta, records)
+    report.write_csv(out / "results.csv", records)
+    baseline = report.pick_baseline(str(meta.get("baseline") or ""), report.layout(records,
+                                                                                  meta)[1])
+    charts: List[str] = []
+    if not args.no_charts:
+        from coralloc_bench import charts as charts_mod
+        if charts_mod.available():
+            charts = charts_mod.draw(records, meta, baseline, out)
+    (out / "report.md").write_text(report.markdown_report(records, meta, baseline, charts))
+    print(report.terminal_report(records, meta, baseline))
+    print(f"\n{len(records)} runs merged; report: {out / 'report.md'}")
     return 0
 
 

@@ -2,7 +2,7 @@
 git on a generated repository, gcc on a generated C file, lua on an
 allocation-heavy script, ruby with a thread per core, and python's own test
 modules. Each runs under the allocator (every process it starts too,
-through LD_PRELOAD), with the malloc witness (see realprogs.py) telling
+through LD_PRELOAD), with the malloc witness (see witness.py) telling
 who served each process; each output is checked against answers computed
 here, independently."""
 
@@ -16,7 +16,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from coralloc_bench.allocators import Allocator
 from coralloc_bench.execute import Check, Outcome, RunContext, failure_reason, measure
-from coralloc_bench.realprogs import _not_run, find_python, witness_verdict, witnessed_env
+from coralloc_bench.witness import find_python, not_run, witness_verdict, witnessed_env
 from coralloc_bench.workloads import Workload
 
 M32 = 0xFFFFFFFF
@@ -34,12 +34,12 @@ def _run_checked(argv: List[str], alloc: Allocator, ctx: RunContext, timeout: fl
     env = witnessed_env(alloc, ctx, witness_file)
     env.update(env_extra or {})
     o = measure(argv, env, timeout, cwd=str(cwd) if cwd else None, launcher=ctx.launcher)
-    why = failure_reason(o, timeout) or expect(o.stdout) or witness_verdict(alloc, ctx,
-                                                                            witness_file)
+    served, who = witness_verdict(alloc, ctx, witness_file)
+    why = failure_reason(o, timeout) or expect(o.stdout) or served
     if why:
-        return o, Check(False, why), argv
+        return o, Check(False, why, served_by=who), argv
     rate = amount / o.wall_s if o.wall_s > 0 else 0.0
-    return o, Check(True, "", figure, rate, {figure: rate}), argv
+    return o, Check(True, "", figure, rate, {figure: rate}, who), argv
 
 
 def _lines_are(want: List[str]) -> Callable[[str], str]:
@@ -98,7 +98,7 @@ git rev-parse HEAD:f0007.txt
 def run_git(w: Workload, alloc: Allocator, ctx: RunContext, timeout: float) -> Result:
     git, sh = shutil.which("git"), shutil.which("sh")
     if git is None or sh is None:
-        return _not_run("skipped: git not installed (apt-get install git)")
+        return not_run("skipped: git not installed (apt-get install git)")
     rounds = int(w.argv_tail(ctx.profile, ctx.threads)[0])
     src = ctx.work_dir / f"git-{rounds}"
     if not (src / "script.sh").is_file():
@@ -173,7 +173,7 @@ def gcc_expected(n: int) -> str:
 def run_gcc(w: Workload, alloc: Allocator, ctx: RunContext, timeout: float) -> Result:
     gcc, sh = shutil.which("gcc"), shutil.which("sh")
     if gcc is None or sh is None:
-        return _not_run("skipped: gcc not installed (apt-get install gcc)")
+        return not_run("skipped: gcc not installed (apt-get install gcc)")
     n = int(w.argv_tail(ctx.profile, ctx.threads)[0])
     src = ctx.work_dir / f"gen-{n}.c"
     if not src.is_file():
@@ -229,7 +229,7 @@ def find_lua() -> Optional[str]:
 def run_lua(w: Workload, alloc: Allocator, ctx: RunContext, timeout: float) -> Result:
     lua = find_lua()
     if lua is None:
-        return _not_run("skipped: lua not installed (apt-get install lua5.4)")
+        return not_run("skipped: lua not installed (apt-get install lua5.4)")
     n = int(w.argv_tail(ctx.profile, ctx.threads)[0])
     script = ctx.work_dir / "alloc.lua"
     if not script.is_file():
@@ -272,7 +272,7 @@ def ruby_expected(n: int, threads: int) -> str:
 def run_ruby(w: Workload, alloc: Allocator, ctx: RunContext, timeout: float) -> Result:
     ruby = shutil.which("ruby")
     if ruby is None:
-        return _not_run("skipped: ruby not installed (apt-get install ruby)")
+        return not_run("skipped: ruby not installed (apt-get install ruby)")
     n = int(w.argv_tail(ctx.profile, ctx.threads)[0])
     threads = max(2, ctx.threads)
     script = ctx.work_dir / "alloc.rb"
@@ -305,7 +305,7 @@ def python_has_tests() -> bool:
 def run_python_tests(w: Workload, alloc: Allocator, ctx: RunContext, timeout: float) -> Result:
     py = find_python()
     if py is None or not python_has_tests():
-        return _not_run(f"skipped: python's test modules not installed (apt-get install "
+        return not_run(f"skipped: python's test modules not installed (apt-get install "
                         f"{python_testsuite_package() or 'libpython3-testsuite'})")
     modules = w.argv_tail(ctx.profile, ctx.threads)
     argv = [py, "-m", "test", "-q", "--fail-env-changed", *modules]

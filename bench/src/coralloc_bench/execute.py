@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -56,6 +57,9 @@ class Check:
     figure: Optional[float] = None
     figures: Dict[str, float] = field(default_factory=dict)
     served_by: str = ""
+    # The time a suite counts for this run when it is not the wall time
+    # (mimalloc-bench's bench.sh derives some from the program's output).
+    time_s: Optional[float] = None
 
 
 @dataclass
@@ -86,6 +90,9 @@ class RunRecord:
     # None: not measured (see Outcome.rtt_before_ns).
     rtt_before_ns: Optional[float] = None
     rtt_after_ns: Optional[float] = None
+    # The time the suite counts when it is not wall_s (see Check.time_s);
+    # None: the wall time is the time.
+    time_s: Optional[float] = None
 
     def to_json(self) -> Dict[str, object]:
         return asdict(self)
@@ -101,7 +108,7 @@ class RunRecord:
         kw["figure_name"] = str(d.get("figure_name") or "")
         traps = d.get("fault_traps")
         kw["fault_traps"] = int(traps) if isinstance(traps, (int, float)) else None
-        for k in ("rtt_before_ns", "rtt_after_ns"):
+        for k in ("rtt_before_ns", "rtt_after_ns", "time_s"):
             v = d.get(k)
             kw[k] = float(v) if isinstance(v, (int, float)) else None
         return RunRecord(**kw)  # type: ignore[arg-type]
@@ -351,7 +358,8 @@ def failure_reason(o: Outcome, timeout: float) -> Optional[str]:
 
 def check_workload_output(o: Outcome, alloc: Allocator, timeout: float) -> Check:
     """The rule for our own workloads: exit 0, one good result line with a
-    positive first figure, and malloc served by the allocator under test."""
+    positive first figure, and a malloc_lib line naming the allocator under
+    test (a run that does not say who served malloc proves nothing)."""
     why = failure_reason(o, timeout)
     if why:
         return Check(False, why)
@@ -361,11 +369,13 @@ def check_workload_output(o: Outcome, alloc: Allocator, timeout: float) -> Check
     if figures[name] <= 0:
         return Check(False, f"{name}={figures[name]} is not a positive figure")
     lib = info_value(o.stdout, "malloc_lib")
-    if lib is not None and not alloc.serves(lib):
+    if lib is None:
+        return Check(False, "no 'info: malloc_lib=' line: who served malloc is unknown")
+    if not alloc.serves(lib):
         want = "libc" if alloc.path is None else os.path.basename(alloc.path)
         return Check(False, f"malloc served by {lib}, not {want}", name, figures[name], figures,
                      lib)
-    return Check(True, "", name, figures[name], figures, lib or "")
+    return Check(True, "", name, figures[name], figures, lib)
 
 
 @dataclass
@@ -390,19 +400,11 @@ def run_c_workload(w: Workload, alloc: Allocator, ctx: RunContext,
     return o, check_workload_output(o, alloc, timeout), argv
 
 
-def default_executor(w: Workload) -> Executor:
-    if w.is_real:
-        from coralloc_bench import realprogs
-        return realprogs.executor(w.program)
-    return run_c_workload
-
-
 def run_one(w: Workload, alloc: Allocator, rep: int, ctx: RunContext,
-            executor: Optional[Executor] = None) -> RunRecord:
+            executor: Executor) -> RunRecord:
     timeout = w.timeout.get(ctx.profile, 300.0)
     started = time.time()
-    ex = executor or default_executor(w)
-    o, c, argv = ex(w, alloc, ctx, timeout)
+    o, c, argv = executor(w, alloc, ctx, timeout)
     status = OK if c.ok else (SKIPPED if c.reason.startswith("skipped") else FAILED)
     ran = o.exit_status is not None
     return RunRecord(
@@ -417,7 +419,7 @@ def run_one(w: Workload, alloc: Allocator, rep: int, ctx: RunContext,
         rtt_after_ns=o.rtt_after_ns if ran else None,
         figure_name=c.figure_name, figure=c.figure if c.ok else None, figures=c.figures,
         threads=w.threads_used(ctx.threads), profile=ctx.profile, command=argv,
-        started=started, served_by=c.served_by)
+        started=started, served_by=c.served_by, time_s=c.time_s if c.ok else None)
 
 
 class Progress:
@@ -469,24 +471,34 @@ class Progress:
             self.bar.close()  # type: ignore[attr-defined]
 
 
+def run_c_workloads(w: Workload) -> Executor:
+    """The runner of a matrix of our own C workloads only."""
+    return run_c_workload
+
+
 def run_matrix(workloads: Sequence[Workload], allocs: Sequence[Allocator], reps: int,
                ctx: RunContext, progress: Optional[Progress] = None,
                executors: Optional[Dict[str, Executor]] = None,
                on_record: Optional[Callable[[RunRecord], None]] = None,
-               blocked: Optional[Dict[str, str]] = None) -> List[RunRecord]:
-    """Interleaved: for each rep, each workload under each allocator (the
-    allocator order rotates from rep to rep so none always runs first).
-    `executors` replaces the runner of some workloads (by name); the
-    allocators in `blocked` (name -> reason, e.g. not verified) are not run:
-    each of their runs is recorded as failed with that reason. A workload
-    that reports itself skipped (program not installed) is not tried again."""
+               blocked: Optional[Dict[str, str]] = None,
+               executor_for: Callable[[Workload], Executor] = run_c_workloads,
+               seed: Optional[int] = None) -> List[RunRecord]:
+    """Interleaved: for each rep, each workload under each allocator, the
+    allocators in a fresh random order for every (rep, workload) drawn from
+    `seed` (so no allocator always runs first, or always right after the
+    same one, and a run can be replayed in the same order).
+    `executor_for` gives each workload's runner; `executors` replaces the
+    runner of some workloads (by name); the allocators in `blocked` (name ->
+    reason, e.g. not verified) are not run: each of their runs is recorded
+    as failed with that reason. A workload that reports itself skipped
+    (program not installed) is not tried again."""
     records: List[RunRecord] = []
     skip: Dict[str, str] = {}
     blocked = blocked or {}
+    rng = random.Random(seed)
     for rep in range(1, reps + 1):
         for w in workloads:
-            shift = (rep - 1) % len(allocs)
-            for alloc in list(allocs[shift:]) + list(allocs[:shift]):
+            for alloc in rng.sample(list(allocs), len(allocs)):
                 if progress:
                     progress.start(f"{w.name}/{alloc.name} #{rep}")
                 if alloc.name in blocked:
@@ -494,7 +506,8 @@ def run_matrix(workloads: Sequence[Workload], allocs: Sequence[Allocator], reps:
                 elif w.name in skip:
                     rec = run_one(w, alloc, rep, ctx, _fixed(skip[w.name]))
                 else:
-                    rec = run_one(w, alloc, rep, ctx, (executors or {}).get(w.name))
+                    rec = run_one(w, alloc, rep, ctx,
+                                  (executors or {}).get(w.name) or executor_for(w))
                     if rec.status == SKIPPED:
                         skip[w.name] = rec.reason
                 records.append(rec)

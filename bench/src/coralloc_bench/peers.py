@@ -10,8 +10,9 @@ cannot be had is reported with the reason and the run goes on without it.
 - snmalloc: the crate snmalloc-sys 0.7.6 ships snmalloc's sources; its CMake
   builds libsnmallocshim.so (Release), snmalloc's own LD_PRELOAD shim.
 - rpmalloc: the crate rpmalloc-sys 0.2.3 ships rpmalloc 1.4.3's C source;
-  compiled with ENABLE_PRELOAD and ENABLE_OVERRIDE (the malloc family
-  overridden), as rpmalloc's own configure.py builds librpmallocwrap.so.
+  compiled as its release build (-O3 -funroll-loops) with ENABLE_PRELOAD and
+  ENABLE_OVERRIDE (the malloc family overridden), as rpmalloc's own
+  configure.py builds librpmallocwrap.so.
   rpmalloc 2.0 is on no package registry.
 """
 
@@ -41,6 +42,7 @@ class Peer:
     version: str  # the allocator's own version
     package: str  # where it comes from, pinned: "PyPI cmeel-mimalloc==3.4.3"
     obtain: Callable[["Peer", Path, bool, Log], str]  # -> library path
+    build: str = ""  # how it is built and the options it runs with (the report says it)
 
 
 # ---- mimalloc 3 from PyPI --------------------------------------------------------
@@ -169,8 +171,9 @@ def _obtain_snmalloc(peer: Peer, cache: Path, install: bool, log: Log) -> str:
 
 
 RPMALLOC_CRATE = ("rpmalloc-sys", "0.2.3")
-RPMALLOC_FLAGS = ("-O2", "-shared", "-fPIC", "-D_GNU_SOURCE", "-DENABLE_PRELOAD=1",
-                  "-DENABLE_OVERRIDE=1")
+# -O3 -funroll-loops: rpmalloc's own release build (its build/ninja scripts).
+RPMALLOC_FLAGS = ("-O3", "-funroll-loops", "-shared", "-fPIC", "-D_GNU_SOURCE",
+                  "-DENABLE_PRELOAD=1", "-DENABLE_OVERRIDE=1")
 
 
 def _obtain_rpmalloc(peer: Peer, cache: Path, install: bool, log: Log) -> str:
@@ -190,11 +193,14 @@ def _obtain_rpmalloc(peer: Peer, cache: Path, install: bool, log: Log) -> str:
 
 PEERS: Tuple[Peer, ...] = (
     Peer("mimalloc3", MIMALLOC3_VERSION, f"PyPI {MIMALLOC3_DIST}=={MIMALLOC3_VERSION}",
-         _obtain_mimalloc3),
+         _obtain_mimalloc3, "the package's release build, mimalloc's default options "
+         "(no MIMALLOC_* set: transparent huge pages allowed, as its default; "
+         "`--alloc NAME=PATH,MIMALLOC_ALLOW_THP=0` runs it without)"),
     Peer("snmalloc", SNMALLOC_CRATE[1],
-         f"crates.io {SNMALLOC_CRATE[0]} {SNMALLOC_CRATE[1]}", _obtain_snmalloc),
+         f"crates.io {SNMALLOC_CRATE[0]} {SNMALLOC_CRATE[1]}", _obtain_snmalloc,
+         f"cmake {' '.join(SNMALLOC_CMAKE)}, its libsnmallocshim.so, default options"),
     Peer("rpmalloc", "1.4.3", f"crates.io {RPMALLOC_CRATE[0]} {RPMALLOC_CRATE[1]}",
-         _obtain_rpmalloc),
+         _obtain_rpmalloc, f"cc {' '.join(RPMALLOC_FLAGS)}, default options"),
 )
 PEER_NAMES = tuple(p.name for p in PEERS)
 

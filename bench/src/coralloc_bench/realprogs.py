@@ -1,13 +1,11 @@
 """Real programs from Debian run under the allocator, their outputs checked:
 python3 running an allocation-heavy script, the sqlite3 CLI, and
 redis-server driven by redis-benchmark on 127.0.0.1 (bounded, always
-stopped); git, gcc, lua and python's own tests are in devtools.py.
+stopped); git, gcc, lua and python's own tests are in devtools.py, and
+programs.py maps each real program to its runner.
 
 Who served malloc in a real program is told by the malloc witness
-(bench/witness/malloc-witness.c), preloaded after the allocator: at
-start-up, each process of the program appends the object its malloc calls
-are bound to; every line must name the allocator under test (libc for
-system)."""
+(witness.py); python prints it itself (its script's malloc_lib line)."""
 
 from __future__ import annotations
 
@@ -23,73 +21,10 @@ from typing import Dict, List, Optional, Tuple
 from coralloc_bench.allocators import Allocator
 from coralloc_bench.execute import (Check, Executor, Outcome, RunContext, Spawned,
                                     check_workload_output, failure_reason, measure, signal_name)
+from coralloc_bench.witness import find_python, not_run, witness_verdict, witnessed_env
 from coralloc_bench.workloads import Workload
 
 DATA = Path(__file__).resolve().parent / "data"
-
-
-def libc_path() -> Optional[str]:
-    """The C library this runner's processes use (for `system` in programs
-    that link another allocator: preloaded, glibc's malloc comes first)."""
-    try:
-        with open("/proc/self/maps") as f:
-            for line in f:
-                path = line.split()[-1]
-                if "/libc.so" in path or "/libc-" in path:
-                    return path
-    except OSError:
-        pass
-    return None
-
-
-def witnessed_env(alloc: Allocator, ctx: RunContext, witness_file: Path,
-                  libc_first: bool = False) -> Dict[str, str]:
-    """The allocator's environment with the witness preloaded after it (and
-    glibc before everything for `system` when libc_first: a program that
-    links libjemalloc is then served by glibc, as `system` means)."""
-    env = alloc.env()
-    pre = [p for p in env.get("LD_PRELOAD", "").split(":") if p]
-    if alloc.path is None and libc_first:
-        lc = libc_path()
-        pre = ([lc] if lc else []) + pre
-    if ctx.witness is not None:
-        pre.append(str(ctx.witness))
-        env["CORALLOC_WITNESS_FILE"] = str(witness_file)
-    if pre:
-        env["LD_PRELOAD"] = ":".join(pre)
-    return env
-
-
-def witness_verdict(alloc: Allocator, ctx: RunContext, witness_file: Path) -> str:
-    """'' when every process the witness heard of was served by `alloc`, else
-    why not. No witness built: the check cannot be made, and says so."""
-    if ctx.witness is None:
-        return "malloc-witness is not built: who served malloc is unknown"
-    try:
-        lines = witness_file.read_text().split("\n")
-    except OSError:
-        lines = []
-    served = [ln.split(" ", 1)[1] for ln in lines if " " in ln]
-    if not served:
-        return "no process reported who served malloc"
-    wrong = sorted({p for p in served if not alloc.serves(p)})
-    if wrong:
-        want = "libc" if alloc.path is None else os.path.basename(alloc.path)
-        return (f"malloc served by {', '.join(wrong)}, not {want} "
-                f"({sum(1 for p in served if not alloc.serves(p))} of {len(served)} processes)")
-    return ""
-
-
-def _not_run(reason: str) -> Tuple[Outcome, Check, List[str]]:
-    return Outcome(None, 0, 0, 0, 0, 0, 0, "", ""), Check(False, reason), []
-
-
-def find_python() -> Optional[str]:
-    """Debian's python3 (not a virtualenv's or pyenv's shim)."""
-    for p in ("/usr/bin/python3",):
-        if os.access(p, os.X_OK):
-            return p
-    return shutil.which("python3")
 
 
 # ---- python ------------------------------------------------------------------
@@ -100,7 +35,7 @@ def run_python_script(script: str, w: Workload, alloc: Allocator, ctx: RunContex
     the allocator under test."""
     py = find_python()
     if py is None:
-        return _not_run("skipped: python3 not installed (apt-get install python3)")
+        return not_run("skipped: python3 not installed (apt-get install python3)")
     argv = [py, str(DATA / script), *w.argv_tail(ctx.profile, ctx.threads)]
     env = alloc.env()
     env["PYTHONMALLOC"] = "malloc"  # every object through the allocator, not pymalloc
@@ -165,7 +100,7 @@ def run_sqlite(w: Workload, alloc: Allocator, ctx: RunContext,
                timeout: float) -> Tuple[Outcome, Check, List[str]]:
     exe = shutil.which("sqlite3")
     if exe is None:
-        return _not_run("skipped: sqlite3 not installed (apt-get install sqlite3)")
+        return not_run("skipped: sqlite3 not installed (apt-get install sqlite3)")
     n = int(w.argv_tail(ctx.profile, ctx.threads)[0])
     script = ctx.work_dir / f"sqlite-{n}.sql"
     expected_file = ctx.work_dir / f"sqlite-{n}.expected"
@@ -173,17 +108,23 @@ def run_sqlite(w: Workload, alloc: Allocator, ctx: RunContext,
         script.write_text(sqlite_script(n))
         expected_file.write_text("\n".join(sqlite_expected(n)) + "\n")
     argv = [exe, "-batch", ":memory:"]
-    o = measure(argv, alloc.env(), timeout, stdin_path=str(script), launcher=ctx.launcher)
+    witness_file = ctx.work_dir / f"sqlite-{alloc.name}.witness"
+    witness_file.unlink(missing_ok=True)
+    o = measure(argv, witnessed_env(alloc, ctx, witness_file), timeout, stdin_path=str(script),
+                launcher=ctx.launcher)
     why = failure_reason(o, timeout)
+    served, who = witness_verdict(alloc, ctx, witness_file)
+    why = why or served
     if why:
-        return o, Check(False, why), argv
+        return o, Check(False, why, served_by=who), argv
     got = o.stdout.strip().splitlines()
     want = expected_file.read_text().strip().splitlines()
     if got != want:
         bad = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
         return o, Check(False, f"wrong output at line {bad + 1}"), argv
     rows_per_sec = n / o.wall_s if o.wall_s > 0 else 0.0
-    return o, Check(True, "", "rows_per_sec", rows_per_sec, {"rows_per_sec": rows_per_sec}), argv
+    return o, Check(True, "", "rows_per_sec", rows_per_sec, {"rows_per_sec": rows_per_sec},
+                    who), argv
 
 
 # ---- redis -------------------------------------------------------------------
@@ -236,7 +177,7 @@ def run_redis(w: Workload, alloc: Allocator, ctx: RunContext,
               timeout: float) -> Tuple[Outcome, Check, List[str]]:
     server, bench = shutil.which("redis-server"), shutil.which("redis-benchmark")
     if server is None or bench is None:
-        return _not_run("skipped: redis not installed (apt-get install redis-server redis-tools)")
+        return not_run("skipped: redis not installed (apt-get install redis-server redis-tools)")
     n = int(w.argv_tail(ctx.profile, ctx.threads)[0])
     port = _free_port()
     workdir = tempfile.mkdtemp(prefix="coralloc-redis-", dir=str(ctx.work_dir))
@@ -274,7 +215,7 @@ def run_redis(w: Workload, alloc: Allocator, ctx: RunContext,
                 stop_by = float("inf")
             time.sleep(0.02)
         o = sp.outcome()
-        served = witness_verdict(alloc, ctx, witness_file)
+        served, who = witness_verdict(alloc, ctx, witness_file)
         shutil.rmtree(workdir, ignore_errors=True)
     if not reason and o.exit_status != 0:
         reason = (f"redis-server killed by {signal_name(-o.exit_status)}"
@@ -283,7 +224,7 @@ def run_redis(w: Workload, alloc: Allocator, ctx: RunContext,
     reason = reason or served
     if reason:
         return o, Check(False, reason), argv
-    return o, Check(True, "", "ops_per_sec", figures["ops_per_sec"], figures), argv
+    return o, Check(True, "", "ops_per_sec", figures["ops_per_sec"], figures, who), argv
 
 
 def mapped_libs(pid: int) -> List[str]:
@@ -345,28 +286,3 @@ def _drive(port: int, n: int, bench: str, sp: Spawned, alloc: Allocator,
     figures = {"ops_per_sec": n * len(rps) / seconds}
     figures.update({f"{k.lower()}_rps": v for k, v in rps.items()})
     return "", figures
-
-
-def executor(program: str) -> Executor:
-    from coralloc_bench import devtools
-    table: Dict[str, Executor] = {"real:python": run_python, "real:python-gc": run_python_gc,
-                                  "real:sqlite": run_sqlite,
-                                  "real:redis": run_redis, **devtools.EXECUTORS}
-    return table[program]
-
-
-def missing_packages(programs: List[str]) -> List[str]:
-    """Debian packages to install for the real programs among `programs`."""
-    need: List[str] = []
-    checks = {"real:python": (find_python() is not None, "python3"),
-              "real:python-gc": (find_python() is not None, "python3"),
-              "real:sqlite": (shutil.which("sqlite3") is not None, "sqlite3"),
-              "real:redis": (shutil.which("redis-server") is not None and
-                             shutil.which("redis-benchmark") is not None,
-                             "redis-server redis-tools")}
-    for p in programs:
-        if p in checks and not checks[p][0]:
-            need += checks[p][1].split()
-    from coralloc_bench import devtools
-    return need + devtools.missing_packages(programs)
-

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from coralloc_bench import stats
 from coralloc_bench.allocators import BASELINE_FALLBACKS
 from coralloc_bench.execute import FAILED, OK, SKIPPED, RunRecord
 from coralloc_bench.util import BenchError, geomean, median
@@ -54,7 +56,8 @@ def _f(v: Optional[float], scale: float = 1.0) -> Optional[float]:
 
 
 METRICS: List[Metric] = [
-    Metric("time", "wall time", "s", True, lambda r: _f(r.wall_s), lambda v: f"{v:.3f}"),
+    Metric("time", "time (wall; a suite's own derived time where it has one)", "s", True,
+           lambda r: _f(r.time_s if r.time_s is not None else r.wall_s), lambda v: f"{v:.3f}"),
     Metric("figure", "the workload's own figure (ops/s; sqlite: rows/s)", "", False,
            lambda r: _f(r.figure)),
     Metric("rss", "peak RSS", "MiB", True, lambda r: _f(r.max_rss_kib, 1 / 1024),
@@ -73,6 +76,8 @@ METRICS: List[Metric] = [
 ]
 METRIC_BY_KEY = {m.key: m for m in METRICS}
 TERMINAL_METRICS = ("time", "figure", "rss", "minflt", "traps")
+# A suite's programs print no figure of ours; their system time says more.
+SUITE_METRICS = ("time", "rss", "sys", "minflt", "traps")
 
 
 @dataclass
@@ -84,6 +89,8 @@ class Cell:
     ok_runs: int = 0
     # (min, max) of the ok runs, per metric: the noise of this cell
     ranges: Dict[str, Tuple[float, float]] = field(default_factory=dict)
+    # every ok run's value, per metric (the rank test's samples)
+    samples: Dict[str, List[float]] = field(default_factory=dict)
 
 
 def aggregate(records: Sequence[RunRecord]) -> Dict[Tuple[str, str], Cell]:
@@ -104,12 +111,14 @@ def aggregate(records: Sequence[RunRecord]) -> Dict[Tuple[str, str], Cell]:
         else:
             values: Dict[str, float] = {}
             ranges: Dict[str, Tuple[float, float]] = {}
+            samples: Dict[str, List[float]] = {}
             for m in METRICS:
                 vs = [v for v in (m.get(r) for r in ok) if v is not None]
                 if vs:
                     values[m.key] = median(vs)
                     ranges[m.key] = (min(vs), max(vs))
-            cells[key] = Cell(OK, "", values, len(runs), len(ok), ranges)
+                    samples[m.key] = vs
+            cells[key] = Cell(OK, "", values, len(runs), len(ok), ranges, samples)
     return cells
 
 
@@ -137,32 +146,50 @@ def overlap(a: Optional[Tuple[float, float]], b: Optional[Tuple[float, float]]) 
     return a is not None and b is not None and a[0] <= b[1] and b[0] <= a[1]
 
 
-def within_noise(cells: Dict[Tuple[str, str], Cell], metric: str, workload: str, alloc: str,
-                 baseline: str) -> bool:
-    """The cell's min-max range overlaps the baseline's: the two are not
-    told apart by this run, whatever their medians say."""
-    c, b = cells.get((workload, alloc)), cells.get((workload, baseline))
-    if not c or not b or c.status != OK or b.status != OK:
-        return False
-    if c.ok_runs < 2 or b.ok_runs < 2:
-        return True  # one run says nothing about its noise
-    return overlap(c.ranges.get(metric), b.ranges.get(metric))
+def differing(cells: Dict[Tuple[str, str], Cell], metric: str, workloads: Sequence[str],
+              alloc: str, others: Dict[str, str]) -> Dict[str, bool]:
+    """For each workload where alloc and others[workload] both completed:
+    do their runs differ beyond noise? The rank-sum test on the runs, with
+    Benjamini-Hochberg over these workloads (see stats.py): the false calls
+    stay at most stats.Q of the calls, however many workloads there are."""
+    pairs: List[Tuple[str, List[float], List[float]]] = []
+    for w in workloads:
+        c, b = cells.get((w, alloc)), cells.get((w, others.get(w, "")))
+        if not c or not b or c.status != OK or b.status != OK:
+            continue
+        a_s, b_s = c.samples.get(metric), b.samples.get(metric)
+        if a_s and b_s:
+            pairs.append((w, a_s, b_s))
+    calls = stats.differ([(a, b) for _, a, b in pairs])
+    return {w: called for (w, _, _), called in zip(pairs, calls)}
 
 
 def beyond_noise(cells: Dict[Tuple[str, str], Cell], metric: Metric, workloads: Sequence[str],
                  alloc: str, baseline: str) -> Tuple[int, int]:
     """How many workloads the allocator is better / worse than the baseline
-    on with ranges that do not overlap."""
+    on beyond noise (see differing)."""
+    called = differing(cells, metric.key, workloads, alloc, {w: baseline for w in workloads})
     better = worse = 0
-    for w in workloads:
+    for w, yes in called.items():
         r = ratio(cells, metric.key, w, alloc, baseline)
-        if r is None or r == 1.0 or within_noise(cells, metric.key, w, alloc, baseline):
+        if not yes or r is None or r == 1.0:
             continue
         if (r < 1.0) == metric.lower_better:
             better += 1
         else:
             worse += 1
     return better, worse
+
+
+# Workloads that run coralloc's own bulk calls against the peers' malloc/free
+# (and the no-allocator ceilings): shown, but kept out of the headline figures.
+NOT_HEADLINE = ("-api", "-null")
+
+
+def headline(workloads: Sequence[str]) -> List[str]:
+    """The workloads of the headline geomean (every one that runs the same
+    calls under every allocator)."""
+    return [w for w in workloads if not w.endswith(NOT_HEADLINE)]
 
 
 def geomean_ratios(cells: Dict[Tuple[str, str], Cell], metric: str, workloads: Sequence[str],
@@ -181,9 +208,15 @@ class Table:
     footer: int = 2  # summary rows at the end (geomean, failures; total)
 
 
-NOISE_NOTE = ("~ before a ratio: the min-max ranges of the cell and of the baseline overlap, "
-              "or either has a single run (within noise: not ranked); 'beyond noise' counts "
-              "the workloads where they do not, better/worse.")
+def noise_note(reps: int) -> str:
+    """What '~' and 'beyond noise' mean, and what this many repetitions can show."""
+    return (f"~ before a ratio: not told apart from the baseline by the exact two-sided rank-sum "
+            f"(Mann-Whitney) test of the runs, Benjamini-Hochberg over the workloads of the "
+            f"column at a false-discovery rate of {stats.Q:g}; 'beyond noise' counts the "
+            f"others, better/worse. With {reps} runs each the smallest p is "
+            f"{stats.smallest_p(reps, reps):.3g}" +
+            (": no difference can be called; run 5 or more repetitions." if
+             stats.smallest_p(reps, reps) > stats.Q else "."))
 
 
 def build_table(metric: Metric, cells: Dict[Tuple[str, str], Cell], workloads: Sequence[str],
@@ -194,6 +227,8 @@ def build_table(metric: Metric, cells: Dict[Tuple[str, str], Cell], workloads: S
     spread = " [min-max]" if ranges else ""
     title = f"{metric.title}{unit}: median{spread}, and ratio to {baseline} ({better})"
     rows: List[List[str]] = []
+    called = {a: differing(cells, metric.key, workloads, a, {w: baseline for w in workloads})
+              for a in allocs if a != baseline}
     for w in workloads:
         row = [w]
         for a in allocs:
@@ -212,14 +247,15 @@ def build_table(metric: Metric, cells: Dict[Tuple[str, str], Cell], workloads: S
                 if ranges and lo_hi is not None:
                     v += f" [{metric.fmt(lo_hi[0])}-{metric.fmt(lo_hi[1])}]"
                 r = ratio(cells, metric.key, w, a, baseline)
-                noise = "~" if a != baseline and within_noise(cells, metric.key, w, a,
-                                                              baseline) else ""
+                noise = "~" if a != baseline and not called[a].get(w, False) else ""
                 row.append(f"{v} ({noise}{r:.2f}x)" if r is not None else v)
         rows.append(row)
-    geo = [f"geomean vs {baseline}"]
+    top = headline(workloads)
+    left_out = len(workloads) - len(top)
+    geo = [f"geomean vs {baseline}" + (f" (without the {left_out} -api)" if left_out else "")]
     for a in allocs:
-        g, n = geomean_ratios(cells, metric.key, workloads, a, baseline)
-        usable = sum(1 for w in workloads if (w, a) in cells)
+        g, n = geomean_ratios(cells, metric.key, top, a, baseline)
+        usable = sum(1 for w in top if (w, a) in cells)
         if g is None:
             geo.append("-")
         else:
@@ -240,7 +276,8 @@ def build_table(metric: Metric, cells: Dict[Tuple[str, str], Cell], workloads: S
     rows.append(fails)
     measured = any(metric.key in c.values for c in cells.values())
     notes = [metric.missing_note] if metric.missing_note and not measured else []
-    notes.append(NOISE_NOTE)
+    reps = max((c.ok_runs for c in cells.values()), default=0)
+    notes.append(noise_note(reps))
     return Table(title, ["workload", *allocs], rows, notes, footer)
 
 
@@ -350,9 +387,11 @@ def pick_baseline(requested: Optional[str], allocs: Sequence[str]) -> str:
 
 
 def terminal_report(records: Sequence[RunRecord], meta: Dict[str, object], baseline: str,
-                    metrics: Sequence[str] = TERMINAL_METRICS) -> str:
+                    metrics: Optional[Sequence[str]] = None) -> str:
     cells = aggregate(records)
     workloads, allocs = layout(records, meta)
+    if metrics is None:
+        metrics = SUITE_METRICS if isinstance(meta.get("suite"), dict) else TERMINAL_METRICS
     parts = [render_text(build_table(METRIC_BY_KEY[m], cells, workloads, allocs, baseline))
              for m in metrics]
     summary = best_peer_section(cells, workloads, allocs, meta, tables=False)
@@ -361,6 +400,10 @@ def terminal_report(records: Sequence[RunRecord], meta: Dict[str, object], basel
     rtt = rtt_notes(records, limit=10)
     if len(rtt) > 1:
         parts.append(rtt[0] + ":\n" + "\n".join("  " + x for x in rtt[1:]))
+    suite = meta.get("suite")
+    gone = suite.get("not_run") if isinstance(suite, dict) else None
+    if isinstance(gone, dict) and gone:
+        parts.append("not run:\n" + "\n".join(f"  {k}: {v}" for k, v in gone.items()))
     f = failures(records)
     if f:
         parts.append("failures:\n" + "\n".join("  " + x for x in f))
@@ -396,25 +439,67 @@ def best_peer_gaps(cells: Dict[Tuple[str, str], Cell], workloads: Sequence[str],
     """The workloads where subject's median wall time is above BEST_PEER_LIMIT
     times the fastest of peers' medians, and how many workloads were
     compared (subject and at least one peer completed them)."""
-    gaps: List[PeerGap] = []
-    compared = 0
+    fastest = fastest_peers(cells, workloads, subject, peers)
+    called = differing(cells, "time", workloads, subject, {w: p for w, (p, _) in fastest.items()})
+    gaps = [PeerGap(w, r, p, called.get(w, False)) for w, (p, r) in fastest.items()
+            if r > BEST_PEER_LIMIT]
+    return gaps, len(fastest)
+
+
+def fastest_peers(cells: Dict[Tuple[str, str], Cell], workloads: Sequence[str], subject: str,
+                  peers: Sequence[str]) -> Dict[str, Tuple[str, float]]:
+    """workload -> (the peer with the lowest median time, subject's ratio to
+    it), for the workloads subject and at least one peer completed."""
+    out: Dict[str, Tuple[str, float]] = {}
     for w in workloads:
         rs = [(r, p) for r, p in ((ratio(cells, "time", w, subject, p), p) for p in peers)
               if r is not None]
-        if not rs:
+        if rs:
+            r, peer = max(rs)  # the highest ratio: to the fastest peer
+            out[w] = (peer, r)
+    return out
+
+
+def leave_one_out(ratios: Dict[str, float]) -> Tuple[float, float, str]:
+    """The geomean of the ratios with each workload left out in turn: its
+    lowest and highest value, and the workload whose absence moves it most."""
+    full = geomean(ratios.values()) or 1.0
+    outs = {w: geomean(r for k, r in ratios.items() if k != w) or full for w in ratios}
+    if len(ratios) < 2:
+        return full, full, ""
+    most = max(outs, key=lambda w: abs(math.log(outs[w] / full)))
+    return min(outs.values()), max(outs.values()), most
+
+
+def headline_lines(cells: Dict[Tuple[str, str], Cell], workloads: Sequence[str], subject: str,
+                   peers: Sequence[str], baseline: str) -> List[str]:
+    """The subject's time geomean against the baseline and against the
+    fastest peer of each workload, each with its leave-one-out range (how
+    much one workload carries), over the headline workloads."""
+    top = headline(workloads)
+    out: List[str] = []
+    vs_base = {w: r for w in top
+               if (r := ratio(cells, "time", w, subject, baseline)) is not None}
+    fastest = fastest_peers(cells, top, subject, peers)
+    left = len(workloads) - len(top)
+    note = f"; {left} -api workloads left out" if left else ""
+    for label, rs in ((baseline, vs_base), ("the fastest peer of each workload",
+                                            {w: r for w, (_, r) in fastest.items()})):
+        if not rs or (label == baseline and subject == baseline):
             continue
-        compared += 1
-        r, peer = max(rs)  # the highest ratio: to the fastest peer
-        if r > BEST_PEER_LIMIT:
-            gaps.append(PeerGap(w, r, peer, not within_noise(cells, "time", w, subject, peer)))
-    return gaps, compared
+        lo, hi, most = leave_one_out(rs)
+        g = geomean(rs.values()) or 1.0
+        out.append(f"{subject}'s time geomean vs {label}: {g:.2f}x over {len(rs)} workloads "
+                   f"(leave-one-out {lo:.2f}x-{hi:.2f}x"
+                   + (f", most moved by leaving out {most}" if most else "") + f"){note}.")
+    return out
 
 
 def _gap_summary(who: str, against: str, gaps: Sequence[PeerGap], compared: int) -> str:
     apart = sum(1 for g in gaps if g.beyond_noise)
-    return (f"{who}'s median wall time is above {BEST_PEER_LIMIT:g}x {against}'s on "
-            f"{len(gaps)} of {compared} workloads; on {apart} of them the min-max ranges "
-            "do not overlap (beyond noise).")
+    return (f"{who}'s median time is above {BEST_PEER_LIMIT:g}x {against}'s on "
+            f"{len(gaps)} of {compared} workloads; on {apart} of them beyond noise (rank-sum "
+            f"test, Benjamini-Hochberg at {stats.Q:g} over the workloads).")
 
 
 def best_peer_section(cells: Dict[Tuple[str, str], Cell], workloads: Sequence[str],
@@ -430,6 +515,10 @@ def best_peer_section(cells: Dict[Tuple[str, str], Cell], workloads: Sequence[st
     copies = [a for a in allocs if copied.get(a) == subject]
     peers = [a for a in allocs if a != subject and a not in copied]
     out = ["## Against the best peer", ""] if tables else []
+    baseline = str(meta.get("baseline") or pick_baseline(None, allocs))
+    out += headline_lines(cells, workloads, subject, peers, baseline)
+    if tables:
+        out.append("")
     for group, label in ((peers, "the fastest peer"), (copies, "the fastest copy")):
         if not group:
             continue
@@ -454,7 +543,7 @@ def best_peer_section(cells: Dict[Tuple[str, str], Cell], workloads: Sequence[st
 
 CSV_FIELDS = ["workload", "allocator", "rep", "status", "reason", "exit_status", "wall_s",
               "user_s", "sys_s", "max_rss_kib", "minor_faults", "major_faults", "fault_traps",
-              "rtt_before_ns", "rtt_after_ns",
+              "rtt_before_ns", "rtt_after_ns", "time_s",
               "figure_name",
               "figure", "threads", "profile", "served_by", "command"]
 
@@ -494,6 +583,45 @@ def load_results(path: str) -> Tuple[Dict[str, object], List[RunRecord]]:
     return meta, records  # type: ignore[return-value]
 
 
+def merge_results(parts: Sequence[Tuple[Dict[str, object], List[RunRecord]]]
+                  ) -> Tuple[Dict[str, object], List[RunRecord]]:
+    """Several runs of different workloads as one: their records, the first
+    run's metadata with the workloads, the suite's tests not run and its
+    derived times joined. Refused when the runs' allocators differ (their
+    ratios would not compare) or when a workload is in two of them."""
+    if not parts:
+        raise BenchError("nothing to merge")
+    meta = json.loads(json.dumps(parts[0][0]))  # a deep copy
+    records: List[RunRecord] = []
+    seen: Dict[str, int] = {}
+    names = sorted(_dict(meta.get("allocators")))
+    for i, (m, recs) in enumerate(parts):
+        if sorted(_dict(m.get("allocators"))) != names:
+            raise BenchError(f"run {i + 1} has other allocators than run 1: "
+                             f"{sorted(_dict(m.get('allocators')))} against {names}")
+        for w in {r.workload for r in recs}:
+            if w in seen:
+                raise BenchError(f"workload {w} is in runs {seen[w] + 1} and {i + 1}")
+            seen[w] = i
+        records += recs
+        if i:
+            _dict(meta.setdefault("workloads", {})).update(_dict(m.get("workloads")))
+            suite, other = _dict(meta.get("suite")), _dict(m.get("suite"))
+            for k in ("not_run", "derived_times"):
+                if k in other:
+                    _dict(suite.setdefault(k, {})).update(_dict(other[k]))
+            meta["total_seconds"] = float(str(meta.get("total_seconds") or 0)) + float(
+                str(m.get("total_seconds") or 0))
+    suite = _dict(meta.get("suite"))
+    if "not_run" in suite:  # a test some part ran is not "not run"
+        suite["not_run"] = {k: v for k, v in _dict(suite["not_run"]).items() if k not in seen}
+    return meta, records
+
+
+def _dict(v: object) -> Dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
 def markdown_report(records: Sequence[RunRecord], meta: Dict[str, object], baseline: str,
                     charts: Sequence[str]) -> str:
     cells = aggregate(records)
@@ -506,16 +634,20 @@ def markdown_report(records: Sequence[RunRecord], meta: Dict[str, object], basel
     machine = meta.get("machine")
     if isinstance(machine, dict):
         out.append("- machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()))
-    out += ["", "## Allocators", "", "| name | library | version | verified | notes |",
-            "|---|---|---|---|---|"]
+    out += ["", "## Allocators", "",
+            "| name | library | version | built, and the options it runs with | verified | "
+            "notes |", "|---|---|---|---|---|---|"]
     am = meta.get("allocators")
     if isinstance(am, dict):
         for name, a in am.items():
             if isinstance(a, dict):
                 notes = "; ".join(str(n) for n in a.get("notes") or [])
                 src = f" ({a.get('package')})" if a.get("package") else ""
+                env = a.get("settings")
+                opts = (" " + " ".join(f"{k}={v}" for k, v in env.items())
+                        if isinstance(env, dict) and env else "")
                 out.append(f"| {name} | {a.get('path') or 'glibc (no preload)'} | "
-                           f"{a.get('version') or ''}{src} | "
+                           f"{a.get('version') or ''}{src} | {a.get('build') or ''}{opts} | "
                            f"{'yes' if a.get('verified') else 'NO'} | {notes} |")
     gone = meta.get("missing_allocators")
     if isinstance(gone, dict) and gone:
@@ -533,12 +665,15 @@ def markdown_report(records: Sequence[RunRecord], meta: Dict[str, object], basel
             if isinstance(d, dict):
                 out.append(f"| {w} | {d.get('threads', '')} | {d.get('description', '')} |")
         out.append("")
+    out += suite_section(meta)
     if charts:
         out += ["## Charts", ""]
         out += [f"![{c}]({c})" for c in charts]
         out.append("")
     out += ["## Tables", ""]
     for m in METRICS:
+        if m.key == "figure" and isinstance(meta.get("suite"), dict):
+            continue  # a suite's programs print no figure of ours
         out += [render_markdown(build_table(m, cells, workloads, allocs, baseline, ranges=True)),
                 ""]
     out += best_peer_section(cells, workloads, allocs, meta)
@@ -559,6 +694,29 @@ def markdown_report(records: Sequence[RunRecord], meta: Dict[str, object], basel
     out += [f"- {x}" for x in f] if f else ["none"]
     out.append("")
     return "\n".join(out)
+
+
+def suite_section(meta: Dict[str, object]) -> List[str]:
+    """Markdown: the suite a run came from (`run --suite`): its checkout and
+    commit, procs, whose times are derived from the program's output, and
+    the tests not run with the reason."""
+    suite = meta.get("suite")
+    if not isinstance(suite, dict):
+        return []
+    out = ["## Suite", "",
+           f"{suite.get('name')} from {suite.get('checkout')} (commit {suite.get('commit') or '?'})"
+           f", its bench.sh command lines with procs = {suite.get('procs')}, programs built "
+           f"with its CMake in {suite.get('build')}.", ""]
+    derived = suite.get("derived_times")
+    if isinstance(derived, dict) and derived:
+        out += ["Time: the wall time, except where bench.sh derives the time from the "
+                "program's output (the regular expression it reads):", ""]
+        out += [f"- {k}: `{v}`" for k, v in derived.items()]
+        out.append("")
+    gone = suite.get("not_run")
+    if isinstance(gone, dict) and gone:
+        out += ["Not run:", ""] + [f"- {k}: {v}" for k, v in gone.items()] + [""]
+    return out
 
 
 # ---- compare -------------------------------------------------------------------

@@ -299,7 +299,7 @@ static coral_page_t *fullest_with_room(coral_heap_t *heap, unsigned cls) {
  * once empty; segments without such a page stay for the threads that need
  * their class, or a span (coral_heap_span_alloc). Only for the thread's
  * own heap, the one adopted pages join. */
-#define ADOPT_TRIES 2
+#define ADOPT_TRIES 1
 static coral_page_t *adopted_page_with_room(coral_heap_t *heap, unsigned cls) {
     if (heap != heap->thread->heap_default) return NULL;
     for (int tries = 0; tries < ADOPT_TRIES && heap_adopt_one(heap, cls); tries++) {

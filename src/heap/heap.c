@@ -109,7 +109,8 @@ static size_t page_span_bytes(const coral_page_t *page) {
 }
 
 bool coral_heap_keeps_empty_page(const coral_page_t *page) {
-    if (page->class_idx == CORAL_CLASS_LARGE || (coral_slice_flags(page) & CORAL_PAGE_IN_FULL))
+    if (page->class_idx == CORAL_CLASS_LARGE || (coral_slice_flags(page) & CORAL_PAGE_IN_FULL) ||
+        page->block_size > CORAL_KEEP_EMPTY_MAX_BLOCK)
         return false;
     if (page->link.prev == NULL) return true;
     size_t keep =
@@ -301,7 +302,7 @@ static coral_page_t *fullest_with_room(coral_heap_t *heap, unsigned cls) {
  * own heap, the one adopted pages join. */
 #define ADOPT_TRIES 1
 static coral_page_t *adopted_page_with_room(coral_heap_t *heap, unsigned cls) {
-    if (heap != heap->thread->heap_default) return NULL;
+    if (!coral_segments_abandoned_any() || heap != heap->thread->heap_default) return NULL;
     for (int tries = 0; tries < ADOPT_TRIES && heap_adopt_one(heap, cls); tries++) {
         coral_page_t *page = fullest_with_room(heap, cls);
         if (page != NULL) return page;

@@ -21,7 +21,7 @@ uint8_t coral_segment_map[CORAL_MAP_CHUNKS];
  * through seg->link, under the lock. */
 static pthread_mutex_t abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
 static coral_list_t abandoned;
-static _Atomic(size_t) abandoned_count; /* changed under the lock; read without it as a hint */
+_Atomic(size_t) coral_abandoned_count; /* changed under the lock; read without it as a hint */
 
 /* ---- the segment map ------------------------------------------------------ */
 
@@ -439,7 +439,7 @@ void coral_segments_abandon(coral_thread_segments_t *ts) {
             atomic_store_explicit(&seg->thread_id, 0, memory_order_release);
             pthread_mutex_lock(&abandoned_lock);
             coral_list_push_front(&abandoned, &seg->link);
-            atomic_fetch_add_explicit(&abandoned_count, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&coral_abandoned_count, 1, memory_order_relaxed);
             pthread_mutex_unlock(&abandoned_lock);
             coral_count(&coral_counters.segments_abandoned, 1);
         }
@@ -462,13 +462,13 @@ static coral_segment_t *abandoned_pick(unsigned cls) {
 }
 
 coral_segment_t *coral_segment_adopt_next(coral_thread_segments_t *ts, unsigned cls) {
-    if (atomic_load_explicit(&abandoned_count, memory_order_relaxed) == 0) return NULL;
+    if (atomic_load_explicit(&coral_abandoned_count, memory_order_relaxed) == 0) return NULL;
     pthread_mutex_lock(&abandoned_lock);
     coral_segment_t *seg = abandoned_pick(cls);
     if (seg) {
         seg->room_classes[0] = seg->room_classes[1] = 0;
         coral_list_remove(&abandoned, &seg->link);
-        atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&coral_abandoned_count, 1, memory_order_relaxed);
     }
     pthread_mutex_unlock(&abandoned_lock);
     if (seg == NULL) return NULL;

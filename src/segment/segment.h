@@ -350,6 +350,13 @@ void coral_slice_mark_interior(coral_page_t *slice, size_t i);
 void coral_segments_abandon(coral_thread_segments_t *ts);
 /* The oldest abandoned segment, made the thread's; NULL if none. The caller
  * gives its spans in use a heap. */
+/* How many segments are abandoned: changed under the abandoned list's
+ * lock, read without it as a hint (a miss only delays an adoption). */
+extern _Atomic(size_t) coral_abandoned_count;
+CORAL_INLINE bool coral_segments_abandoned_any(void) {
+    return atomic_load_explicit(&coral_abandoned_count, memory_order_relaxed) != 0;
+}
+
 /* The exiting owner left a page of class cls with free blocks in seg. */
 CORAL_INLINE void coral_segment_note_room(coral_segment_t *seg, unsigned cls) {
     seg->room_classes[(cls / 64) & 1] |= (uint64_t)1 << (cls % 64);

@@ -98,9 +98,10 @@ static void page_release(coral_page_t *page) {
  * exit. The secure build keeps one slice more: its blocks of a power-of-two
  * request are 16 bytes larger (the canary's class, page.h), so what 4
  * slices hold in the default build (64 blocks of 4 KiB, 16 a slice) takes
- * 5 there (15 blocks of 4112 bytes a slice). Classes of 8 KiB and more
+ * 5 there (15 blocks of 4112 bytes a slice). Classes of 8 KiB to 64 KiB
  * keep up to 1 MiB: 64 blocks of 8 KiB take more than 4 slices, and a page
- * of blocks of 16 KiB and more holds only 8 of them. */
+ * of blocks of 16 KiB and more holds only 8 of them. Bigger classes keep
+ * none (CORAL_KEEP_EMPTY_MAX_BLOCK, heap.h). */
 #define KEEP_EMPTY_BYTES ((CORAL_SECURE ? 5 : 4) * CORAL_SLICE_SIZE)
 #define KEEP_EMPTY_BYTES_BIG (16 * CORAL_SLICE_SIZE)
 

@@ -93,6 +93,32 @@ static int child_background(void) {
     return 0;
 }
 
+/* Blocks of every class above 64 KiB (pages of 8 blocks, up to 1 MiB),
+ * written and freed: their pages, the first of each class's queue
+ * included, go back once the delay has passed, with no call from this
+ * thread (a kept first page of each class held them for good). */
+static int child_big_classes(void) {
+    coral_free(coral_malloc(1));
+    size_t before = rss_kib();
+    enum { SIZES = 22 };
+    void *blocks[SIZES];
+    for (size_t i = 0; i < SIZES; i++) {
+        size_t n = (80 + 20 * i) * KiB; /* 80-500 KiB: 22 classes */
+        blocks[i] = coral_malloc(n);
+        CHECK_NOT_NULL(blocks[i]);
+        memset(blocks[i], 7, n);
+    }
+    size_t peak = rss_kib();
+    CHECK_GE(peak, before + 5 * 1024);
+    for (size_t i = 0; i < SIZES; i++) coral_free(blocks[i]);
+    coral_test_advance_clock(200);
+    CHECK_EQ(coral_test_purge_pass(), 1);
+    size_t after = rss_kib();
+    printf("big classes: RSS %zu -> %zu -> %zu KiB once the delay passed\n", before, peak, after);
+    CHECK_LE(after, before + 1024);
+    return 0;
+}
+
 static int child_collect(void) {
     coral_free(coral_malloc(1));
     size_t before = rss_mib();
@@ -453,6 +479,7 @@ static int child_hugepages_off(void) {
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "background") == 0) return child_background();
     if (argc == 2 && strcmp(argv[1], "collect") == 0) return child_collect();
+    if (argc == 2 && strcmp(argv[1], "big-classes") == 0) return child_big_classes();
     if (argc == 2 && strcmp(argv[1], "hugepages-dense") == 0) return child_hugepages_dense();
     if (argc == 2 && strcmp(argv[1], "hugepages-sparse") == 0) return child_hugepages_sparse();
     if (argc == 2 && strcmp(argv[1], "hugepages-block") == 0) return child_hugepages_block();
@@ -473,6 +500,8 @@ int main(int argc, char **argv) {
     static const char *const none[] = {NULL};
     run_child("background", bg);
     run_child("collect", co);
+    static const char *const big[] = {"CORALLOC_PURGE_DELAY_MS=100", "CORALLOC_HUGE_PAGES=0", NULL};
+    run_child("big-classes", big);
     run_child("thread-start", none);
     run_child("pool-kinds", held);
     run_child("pool-gather", held);

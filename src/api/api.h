@@ -139,14 +139,16 @@ void coral_secure_free_checked(coral_segment_t *seg, coral_page_t *slice, void *
 CORAL_INLINE void coral_free_push_local(coral_page_t *page, coral_block_t *block) {
     coral_count_frees(page->class_idx, 1);
     coral_page_push_free(page, block);
-    if (coral_unlikely(--page->used == 0) && page->link.prev != NULL) coral_heap_page_retire(page);
+    if (coral_unlikely(--page->used == 0) && coral_heap_retire_when_empty(page))
+        coral_heap_page_retire(page);
 }
 
 /* free() of p, a pointer into the first chunk of seg (slice: its slice
  * descriptor), by any thread. One compare says the calling thread owns the
  * page and no flag is set (tid_flags, segment.h). A page that becomes empty
  * is retired unless it is the first of its class queue (link.prev ==
- * NULL), which the next malloc of the class would take again at once. */
+ * NULL), which the next malloc of the class would take again at once, and
+ * its blocks are small enough to keep (coral_heap_retire_when_empty). */
 CORAL_INLINE void coral_free_in_segment(coral_segment_t *seg, coral_page_t *slice, void *p) {
     coral_block_t *block = p;
     if (coral_likely(coral_slice_tid_flags(slice) == coral_thread_id() && block != slice->free)) {

@@ -98,9 +98,10 @@ static void page_release(coral_page_t *page) {
  * exit. The secure build keeps one slice more: its blocks of a power-of-two
  * request are 16 bytes larger (the canary's class, page.h), so what 4
  * slices hold in the default build (64 blocks of 4 KiB, 16 a slice) takes
- * 5 there (15 blocks of 4112 bytes a slice). Classes of 8 KiB and more
+ * 5 there (15 blocks of 4112 bytes a slice). Classes of 8 KiB to 64 KiB
  * keep up to 1 MiB: 64 blocks of 8 KiB take more than 4 slices, and a page
- * of blocks of 16 KiB and more holds only 8 of them. */
+ * of blocks of 16 KiB and more holds only 8 of them. Bigger classes keep
+ * none (CORAL_KEEP_EMPTY_MAX_BLOCK, heap.h). */
 #define KEEP_EMPTY_BYTES ((CORAL_SECURE ? 5 : 4) * CORAL_SLICE_SIZE)
 #define KEEP_EMPTY_BYTES_BIG (16 * CORAL_SLICE_SIZE)
 
@@ -109,7 +110,8 @@ static size_t page_span_bytes(const coral_page_t *page) {
 }
 
 bool coral_heap_keeps_empty_page(const coral_page_t *page) {
-    if (page->class_idx == CORAL_CLASS_LARGE || (coral_slice_flags(page) & CORAL_PAGE_IN_FULL))
+    if (page->class_idx == CORAL_CLASS_LARGE || (coral_slice_flags(page) & CORAL_PAGE_IN_FULL) ||
+        page->block_size > CORAL_KEEP_EMPTY_MAX_BLOCK)
         return false;
     if (page->link.prev == NULL) return true;
     size_t keep =
@@ -168,12 +170,13 @@ static bool heap_adopt_page(coral_heap_t *heap, coral_page_t *page) {
     return true;
 }
 
-/* Adopt the oldest abandoned segment: its pages join the thread's own heap,
- * never a user heap (coral_heap_destroy frees a user heap's pages, and the
- * adopted blocks are someone else's). */
-static bool heap_adopt_one(coral_heap_t *heap) {
+/* Adopt an abandoned segment (the oldest, or with cls != 0 one with free
+ * blocks of class cls): its pages join the thread's own heap, never a user
+ * heap (coral_heap_destroy frees a user heap's pages, and the adopted
+ * blocks are someone else's). */
+static bool heap_adopt_one(coral_heap_t *heap, unsigned cls) {
     coral_heap_t *own = heap->thread->heap_default;
-    coral_segment_t *seg = coral_segment_adopt_next(&heap->thread->segments);
+    coral_segment_t *seg = coral_segment_adopt_next(&heap->thread->segments, cls);
     if (seg == NULL) return false;
     coral_page_t *page = coral_segment_next_span(seg, NULL);
     while (page != NULL) {
@@ -188,7 +191,7 @@ static bool heap_adopt_one(coral_heap_t *heap) {
 }
 
 void coral_heap_adopt_all(coral_heap_t *heap) {
-    while (heap_adopt_one(heap)) {
+    while (heap_adopt_one(heap, 0)) {
     }
 }
 
@@ -198,7 +201,7 @@ void coral_heap_adopt_all(coral_heap_t *heap) {
 coral_page_t *coral_heap_span_alloc(coral_heap_t *heap, size_t n) {
     coral_thread_segments_t *ts = &heap->thread->segments;
     coral_page_t *page = coral_span_alloc_owned(ts, n);
-    for (int tries = 0; page == NULL && tries < 4 && heap_adopt_one(heap); tries++)
+    for (int tries = 0; page == NULL && tries < 4 && heap_adopt_one(heap, 0); tries++)
         page = coral_span_alloc_owned(ts, n);
     if (page == NULL) page = coral_span_alloc_new(ts, n);
     return page;
@@ -275,6 +278,39 @@ void coral_heap_collect_delayed(coral_heap_t *heap) {
     }
 }
 
+/* The fullest page of class cls with room among the first ADOPT_SCAN of
+ * its queue, or NULL. */
+#define ADOPT_SCAN 32
+static coral_page_t *fullest_with_room(coral_heap_t *heap, unsigned cls) {
+    coral_page_t *best = NULL;
+    unsigned seen = 0;
+    for (coral_link_t *l = heap->queues[cls].first; l != NULL && seen < ADOPT_SCAN;
+         l = l->next, seen++) {
+        coral_page_t *page = coral_container_of(l, coral_page_t, link);
+        if (page_has_room(page) && (best == NULL || page->used > best->used)) best = page;
+    }
+    return best;
+}
+
+/* No page of class cls has room: before a fresh page is carved, the
+ * thread adopts an abandoned segment where the exited owner left a page of
+ * the class with free blocks (coral_segment_note_room; up to ADOPT_TRIES),
+ * and takes the fullest page of the class with room. So the free space of
+ * pages that exited threads left with a few live blocks is filled before
+ * new memory is touched, and those pages get an owner to release them
+ * once empty; segments without such a page stay for the threads that need
+ * their class, or a span (coral_heap_span_alloc). Only for the thread's
+ * own heap, the one adopted pages join. */
+#define ADOPT_TRIES 1
+static coral_page_t *adopted_page_with_room(coral_heap_t *heap, unsigned cls) {
+    if (!coral_segments_abandoned_any() || heap != heap->thread->heap_default) return NULL;
+    for (int tries = 0; tries < ADOPT_TRIES && heap_adopt_one(heap, cls); tries++) {
+        coral_page_t *page = fullest_with_room(heap, cls);
+        if (page != NULL) return page;
+    }
+    return NULL;
+}
+
 /* Pages found full on the way move to the full queue: each page is passed
  * over at most once before it has space again. */
 CORAL_INLINE coral_page_t *find_room(coral_heap_t *heap, unsigned cls) {
@@ -293,6 +329,7 @@ CORAL_INLINE coral_page_t *find_room(coral_heap_t *heap, unsigned cls) {
         if (!page_try_full(heap, page)) break;
         page = next;
     }
+    if (page == NULL) page = adopted_page_with_room(heap, cls);
     if (page == NULL) return page_new(heap, cls);
     if (page->link.prev != NULL) {
         queue_remove(heap, cls, page);
@@ -401,6 +438,8 @@ void coral_heap_abandon(coral_heap_t *heap) {
         while (l != NULL) {
             coral_link_t *next = l->next;
             coral_page_t *page = coral_container_of(l, coral_page_t, link);
+            if (q < CORAL_CLASS_LARGE && page_has_room(page))
+                coral_segment_note_room(coral_ptr_segment(page), q);
             page->link.next = page->link.prev = NULL;
             coral_slice_set_flags(page, coral_slice_flags(page) & ~CORAL_PAGE_IN_FULL);
             atomic_store_explicit(&page->owner, NULL, memory_order_release);

@@ -174,8 +174,26 @@ void coral_heap_abandon(coral_heap_t *heap);
 void coral_heap_after_fork_child(coral_heap_t *heap);
 
 /* An empty page there stays in the heap: it is a class page within the
- * front 256 KiB of its class queue, or the first page of it. */
+ * front 256 KiB of its class queue, or the first page of it, of a class of
+ * blocks of at most CORAL_KEEP_EMPTY_MAX_BLOCK bytes. */
 bool coral_heap_keeps_empty_page(const coral_page_t *page);
+
+/* Empty pages of classes of bigger blocks (above 64 KiB: pages of 8 blocks,
+ * 9 to 16 slices) are released at once, the first of their queue too: their
+ * slices stay resident in the thread's segment, where the class's next page
+ * takes them without a fault, and the purger returns them after the purge
+ * delay if none does, with no call from the thread. Kept, the first page of
+ * each such class held up to 1 MiB for as long as the thread made no call:
+ * a window of 64 KiB-2 MiB blocks left about 22 MiB resident after every
+ * block was freed. */
+#define CORAL_KEEP_EMPTY_MAX_BLOCK ((size_t)66 * 1024)
+
+/* The free fast path emptied `page`: whether it goes to
+ * coral_heap_page_retire, which the first page of its queue does only
+ * when its blocks are too big to keep. */
+CORAL_INLINE bool coral_heap_retire_when_empty(const coral_page_t *page) {
+    return page->link.prev != NULL || page->owner_block_size > CORAL_KEEP_EMPTY_MAX_BLOCK;
+}
 /* The page's last block was freed: release it unless the heap keeps it
  * (coral_heap_keeps_empty_page) or a notice is pending. */
 void coral_heap_page_retire(coral_page_t *page);

@@ -21,7 +21,7 @@ uint8_t coral_segment_map[CORAL_MAP_CHUNKS];
  * through seg->link, under the lock. */
 static pthread_mutex_t abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
 static coral_list_t abandoned;
-static _Atomic(size_t) abandoned_count; /* changed under the lock; read without it as a hint */
+_Atomic(size_t) coral_abandoned_count; /* changed under the lock; read without it as a hint */
 
 /* ---- the segment map ------------------------------------------------------ */
 
@@ -175,6 +175,7 @@ void coral_segment_header_reset(coral_segment_t *seg) {
     seg->link.next = seg->link.prev = NULL;
     seg->registry_link.next = seg->registry_link.prev = NULL;
     seg->huge_dirty = 0;
+    seg->room_classes[0] = seg->room_classes[1] = 0;
 }
 
 /* The secure build's guard slice made inaccessible (a segment is made) or
@@ -340,14 +341,18 @@ coral_page_t *coral_span_alloc_owned(coral_thread_segments_t *ts, size_t n) {
     return page;
 }
 
-/* Huge pages (CORALLOC_HUGE_PAGES) go to a thread's segments from its
- * second on, while the process writes the pages it carves densely: a
+/* Huge pages (CORALLOC_HUGE_PAGES) go to the segments a thread makes from
+ * its second on, while the process writes the pages it carves densely: a
  * thread that needs another segment has filled one, so its memory is no
  * small program's, and the 2 MiB pages of the new one will be used. A
  * thread's first segment keeps 4 KiB pages: a small program (or a thread
- * that allocates little) pays for no 2 MiB it does not fill. */
+ * that allocates little) pays for no 2 MiB it does not fill. Adopted
+ * segments do not count: a short-lived thread that adopted an exited one's
+ * segment, whose pages hold a few live blocks, has filled nothing, and a
+ * 2 MiB page under its few blocks would pin 2 MiB for each (mleak's shape:
+ * threads that each leave one block behind). */
 static bool span_wants_huge_pages(const coral_thread_segments_t *ts) {
-    return ts->segments.first != NULL && coral_huge_pages_for_segment();
+    return ts->segments_made != 0 && coral_huge_pages_for_segment();
 }
 
 coral_page_t *coral_span_alloc_new(coral_thread_segments_t *ts, size_t n) {
@@ -355,6 +360,7 @@ coral_page_t *coral_span_alloc_new(coral_thread_segments_t *ts, size_t n) {
     if (seg == NULL) return NULL;
     seg->used_pages = 0; /* used_slices is 1: the header only */
     segment_own(seg, ts);
+    ts->segments_made++;
     /* The purger may already see the new segment (it is registered), but
      * finds nothing to purge in it: the lock is free or soon free. */
     while (!span_trylock(seg)) coral_spin_pause();
@@ -433,7 +439,7 @@ void coral_segments_abandon(coral_thread_segments_t *ts) {
             atomic_store_explicit(&seg->thread_id, 0, memory_order_release);
             pthread_mutex_lock(&abandoned_lock);
             coral_list_push_front(&abandoned, &seg->link);
-            atomic_fetch_add_explicit(&abandoned_count, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&coral_abandoned_count, 1, memory_order_relaxed);
             pthread_mutex_unlock(&abandoned_lock);
             coral_count(&coral_counters.segments_abandoned, 1);
         }
@@ -441,13 +447,28 @@ void coral_segments_abandon(coral_thread_segments_t *ts) {
     }
 }
 
-coral_segment_t *coral_segment_adopt_next(coral_thread_segments_t *ts) {
-    if (atomic_load_explicit(&abandoned_count, memory_order_relaxed) == 0) return NULL;
-    pthread_mutex_lock(&abandoned_lock);
+/* Under abandoned_lock: the oldest abandoned segment (cls 0), else the
+ * oldest of the ADOPT_SCAN oldest with room for class cls, or NULL. */
+#define ADOPT_SCAN 16
+static coral_segment_t *abandoned_pick(unsigned cls) {
     coral_segment_t *seg = coral_list_entry(abandoned.last, coral_segment_t, link);
+    if (cls == 0) return seg;
+    uint64_t bit = (uint64_t)1 << (cls % 64);
+    for (unsigned seen = 0; seg != NULL && seen < ADOPT_SCAN; seen++) {
+        if (seg->room_classes[(cls / 64) & 1] & bit) return seg;
+        seg = coral_list_entry(seg->link.prev, coral_segment_t, link);
+    }
+    return NULL;
+}
+
+coral_segment_t *coral_segment_adopt_next(coral_thread_segments_t *ts, unsigned cls) {
+    if (atomic_load_explicit(&coral_abandoned_count, memory_order_relaxed) == 0) return NULL;
+    pthread_mutex_lock(&abandoned_lock);
+    coral_segment_t *seg = abandoned_pick(cls);
     if (seg) {
+        seg->room_classes[0] = seg->room_classes[1] = 0;
         coral_list_remove(&abandoned, &seg->link);
-        atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&coral_abandoned_count, 1, memory_order_relaxed);
     }
     pthread_mutex_unlock(&abandoned_lock);
     if (seg == NULL) return NULL;

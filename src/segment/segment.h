@@ -230,6 +230,11 @@ typedef struct coral_segment_s {
     coral_link_t link;
     coral_link_t registry_link; /* every mapped normal segment, for the purger */
     size_t huge_dirty; /* huge segments, owner only: bytes from the base that may hold data */
+    /* A hint for adopters: bit (cls % 128) set when the exiting owner left
+     * a page of class cls with free blocks here. Written by the owner
+     * before it publishes the segment on the abandoned list, read under
+     * that list's lock, cleared when adopted. */
+    uint64_t room_classes[2];
     _Alignas(128) coral_page_t pages[CORAL_SLICES_PER_SEGMENT];
     coral_orphan_entry_t orphans[CORAL_SLICES_PER_SEGMENT]; /* beside pages[], same index */
 } coral_segment_t;
@@ -241,6 +246,9 @@ struct coral_thread_segments_s {
     /* The segment of the last one-slice span, tried first for the next: one
      * of `segments` or NULL (cleared when it leaves the thread). */
     coral_segment_t *small_segment;
+    /* Segments this thread took new from the cache (never adopted ones):
+     * huge pages wait for the second (span_wants_huge_pages). */
+    uint32_t segments_made;
 };
 
 CORAL_INLINE coral_segment_t *coral_ptr_segment(const void *p) {
@@ -342,7 +350,21 @@ void coral_slice_mark_interior(coral_page_t *slice, size_t i);
 void coral_segments_abandon(coral_thread_segments_t *ts);
 /* The oldest abandoned segment, made the thread's; NULL if none. The caller
  * gives its spans in use a heap. */
-coral_segment_t *coral_segment_adopt_next(coral_thread_segments_t *ts);
+/* How many segments are abandoned: changed under the abandoned list's
+ * lock, read without it as a hint (a miss only delays an adoption). */
+extern _Atomic(size_t) coral_abandoned_count;
+CORAL_INLINE bool coral_segments_abandoned_any(void) {
+    return atomic_load_explicit(&coral_abandoned_count, memory_order_relaxed) != 0;
+}
+
+/* The exiting owner left a page of class cls with free blocks in seg. */
+CORAL_INLINE void coral_segment_note_room(coral_segment_t *seg, unsigned cls) {
+    seg->room_classes[(cls / 64) & 1] |= (uint64_t)1 << (cls % 64);
+}
+
+/* Adopt an abandoned segment: the oldest (cls 0), or among the oldest few
+ * one with free blocks of class cls (NULL if none of them has). */
+coral_segment_t *coral_segment_adopt_next(coral_thread_segments_t *ts, unsigned cls);
 /* The span after `page` in its segment (NULL at the end): walks the spans
  * in use of an adopted segment, starting from NULL. */
 coral_page_t *coral_segment_next_span(coral_segment_t *seg, coral_page_t *page);

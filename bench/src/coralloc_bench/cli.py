@@ -459,7 +459,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     print("workloads (profiles; threads: T = --threads, default the cores):")
     width = max(len(w.name) for w in wl_mod.WORKLOADS)
     for w in wl_mod.WORKLOADS:
-        th = {0: "1", 1: "T", 2: "2T"}[w.thread_factor]
+        th = {0: "1", 1: "T"}.get(w.thread_factor, f"{w.thread_factor}T")
         print(f"  {w.name:<{width}}  {'+'.join(w.profiles) or 'by name':<10}  {th:>2}  {w.description}")
     print(f"  groups: {', '.join(sorted(wl_mod.GROUPS))}")
     missing: Dict[str, str] = {}

@@ -107,6 +107,19 @@ def _zero(size: str, count: int, quick_rounds: int, calloc: int = 0,
     return _a(make(quick_rounds), make(quick_rounds * full))
 
 
+def _threads(mode: str, factor: int, quick_starts: int, extra: Sequence[object]) -> Dict[str, ArgsFn]:
+    # threads.c: the same number of thread starts (pool: of waves' starts;
+    # ring: of messages, 50,000 per pair per round) whatever the thread count.
+    def make(starts: int) -> ArgsFn:
+        def f(t: int) -> List[str]:
+            n = max(2, t * factor)
+            per_round = n * n if mode == "pool" else (n // 2) * 50_000 if mode == "ring" else n
+            return _s("--mode", mode, "--threads", n, "--rounds", max(1, starts // per_round),
+                      *extra)
+        return f
+    return _a(make(quick_starts), make(quick_starts * FULL))
+
+
 def _fixed(quick: Sequence[object], full: Sequence[object]) -> Dict[str, ArgsFn]:
     return _a(lambda t: _s(*quick), lambda t: _s(*full))
 
@@ -287,6 +300,24 @@ WORKLOADS: List[Workload] = [
     Workload("leak", "leak", "keeps leaking 1 block in 100 of 32-4096 B",
              "leak", _fixed(["--iters", 1900, "--batch", 1000, "--every", 100],
                             ["--iters", 1900 * FULL, "--batch", 1000, "--every", 100])),
+    # threads that come and go (threads.c), at the core count and 4x it
+    *(w for mult, sfx in ((1, ""), (4, "-x4")) for w in (
+        Workload(f"threads-handoff{sfx}", "threads", "rounds of threads that each leave one "
+                 "128 B block for later threads and exit (mimalloc-bench mleak's shape)",
+                 "threads", _threads("handoff", mult, 10_000, ["--work", 0, "--keep", 1]),
+                 thread_factor=mult, profiles=FULL_ONLY),
+        Workload(f"threads-stress{sfx}", "threads", "rounds of threads that allocate 2000 blocks "
+                 "of 16-4096 B and leave 8 for later threads (test-stress's shape)", "threads",
+                 _threads("handoff", mult, 3_000, ["--work", 2000, "--keep", 8, "--max", 4096]),
+                 thread_factor=mult, profiles=FULL_ONLY),
+        Workload(f"threads-pool{sfx}", "threads", "a pool growing 1..T threads and shrinking "
+                 "back, each thread 4000 blocks of 16-1024 B, 4 left behind", "threads",
+                 _threads("pool", mult, 2_400, ["--work", 4000, "--keep", 4]),
+                 thread_factor=mult, profiles=FULL_ONLY),
+        Workload(f"threads-ring{sfx}", "threads", "producer/consumer pairs over rings, "
+                 "restarted every 50,000 blocks of 16-1024 B", "threads",
+                 _threads("ring", mult, 5_000_000, ["--work", 50_000]),
+                 thread_factor=mult, profiles=FULL_ONLY))),
     # 10. strings / json
     Workload("json", "json", "JSON build, print, parse, flatten, compare (small strings)",
              "json", _fixed(["--docs", 240, "--nodes", 2000], ["--docs", 480, "--nodes", 2000])),

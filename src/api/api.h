@@ -64,6 +64,7 @@ CORAL_INLINE coral_block_t *coral_pop_direct(coral_heap_t *heap, size_t size,
     if (coral_unlikely(block == NULL)) return NULL;
     page->free = coral_block_next(block);
     page->used++;
+    coral_freed_mark_clear(block);
     coral_heap_count(heap, allocs, page->class_idx, 1);
     return block;
 }
@@ -144,12 +145,19 @@ CORAL_INLINE void coral_free_push_local(coral_page_t *page, coral_block_t *block
 
 /* free() of p, a pointer into the first chunk of seg (slice: its slice
  * descriptor), by any thread. One compare says the calling thread owns the
- * page and no flag is set (tid_flags, segment.h). A page that becomes empty
- * is retired unless it is the first of its class queue (link.prev ==
- * NULL), which the next malloc of the class would take again at once. */
+ * page and no flag is set (tid_flags, segment.h): then p lies in the
+ * page's head slice; a multiply and a compare say it is a block start
+ * there (page.h, "block starts"), and one more that the block does not
+ * hold the page's freed mark (it may be free: the unusual path checks).
+ * A page that becomes empty is retired unless it is the first of its
+ * class queue (link.prev == NULL), which the next malloc of the class
+ * would take again at once. */
 CORAL_INLINE void coral_free_in_segment(coral_segment_t *seg, coral_page_t *slice, void *p) {
     coral_block_t *block = p;
-    if (coral_likely(coral_slice_tid_flags(slice) == coral_thread_id() && block != slice->free)) {
+    if (coral_likely(coral_slice_tid_flags(slice) == coral_thread_id()) &&
+        coral_likely(coral_block_start_fast(slice, p)) &&
+        coral_likely(CORAL_FREED_MARKS ? !coral_freed_mark_seen(slice, block)
+                                       : block != slice->free)) {
         coral_free_push_local(slice, block);
         return;
     }

@@ -100,7 +100,13 @@ typedef struct coral_page_s {
      * this with the block's address folded in). So a malloc reads no line
      * that remote frees write. Written at page init, never changed after (a
      * large page's block_size may: its malloc and free never read these). */
-    size_t owner_block_size;
+    /* The default build keeps no block size here: the block-start
+     * multiplier of its free fast path (page/page.h, "block starts") takes
+     * the place, and owner_canary holds the page's freed mark. */
+    union {
+        size_t owner_block_size;  /* the secure build */
+        uint64_t owner_start_mul; /* the default build */
+    };
     uint64_t owner_canary;
     uint32_t owner_last_block;
     uint8_t free_is_zero; /* every block on `free` is zero but its link */

@@ -41,14 +41,16 @@ CORAL_INLINE void *page_pop(coral_heap_t *heap, coral_page_t *page, unsigned cls
     coral_block_t *block = page->free;
     page->free = coral_block_next(block);
     page->used++;
-    coral_freed_mark_clear(block);
     coral_heap_count(heap, allocs, cls, 1);
     if (CORAL_SECURE)
         return coral_secure_small_out(page, block, zero ? size - CORAL_CANARY_SIZE : 0);
     if (zero) {
-        if (!page->free_is_zero) return memset(block, 0, size);
-        block->next = NULL;
+        if (coral_block_is_zero(page, block))
+            block->next = NULL;
+        else
+            memset(block, 0, size);
     }
+    coral_freed_mark_clear(block);
     return block;
 }
 

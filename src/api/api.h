@@ -55,7 +55,9 @@ coral_heap_t *coral_heap_ready(void);
 
 /* A block of size bytes (at most CORAL_DIRECT_MAX_SIZE) off the free list
  * of heap's direct[] page for it, or NULL when that list is empty (*pagep
- * is the page either way). The pop that malloc and the bulk calls share. */
+ * is the page either way). The pop that malloc and the bulk calls share;
+ * the caller clears the block's freed mark (page.h) as it hands it out,
+ * after calloc's look at it (coral_block_is_zero). */
 CORAL_INLINE coral_block_t *coral_pop_direct(coral_heap_t *heap, size_t size,
                                              coral_page_t **pagep) {
     coral_page_t *page = heap->direct[(size + 15) >> 4];
@@ -64,7 +66,6 @@ CORAL_INLINE coral_block_t *coral_pop_direct(coral_heap_t *heap, size_t size,
     if (coral_unlikely(block == NULL)) return NULL;
     page->free = coral_block_next(block);
     page->used++;
-    coral_freed_mark_clear(block);
     coral_heap_count(heap, allocs, page->class_idx, 1);
     return block;
 }
@@ -77,12 +78,13 @@ CORAL_INLINE void *coral_heap_alloc_plain(coral_heap_t *heap, size_t size, bool 
     coral_block_t *block = coral_pop_direct(heap, size, &page);
     if (coral_unlikely(block == NULL)) return coral_malloc_refill(size, heap, zero);
     if (zero) {
-        if (page->free_is_zero)
+        if (coral_block_is_zero(page, block))
             block->next = NULL;
         else
             memset(block, 0, size);
     }
-    CORAL_RETURN_REGISTER(block); /* the slow paths above stay tail calls */
+    coral_freed_mark_clear(block); /* (the block has 16 bytes, size may be less) */
+    CORAL_RETURN_REGISTER(block);  /* the slow paths above stay tail calls */
     return block;
 }
 

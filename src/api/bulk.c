@@ -85,7 +85,7 @@ static size_t take_uncarved(coral_page_t *page, void **out, size_t want) {
     size_t bs = page->block_size;
     uint8_t *block = page->start + (size_t)page->capacity * bs;
     for (size_t i = 0; i < got; i++, block += bs) out[i] = block;
-    page->capacity += (uint32_t)got;
+    coral_page_set_capacity(page, page->capacity + (uint32_t)got);
     return got;
 }
 
@@ -197,6 +197,7 @@ size_t coral_malloc_bulk_sizes(const size_t *sizes, size_t n, void **out) {
             coral_page_t *page;
             coral_block_t *block = coral_pop_direct(heap, size, &page);
             if (coral_unlikely(block == NULL)) break;
+            coral_freed_mark_clear(block);
             out[i] = block;
         }
         if (i == n) break;
@@ -244,7 +245,7 @@ typedef struct runs_s {
      * block-start multiplier, end of its blocks and freed mark. */
     uint8_t *start[OPEN_RUNS];
     uint64_t start_mul[OPEN_RUNS];
-    size_t blocks_end[OPEN_RUNS];
+    uint64_t starts_x[OPEN_RUNS]; /* the bound of the products of its block starts */
     uint64_t mark[OPEN_RUNS];
     coral_bulk_cache_t *cache; /* the thread's bulk cache, taken; NULL: none this call */
     int64_t cache_room; /* bytes it may still take (put_cls's open entries not counted yet) */
@@ -361,11 +362,24 @@ static CORAL_NOINLINE void run_refuse(runs_t *runs, void *p) {
     coral_free_inline(p);
 }
 
+/* Run r's checks of its blocks, for page: the owner's multiplier and
+ * carved blocks' bound (its line: the page is the caller's), or, for
+ * another thread's page, M computed from the shared line and the bound of
+ * all its blocks (a large page: its one block). */
+static void run_open_checks(runs_t *runs, size_t r, const coral_page_t *page, bool owned) {
+    runs->start[r] = page->start;
+    runs->mark[r] = owned ? page->owner_start_mul : coral_page_freed_mark(page);
+    runs->start_mul[r] = runs->mark[r];
+    uint32_t blocks = page->class_idx == CORAL_CLASS_LARGE ? 1 : page->reserved;
+    runs->starts_x[r] = owned ? page->owner_carved_x
+                              : (uint64_t)blocks * ((uint64_t)page->block_size * runs->mark[r]);
+}
+
 /* Does run r take p: a block start of its page, without the freed mark? */
 CORAL_INLINE bool run_accepts(const runs_t *runs, size_t r, const void *p) {
     if (!CORAL_FREED_MARKS) return true;
     size_t offset = (size_t)((const uint8_t *)p - runs->start[r]);
-    return coral_page_is_block_start_mul(runs->start_mul[r], runs->blocks_end[r], offset) &&
+    return coral_block_start_test(runs->start_mul[r], runs->starts_x[r], offset) &&
            ((const uint64_t *)p)[1] != runs->mark[r];
 }
 
@@ -440,13 +454,7 @@ CORAL_INLINE bool run_open(runs_t *runs, size_t r, void *p, uintptr_t key) {
     runs->head[r] = runs->tail[r] = NULL;
     runs->count[r] = 0;
     runs->owned[r] = owned;
-    if (CORAL_FREED_MARKS) {
-        runs->start[r] = page->start;
-        runs->start_mul[r] = page->owner_start_mul;
-        runs->blocks_end[r] =
-            page->class_idx == CORAL_CLASS_LARGE ? 1 : (size_t)page->reserved * page->block_size;
-        runs->mark[r] = coral_freed_mark_from(page->epoch);
-    }
+    if (CORAL_FREED_MARKS) run_open_checks(runs, r, page, owned);
     unsigned cls = cache_class_of(runs, page);
     runs->key[r] = cls != 0 ? key | CACHED_KEY : key;
     runs->cache_cls[r] = (uint8_t)cls;

@@ -83,31 +83,14 @@
 
 coral_page_t coral_page_empty; /* free == NULL forever */
 
-/* The default build: a new freed mark for the page (page.h), at init and
- * whenever every block is free again, so that no mark left in its memory
- * is the page's. */
+/* The default build: a new multiplier and freed mark for the page
+ * (page.h, "block starts and freed marks"), at init and whenever every
+ * block is free again, so that no mark left in its memory is likely the
+ * page's: j drawn from the secret, kept in epoch for other threads. */
 static void page_new_freed_mark(coral_page_t *page) {
     if (CORAL_SECURE) return;
     page->epoch = coral_secure_next_epoch();
-    page->owner_canary = coral_freed_mark_from(page->epoch);
-}
-
-/* The multiplier of coral_block_start_test (page.h) for blocks of d bytes,
- * `reserved` of them in a span of `slices` slices. M = ceil(2^64 / d) + j,
- * e = d * M - 2^64 = e0 + j * d. With j = 0, e < d: k * e < reserved * d,
- * at most the span (2^22), for every block k, and (k + 1) * e < M, so an
- * offset r past a block start (0 < r < d) gives k * e + r * M, at least M
- * (2^41 and more), never wrapping. On a page of one slice the offset just
- * past the last block (k = reserved) is in the same slice, the one the free
- * fast path tests: j is then chosen so that reserved * e >= 2^32 >
- * (reserved - 1) * e, an interval of width 2^32 / (reserved * (reserved -
- * 1)), at least d since reserved <= 2^16 / d, so one j always fits. */
-uint64_t coral_block_start_mul_of(size_t d, uint32_t reserved, uint32_t slices) {
-    uint64_t m = UINT64_MAX / d + 1, e = (uint64_t)d * m; /* e0 (mod 2^64) */
-    if (slices != 1 || (uint64_t)reserved * d >= CORAL_SLICE_SIZE) return m;
-    uint64_t low = (((uint64_t)1 << 32) + reserved - 1) / reserved; /* ceil(2^32 / reserved) */
-    uint64_t j = e >= low ? 0 : (low - e + d - 1) / d;
-    return m + j;
+    page->owner_start_mul = coral_page_freed_mark(page);
 }
 
 void coral_page_init(coral_page_t *page, coral_page_owner_t *owner, bool user_heap, unsigned cls,
@@ -115,7 +98,6 @@ void coral_page_init(coral_page_t *page, coral_page_owner_t *owner, bool user_he
     page->free = NULL;
     page->local_free = NULL;
     page->used = 0;
-    page->capacity = 0;
     page->reserved = (uint16_t)(((size_t)page->slice_count * CORAL_SLICE_SIZE) / block_size);
     /* The owner makes its pages: the id is the segment's, no flag set. */
     coral_slice_set(
@@ -123,16 +105,17 @@ void coral_page_init(coral_page_t *page, coral_page_owner_t *owner, bool user_he
     page->is_user_heap = user_heap;
     page->free_is_zero = 0;
     page->class_idx = (uint8_t)cls;
-    page->block_size = page->owner_block_size = block_size;
+    page->block_size = block_size;
+    if (CORAL_SECURE) page->owner_block_size = block_size;
     /* (A span holds at least one block: reserved >= 1.) */
     page->owner_last_block = (uint32_t)((size_t)(page->reserved - 1) * block_size);
     if (CORAL_SECURE) {
         page->epoch = coral_secure_next_epoch();
         page->owner_canary = coral_canary_with(page->epoch, NULL);
     } else {
-        page->owner_start_mul = coral_block_start_mul(page);
         page_new_freed_mark(page);
     }
+    coral_page_set_capacity(page, 0);
     page->link.next = page->link.prev = NULL;
     atomic_store_explicit(&page->thread_free, CORAL_DELAY_NONE, memory_order_relaxed);
     atomic_store_explicit(&page->delayed_listed, 0, memory_order_relaxed);
@@ -176,7 +159,7 @@ static void page_carve(coral_page_t *page, uint32_t n) {
      * mark (a collected list is never marked zero). */
     page->free_is_zero =
         !CORAL_SECURE && page->is_fresh && (page->free == NULL || page->free_is_zero);
-    page->capacity += n;
+    coral_page_set_capacity(page, page->capacity + n);
     if (CORAL_SECURE) page_mark_carved(page, first, n);
     if (CORAL_SECURE && n > 1) { /* (one block has one order) */
         page->free = coral_secure_carve(first, n, bs, page->free);
@@ -257,7 +240,7 @@ static void page_take_reclaimed(coral_page_t *page) {
     }
     page->used = 0;
     if (page->class_idx == CORAL_CLASS_LARGE) return; /* one block: nothing to carve */
-    page->capacity = 0;
+    coral_page_set_capacity(page, 0);
     page->is_fresh = 1;
     page->free_is_zero = 0;
 }
@@ -276,10 +259,10 @@ static CORAL_COLD void thread_free_overflow(const coral_page_t *page, const void
 void coral_page_reset_empty(coral_page_t *page) {
     page->free = NULL;
     page->local_free = NULL;
-    page->capacity = 0;
     page->free_is_zero = 0;
     page->is_fresh = 0;
     page_new_freed_mark(page);
+    coral_page_set_capacity(page, 0);
 }
 
 /* A set of a page's blocks, by index (a page has at most 4096). */

@@ -157,23 +157,34 @@ CORAL_INLINE uintptr_t coral_tf_pushed(uintptr_t tf, const coral_block_t *head, 
            suspect | state;
 }
 
-/* ---- freed marks (the default build; page.c has the protocol) -----------------------
- * Every block the program frees gets, in its second word, the page's freed
- * mark: a 64-bit value drawn from a per-process secret at every page init
- * and reset (so a mark an earlier page left in the same memory is never the
- * new page's), kept in owner_canary (the owner's line) and as the 32 bits it
- * is made from in epoch (the line remote frees read). malloc clears the word
- * when it hands the block out. So a free that finds the mark may be a double
- * free, however many frees came between: the owner then checks the page's
- * lists (coral_page_holds_free: bounded by the page's blocks) and reports
- * only a block it finds there, so the program's own data never causes a
- * false report, only a walk. Another thread swaps the mark in (one atomic
- * exchange: of two frees of a block, in any order or at the same moment,
- * one sees the other's mark) and, when the word held it already, pushes
- * with SUSPECT: the owner then checks the list it takes against its own
- * lists. The secure build has its own freed mark at the block's end
- * (secure.c); a CORAL_VALGRIND build keeps freed blocks inaccessible and
- * walks every list (SUSPECT always). */
+/* ---- block starts and freed marks (the default build; page.c has the protocol) ----
+ * Block starts: whether an offset n from a page's start is the start of a
+ * block carved so far, with no division: (n * M) mod 2^64 < X, M the
+ * page's multiplier (owner_start_mul) and X the product of the carved
+ * blocks (owner_carved_x). M = ceil(2^64 / d) + j for blocks of d bytes,
+ * 1 <= j <= 2^16 drawn from a per-process secret at each page init and
+ * reset; e = d * M - 2^64 = e0 + j * d, above 0 and at most 2^17 * d. The product of
+ * n = k * d + r is k * e + r * M (mod 2^64): for r = 0 it grows with k,
+ * so it is below X = capacity * e exactly for the carved blocks; for
+ * 0 < r < d it is at least M (2^42 and more, d being at most 4 MiB) and
+ * never wraps ((reserved + 1) * e < 2^40 < M), so above X. Checked for
+ * every class, large size and span by tests/test_block_starts.c
+ * (ctest block_starts).
+ *
+ * Freed marks: every block the program frees gets M, the page's freed
+ * mark, in its second word; malloc clears the word when it hands the
+ * block out. So a free that finds the mark may be a double free, however
+ * many frees came between: the owner then checks the page's lists
+ * (coral_page_holds_free: bounded by the page's blocks) and reports only a
+ * block it finds there, so the program's own data never causes a false
+ * report, only a walk. Another thread computes M from the line it reads
+ * (block_size, and j in epoch) and swaps it in (one atomic exchange: of two
+ * frees of a block, in any order or at the same moment, one sees the
+ * other's mark) and, when the word held it already, pushes with SUSPECT:
+ * the owner then checks the list it takes against its own lists. The
+ * secure build has its own freed mark at the block's end (secure.c); a
+ * CORAL_VALGRIND build keeps freed blocks inaccessible and walks every
+ * list (SUSPECT always). */
 #define CORAL_FREED_MARKS (!CORAL_SECURE && !CORAL_VALGRIND)
 /* The default and valgrind builds check every block start on the free fast
  * path (below); the secure build checks its canary there instead. */
@@ -183,19 +194,58 @@ CORAL_INLINE uintptr_t *coral_block_mark_word(coral_block_t *block) {
     return (uintptr_t *)(void *)block + 1; /* every block has 16 bytes at least */
 }
 
-/* The freed mark made of a page's 32-bit key: odd, never 0 or a pointer. */
-CORAL_INLINE uint64_t coral_freed_mark_from(uint32_t key) {
-    return ((uint64_t)key * 0x9e3779b97f4a7c15ull) | 1;
+/* M for blocks of d bytes and the page's draw j, 1 <= j <= 2^16 (e is
+ * then never 0, as j = 0 would make it for a power of two). */
+CORAL_INLINE uint64_t coral_block_start_mul_of(size_t d, uint32_t j) {
+    return UINT64_MAX / d + 1 + j;
+}
+
+/* The page's M, its freed mark, from the line any thread reads (page init
+ * wrote block_size and epoch: j is epoch's low 16 bits). A large page
+ * whose block grew or shrank in place gives another value: its remote
+ * frees then miss a mark, never find a false one. */
+CORAL_INLINE uint64_t coral_page_freed_mark(const coral_page_t *page) {
+    return coral_block_start_mul_of(page->block_size, (page->epoch & 0xffffu) + 1);
+}
+
+/* X for the first n blocks of the page (owner). */
+CORAL_INLINE uint64_t coral_page_carved_x(const coral_page_t *page, uint32_t n) {
+#if CORAL_SECURE
+    (void)page;
+    (void)n;
+    return 0;
+#else
+    return (uint64_t)n * ((uint64_t)page->block_size * page->owner_start_mul);
+#endif
+}
+
+/* Owner: the page has n blocks carved (X follows). */
+CORAL_INLINE void coral_page_set_capacity(coral_page_t *page, uint32_t n) {
+    page->capacity = n;
+    if (!CORAL_SECURE) page->owner_carved_x = coral_page_carved_x(page, n);
+}
+
+CORAL_INLINE bool coral_block_start_test(uint64_t mul, uint64_t x_bound, size_t offset) {
+    return (uint64_t)offset * mul < x_bound;
+}
+
+/* The free fast path's test of p, in the head slice of `slice`'s page
+ * (whose first block starts at the slice): one multiply and one compare
+ * (the owner's line only). */
+CORAL_INLINE bool coral_block_start_fast(const coral_page_t *slice, const void *p) {
+    if (!CORAL_START_CHECK) return true;
+    return coral_block_start_test(slice->owner_start_mul, slice->owner_carved_x,
+                                  (uintptr_t)p & (CORAL_SLICE_SIZE - 1));
 }
 
 /* Owner: block freed (its mark written: word 1). */
 CORAL_INLINE void coral_freed_mark_set(const coral_page_t *page, coral_block_t *block) {
-    if (CORAL_FREED_MARKS) *coral_block_mark_word(block) = page->owner_canary;
+    if (CORAL_FREED_MARKS) *coral_block_mark_word(block) = page->owner_start_mul;
 }
 
 /* Owner: does block hold the page's freed mark? */
 CORAL_INLINE bool coral_freed_mark_seen(const coral_page_t *page, coral_block_t *block) {
-    return CORAL_FREED_MARKS && *coral_block_mark_word(block) == page->owner_canary;
+    return CORAL_FREED_MARKS && *coral_block_mark_word(block) == page->owner_start_mul;
 }
 
 /* A block handed out: its mark cleared. */
@@ -208,34 +258,9 @@ CORAL_INLINE void coral_freed_mark_clear(coral_block_t *block) {
  * the owner tells them apart). */
 CORAL_INLINE uintptr_t coral_remote_mark_swap(const coral_page_t *page, coral_block_t *block) {
     if (!CORAL_FREED_MARKS) return CORAL_VALGRIND ? CORAL_TF_SUSPECT : 0;
-    uint64_t mark = coral_freed_mark_from(page->epoch);
+    uint64_t mark = coral_page_freed_mark(page);
     uint64_t old = __atomic_exchange_n(coral_block_mark_word(block), mark, __ATOMIC_RELAXED);
     return old == mark ? CORAL_TF_SUSPECT : 0;
-}
-
-/* ---- block starts -----------------------------------------------------------------
- * Whether an offset n from a page's start is a block's start, with no
- * division: (n * M) mod 2^64 < 2^32, M the page's multiplier
- * (coral_block_start_mul). With d the block size and e = d * M - 2^64, the
- * product of n = k * d + r is k * e + r * M: for r = 0 and k below the
- * page's block count it stays below 2^32, for 0 < r < d it is at least M
- * (more than 2^40) without wrapping. On a page of one slice M is also
- * chosen so that the offset just past the last block fails. Checked for
- * every class and span by coral_test_block_starts (test_invariants.c). */
-uint64_t coral_block_start_mul_of(size_t block_size, uint32_t reserved, uint32_t slices);
-CORAL_INLINE uint64_t coral_block_start_mul(const coral_page_t *page) {
-    return coral_block_start_mul_of(page->block_size, page->reserved, page->slice_count);
-}
-CORAL_INLINE bool coral_block_start_test(uint64_t mul, size_t offset) {
-    return (((uint64_t)offset * mul) >> 32) == 0;
-}
-
-/* The free fast path's test of p, in the head slice of `slice`'s page
- * (whose first block starts at the slice): one multiply and one compare
- * (the owner's line only). */
-CORAL_INLINE bool coral_block_start_fast(const coral_page_t *slice, const void *p) {
-    if (!CORAL_START_CHECK) return true;
-    return coral_block_start_test(slice->owner_start_mul, (uintptr_t)p & (CORAL_SLICE_SIZE - 1));
 }
 
 /* The page layer's view of a page's owner: where remote freers post the
@@ -363,15 +388,23 @@ CORAL_INLINE void coral_block_set_next(coral_block_t *block, coral_block_t *next
 }
 
 /* Owner: a block it freed, pushed on `free`, where the next malloc of its
- * class takes it again (page.c says why). The list then no longer holds
- * only zero blocks. The caller counts it out of `used`. */
+ * class takes it again (page.c says why). The caller counts it out of
+ * `used`. A list marked zero stays so: free_is_zero says that every block
+ * on `free` without the freed mark is zero but its link (coral_block_is_zero),
+ * and this one has the mark. (Without freed marks, the CORAL_VALGRIND
+ * build, the list is no longer zero; the secure build never marks a list
+ * zero: its carved blocks hold their fill and freed mark, page.c.) */
 CORAL_INLINE void coral_page_push_free(coral_page_t *page, coral_block_t *block) {
     coral_freed_mark_set(page, block);
     coral_block_set_next(block, page->free);
     page->free = block;
-    /* (The secure build never marks a list zero: its carved blocks hold
-     * their fill and freed mark, page.c.) */
-    if (!CORAL_SECURE) page->free_is_zero = 0;
+    if (!CORAL_SECURE && !CORAL_FREED_MARKS) page->free_is_zero = 0;
+}
+
+/* Owner: whether block, just popped off page's `free` (its freed mark not
+ * cleared yet), is zero but its link. */
+CORAL_INLINE bool coral_block_is_zero(const coral_page_t *page, coral_block_t *block) {
+    return page->free_is_zero && (!CORAL_FREED_MARKS || *coral_block_mark_word(block) == 0);
 }
 
 /* Owner: whether block heads one of the page's owner lists, i.e. it is
@@ -390,12 +423,6 @@ CORAL_INLINE bool coral_page_is_block_start(const coral_page_t *page, const void
     size_t offset = (size_t)((const uint8_t *)p - page->start);
     if (page->class_idx == CORAL_CLASS_LARGE) return offset == 0;
     return offset < (size_t)page->reserved * page->block_size && offset % page->block_size == 0;
-}
-
-/* The same for the owner or a bulk free, with the page's multiplier
- * (page init wrote it; it is exact over the whole span with the bound). */
-CORAL_INLINE bool coral_page_is_block_start_mul(uint64_t mul, size_t blocks_end, size_t offset) {
-    return offset < blocks_end && coral_block_start_test(mul, offset);
 }
 
 /* The common case of coral_page_free_remote, inline: a block of a size

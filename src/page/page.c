@@ -290,9 +290,27 @@ static const coral_block_t *block_set_add_list(block_set_t *set, const coral_pag
     return NULL;
 }
 
-/* Owner: a taken list of count blocks that may hold a block twice, or one
- * already on the owner's lists (SUSPECT: a freed mark was found): checked
- * against both, block by block. Returns its tail. */
+/* Whether a block taken off thread_free still holds the freed mark its
+ * push wrote: nothing clears it while the block is free but malloc
+ * handing it out. (A large page's block may have changed size in place:
+ * its owner's mark and the one other threads compute then differ.) */
+static bool taken_block_marked(const coral_page_t *page, coral_block_t *block) {
+    if (!CORAL_FREED_MARKS) return true;
+    uint64_t word = *coral_block_mark_word(block);
+    return word == page->owner_start_mul || word == coral_page_freed_mark(page);
+}
+
+static CORAL_COLD void taken_block_live(const coral_page_t *page, const void *block) {
+    coral_fatal("double free detected: block %p of a page of %zu-byte blocks was freed by another "
+                "thread while it was free, and handed out since",
+                block, page->block_size);
+}
+
+/* Owner: a taken list of count blocks that may hold a block twice, one
+ * already on the owner's lists, or one handed out since its push
+ * (SUSPECT: a push found a freed mark, so its block was free already:
+ * if the owner handed it out since, the malloc cleared the mark). Checked
+ * against all three, block by block. Returns its tail. */
 static coral_block_t *thread_free_check(coral_page_t *page, coral_block_t *head, uint32_t count) {
     block_set_t *set = &(block_set_t){{0}};
     uint32_t limit = page->reserved;
@@ -304,6 +322,7 @@ static coral_block_t *thread_free_check(coral_page_t *page, coral_block_t *head,
     coral_block_t *tail = head;
     for (uint32_t i = 0; i < count; i++) {
         if (!block_set_add(set, page, tail)) thread_free_overflow(page, tail);
+        if (!taken_block_marked(page, tail)) taken_block_live(page, tail);
         if (i + 1 < count) tail = coral_block_next(tail);
     }
     return tail;

@@ -251,18 +251,50 @@ static void interior_remote(size_t size) {
     free(keep);
 }
 
-/* The owner frees p, then another thread frees it again. */
+/* Allocates n blocks of size bytes, all kept, and stops the program
+ * (abort, with no allocator's message) if one is handed out twice. */
+static void allocate_checking_twice(size_t size, int n) {
+    static void *a[4000];
+    for (int i = 0; i < n; i++) {
+        a[i] = malloc(size);
+        for (int k = 0; k < i; k++)
+            if (a[k] == a[i]) {
+                fprintf(stderr, "misuse: block %p handed out twice\n", a[i]);
+                abort();
+            }
+    }
+}
+
+/* The owner frees p, then another thread frees it again; then the owner
+ * allocates more blocks than the page holds, all kept. */
 static void double_free_owner_then_remote(void) {
-    void *p = launder(malloc(48)), *q = malloc(48), *keep = malloc(48);
+    void *p = launder(malloc(48)), *keep = malloc(48);
     free(p);
-    free(q);
     pthread_t t;
     pthread_create(&t, NULL, free_in_thread, p);
     pthread_join(t, NULL);
-    for (int i = 0; i < 3000; i++) free(malloc(48)); /* the owner takes the remote list */
-    void *a[1500];
-    for (int i = 0; i < 1500; i++) a[i] = malloc(48);
-    for (int i = 0; i < 1500; i++) free(a[i]);
+    allocate_checking_twice(48, 1500);
+    free(keep);
+}
+
+/* Issue 32, item 4: another thread frees b; the owner takes the page's
+ * remote frees (coral_collect), so b is on its local list; a third thread
+ * frees y, a fourth frees b again. With marks tied to a generation of the
+ * remote list, the second push of b looked new (the owner had moved on),
+ * the list b -> y was joined to the one already holding b, and malloc
+ * handed b out twice; the freed mark finds it whatever came between. */
+static void double_free_remote_across_take(void) {
+    void (*collect)(int) = (void (*)(int))c23_call("coral_collect");
+    void *b = launder(malloc(48)), *y = malloc(48), *keep = malloc(48);
+    pthread_t t;
+    pthread_create(&t, NULL, free_in_thread, b);
+    pthread_join(t, NULL);
+    collect(0);
+    pthread_create(&t, NULL, free_in_thread, y);
+    pthread_join(t, NULL);
+    pthread_create(&t, NULL, free_in_thread, b);
+    pthread_join(t, NULL);
+    allocate_checking_twice(48, 1500); /* more than the page's blocks: its lists are taken */
     free(keep);
 }
 
@@ -360,6 +392,7 @@ static const misuse_case_t cases[] = {
     {"usable-size-free-space", usable_free_space},
     {"usable-size-interior", usable_interior},
     {"usable-size-after-free", usable_after_free},
+    {"double-free-remote-across-take", double_free_remote_across_take},
     {"bulk-same-block-8", bulk_same_8},
     {"bulk-after-free", bulk_after_free},
     {"bulk-interior-remote-large", bulk_interior_remote_large},

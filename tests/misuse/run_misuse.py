@@ -92,7 +92,7 @@ EXPECT.update({
                               ("aborted", "double free detected")),
     "double-free-pqp-huge": (("aborted", "double free detected"),
                              ("aborted", "double free detected")),
-    "double-free-owner-then-remote": (("aborted", "double free detected"),
+    "double-free-owner-then-remote": (("aborted", "handed out since"),
                                       ("aborted", "double free detected")),
     "free-interior-remote-small": (("aborted", "not its start"), ("aborted", "not its start")),
     "free-interior-remote-medium": (("aborted", "not its start"), ("aborted", "not its start")),
@@ -104,6 +104,8 @@ EXPECT.update({
                              ("aborted", "not a block's start")),
     "usable-size-after-free": (("aborted", "a freed block"),
                                ("ran on", "the secure build's usable size checks no mark")),
+    "double-free-remote-across-take": (("aborted", "more blocks freed than allocated"),
+                                       ("aborted", "double free detected")),
     "bulk-same-block-8": (("aborted", "double free detected"),
                           ("aborted", "double free detected")),
     "bulk-after-free": (("aborted", "double free detected"),
@@ -113,7 +115,7 @@ EXPECT.update({
 BUILDS = ("default", "secure")
 # Damage found later, with no call to undo: these abort in both modes.
 AFTER_THE_FACT = ("free list corrupted", "write after free detected",
-                  "more blocks freed than allocated")
+                  "more blocks freed than allocated", "handed out since")
 
 
 def run_case(misuse: str, case: str, lib: str | None,

@@ -45,9 +45,12 @@ CORAL_INLINE void *page_pop(coral_heap_t *heap, coral_page_t *page, unsigned cls
     if (CORAL_SECURE)
         return coral_secure_small_out(page, block, zero ? size - CORAL_CANARY_SIZE : 0);
     if (zero) {
-        if (!page->free_is_zero) return memset(block, 0, size);
-        block->next = NULL;
+        if (coral_block_is_zero(page, block))
+            block->next = NULL;
+        else
+            memset(block, 0, size);
     }
+    coral_freed_mark_clear(block);
     return block;
 }
 
@@ -125,16 +128,55 @@ void coral_free_slow(void *p) {
     coral_heap_free_remote(seg, &seg->pages[0], p); /* huge segments only get here */
 }
 
+/* The owner's free of p, in page, that holds the page's freed mark: a
+ * double free when the block is on the page's lists; else the program's
+ * data happened to equal the mark. (A block in a bulk cache holds no
+ * freed mark: the cache finds a second free of it, bulk_cache.h.) */
+static CORAL_COLD bool owner_free_is_double(coral_page_t *page, void *p) {
+    return coral_page_holds_free(page, p);
+}
+
+/* The owner's free that left the fast path: the block checked (a block
+ * start of a page in use, not free already), then freed by the heap. */
+static void owner_free(coral_page_t *page, void *p) {
+    if (page->slice_count != 0 && page->class_idx != CORAL_CLASS_LARGE &&
+        (size_t)((uint8_t *)p - page->start) >= (size_t)page->capacity * page->block_size &&
+        coral_page_is_block_start(page, p)) {
+        coral_page_invalid_free(p, "a block never handed out");
+        return;
+    }
+    if (CORAL_FREED_MARKS && page->slice_count != 0 &&
+        !(coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED) && coral_page_is_block_start(page, p) &&
+        coral_freed_mark_seen(page, p) && owner_free_is_double(page, p)) {
+        coral_misuse("double free detected: block %p of %zu bytes was already free", p,
+                     page->block_size);
+        return;
+    }
+    coral_heap_free_local(page, p);
+}
+
+/* Another thread's block of a normal segment: the quick push, else the
+ * full one (which checks p), the freed mark swapped in once. */
+static void remote_free(coral_segment_t *seg, coral_page_t *page, void *p) {
+    uintptr_t suspect;
+    if (coral_page_free_remote_quick(page, p, &suspect)) return;
+    if (suspect & CORAL_TF_MARKED)
+        coral_page_push_remote_marked(page, p, suspect & CORAL_TF_SUSPECT);
+    else
+        coral_heap_free_remote(seg, page, p);
+}
+
 void coral_free_unusual(coral_segment_t *seg, coral_page_t *slice, void *p) {
     coral_page_t *page = coral_slice_head(slice);
     coral_count_frees(page->class_idx, 1);
     /* The segment says who owns it: the slice's own id part is 0 on an
      * interior or released slice. */
     if (atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == coral_thread_id())
-        coral_heap_free_local(page, p);
-    else if (CORAL_SECURE || seg->kind != CORAL_SEGMENT_NORMAL ||
-             !coral_page_free_remote_quick(page, p))
+        owner_free(page, p);
+    else if (CORAL_SECURE || seg->kind != CORAL_SEGMENT_NORMAL)
         coral_heap_free_remote(seg, page, p);
+    else
+        remote_free(seg, page, p);
 }
 
 /* ---- usable size ---------------------------------------------------------------------- */
@@ -148,10 +190,50 @@ static size_t usable_size_of(coral_segment_t *seg, const void *p) {
     return (size_t)(block + page->block_size - CORAL_CANARY_SIZE - (const uint8_t *)p);
 }
 
-size_t coral_malloc_usable_size(const void *p) {
-    if (p == NULL) return 0;
+/* What free would say of p, a pointer into seg, without freeing it: NULL
+ * when p is a live block's start (or a pointer into an aligned block),
+ * else why not. Any thread: a block another thread owns is not checked
+ * against its freed mark (its owner's lists cannot be read here). */
+static const char *block_problem(coral_segment_t *seg, const void *p) {
+    if (seg->kind == CORAL_SEGMENT_HUGE) {
+        coral_page_t *page = &seg->pages[0];
+        if (page->used == 0) return "a huge block already freed";
+        return p == page->start ? NULL : "inside a huge block, not its start";
+    }
+    coral_page_t *page = coral_segment_page_of(seg, p);
+    if (page->slice_count == 0) return "in no page in use: double free?";
+    if (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED) return NULL;
+    if (!coral_page_is_block_start(page, p)) return "not a block's start";
+    if (page->class_idx == CORAL_CLASS_LARGE && page->used == 0) return "a freed large block";
+    bool owner = atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == coral_thread_id();
+    if (owner &&
+        (size_t)((const uint8_t *)p - page->start) >= (size_t)page->capacity * page->block_size)
+        return "a block never handed out";
+    if (owner && coral_freed_mark_seen(page, (coral_block_t *)p) &&
+        owner_free_is_double(page, (void *)p))
+        return "a freed block";
+    return NULL;
+}
+
+/* The usable size of p (not NULL) for `call`, which names a misuse: 0
+ * then (reported). */
+static size_t checked_usable_size(const void *p, const char *call) {
     coral_segment_t *seg = coral_segment_of_any(p);
-    return seg ? usable_size_of(seg, p) : 0;
+    if (seg == NULL) {
+        if (coral_is_zero_slot(p)) return 0;
+        coral_misuse("%s: invalid pointer %p (not allocated by coralloc)", call, p);
+        return 0;
+    }
+    const char *why = block_problem(seg, p);
+    if (coral_unlikely(why != NULL)) {
+        coral_misuse("%s: invalid pointer %p (%s)", call, p, why);
+        return 0;
+    }
+    return usable_size_of(seg, p);
+}
+
+size_t coral_malloc_usable_size(const void *p) {
+    return p == NULL ? 0 : checked_usable_size(p, "malloc_usable_size()");
 }
 
 int coral_owns(const void *p) {
@@ -183,8 +265,10 @@ void *coral_calloc(size_t n, size_t size) {
 
 /* Whether size fits the block p (NULL fits any). */
 static bool sized_free_fits(void *p, size_t size) {
-    size_t usable = coral_malloc_usable_size(p);
-    if (coral_likely(p == NULL || size <= usable)) return true;
+    if (p == NULL) return true;
+    size_t usable = checked_usable_size(p, "free()");
+    if (coral_likely(size <= usable)) return true;
+    if (usable == 0 && !coral_is_zero_slot(p)) return false; /* reported */
     coral_misuse("free_sized(%p, %zu): the block has only %zu bytes", p, size, usable);
     return false;
 }
@@ -378,6 +462,8 @@ CORAL_INLINE void *realloc_in(coral_heap_t *heap, void *p, size_t size, bool any
         if (q != NULL) coral_zero_slot_free(p);
         return q;
     }
+    const char *why = block_problem(seg, p);
+    if (coral_unlikely(why != NULL)) return realloc_invalid(p, why);
     size_t usable = usable_size_of(seg, p);
     if (seg->kind == CORAL_SEGMENT_HUGE) {
         bool same = any_heap || coral_page_heap(&seg->pages[0]) == heap ||

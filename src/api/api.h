@@ -55,7 +55,9 @@ coral_heap_t *coral_heap_ready(void);
 
 /* A block of size bytes (at most CORAL_DIRECT_MAX_SIZE) off the free list
  * of heap's direct[] page for it, or NULL when that list is empty (*pagep
- * is the page either way). The pop that malloc and the bulk calls share. */
+ * is the page either way). The pop that malloc and the bulk calls share;
+ * the caller clears the block's freed mark (page.h) as it hands it out,
+ * after calloc's look at it (coral_block_is_zero). */
 CORAL_INLINE coral_block_t *coral_pop_direct(coral_heap_t *heap, size_t size,
                                              coral_page_t **pagep) {
     coral_page_t *page = heap->direct[(size + 15) >> 4];
@@ -76,12 +78,13 @@ CORAL_INLINE void *coral_heap_alloc_plain(coral_heap_t *heap, size_t size, bool 
     coral_block_t *block = coral_pop_direct(heap, size, &page);
     if (coral_unlikely(block == NULL)) return coral_malloc_refill(size, heap, zero);
     if (zero) {
-        if (page->free_is_zero)
+        if (coral_block_is_zero(page, block))
             block->next = NULL;
         else
             memset(block, 0, size);
     }
-    CORAL_RETURN_REGISTER(block); /* the slow paths above stay tail calls */
+    coral_freed_mark_clear(block); /* (the block has 16 bytes, size may be less) */
+    CORAL_RETURN_REGISTER(block);  /* the slow paths above stay tail calls */
     return block;
 }
 
@@ -145,13 +148,20 @@ CORAL_INLINE void coral_free_push_local(coral_page_t *page, coral_block_t *block
 
 /* free() of p, a pointer into the first chunk of seg (slice: its slice
  * descriptor), by any thread. One compare says the calling thread owns the
- * page and no flag is set (tid_flags, segment.h). A page that becomes empty
- * is retired unless it is the first of its class queue (link.prev ==
- * NULL), which the next malloc of the class would take again at once, and
- * its blocks are small enough to keep (coral_heap_retire_when_empty). */
+ * page and no flag is set (tid_flags, segment.h): then p lies in the
+ * page's head slice; a multiply and a compare say it is a block start
+ * there (page.h, "block starts"), and one more that the block does not
+ * hold the page's freed mark (it may be free: the unusual path checks).
+ * A page that becomes empty is retired unless it is the first of its
+ * class queue (link.prev == NULL), which the next malloc of the class
+ * would take again at once, and its blocks are small enough to keep
+ * (coral_heap_retire_when_empty). */
 CORAL_INLINE void coral_free_in_segment(coral_segment_t *seg, coral_page_t *slice, void *p) {
     coral_block_t *block = p;
-    if (coral_likely(coral_slice_tid_flags(slice) == coral_thread_id() && block != slice->free)) {
+    if (coral_likely(coral_slice_tid_flags(slice) == coral_thread_id()) &&
+        coral_likely(coral_block_start_fast(slice, p)) &&
+        coral_likely(CORAL_FREED_MARKS ? !coral_freed_mark_seen(slice, block)
+                                       : block != slice->free)) {
         coral_free_push_local(slice, block);
         return;
     }

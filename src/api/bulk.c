@@ -45,7 +45,13 @@
 #define HINT_AHEAD 8
 _Static_assert(CORAL_ALIGNMENT >= 2 * sizeof(void *), "a free block has a word 1");
 
-static inline void hint_set(void *block, void *ahead) { ((void **)block)[1] = ahead; }
+/* The default build keeps a freed block's freed mark in word 1 (page.h):
+ * there the chase hints give way to it. */
+#define BULK_HINTS (!CORAL_FREED_MARKS)
+
+static inline void hint_set(void *block, void *ahead) {
+    if (BULK_HINTS) ((void **)block)[1] = ahead;
+}
 static inline void *hint_of(const coral_block_t *block) { return ((void *const *)block)[1]; }
 
 /* Are a, b, c, d in ascending address order? (No branch: one test.) */
@@ -62,8 +68,10 @@ static size_t take_list(coral_block_t **list, void **out, size_t want) {
     size_t got = 0;
     while (block != NULL && got < want) {
         out[got++] = block;
-        __builtin_prefetch(hint_of(block), 0, 3);
-        block = coral_block_next(block);
+        if (BULK_HINTS) __builtin_prefetch(hint_of(block), 0, 3);
+        coral_block_t *next = coral_block_next(block);
+        coral_freed_mark_clear(block); /* handed out */
+        block = next;
     }
     *list = block;
     return got;
@@ -77,7 +85,7 @@ static size_t take_uncarved(coral_page_t *page, void **out, size_t want) {
     size_t bs = page->block_size;
     uint8_t *block = page->start + (size_t)page->capacity * bs;
     for (size_t i = 0; i < got; i++, block += bs) out[i] = block;
-    page->capacity += (uint32_t)got;
+    coral_page_set_capacity(page, page->capacity + (uint32_t)got);
     return got;
 }
 
@@ -191,6 +199,7 @@ size_t coral_malloc_bulk_sizes(const size_t *sizes, size_t n, void **out) {
             coral_page_t *page;
             coral_block_t *block = coral_pop_direct(heap, size, &page);
             if (coral_unlikely(block == NULL)) break;
+            coral_freed_mark_clear(block);
             out[i] = block;
         }
         if (i == n) break;
@@ -234,6 +243,12 @@ typedef struct runs_s {
     bool owned[OPEN_RUNS]; /* page[r] is the calling thread's */
     coral_page_t *page[OPEN_RUNS];
     coral_block_t *tail[OPEN_RUNS];
+    /* The default build's checks of each block (page.h): page[r]'s start,
+     * block-start multiplier, end of its blocks and freed mark. */
+    uint8_t *start[OPEN_RUNS];
+    uint64_t start_mul[OPEN_RUNS];
+    uint64_t starts_x[OPEN_RUNS]; /* the bound of the products of its block starts */
+    uint64_t mark[OPEN_RUNS];
     coral_bulk_cache_t *cache; /* the thread's bulk cache, taken; NULL: none this call */
     int64_t cache_room; /* bytes it may still take (put_cls's open entries not counted yet) */
     bool cache_full;    /* it ran out of room */
@@ -339,6 +354,42 @@ static void runs_flush(runs_t *runs) {
         if (runs->key[r] != NO_RUN) run_flush(runs, r);
 }
 
+/* p is no block start of its run's page, or holds the page's freed mark
+ * (it may be free already, maybe in a run of this call): every run is
+ * pushed and closed, then p goes through free(), which reports a misuse
+ * or, for a mark that was the program's data, frees it. */
+static CORAL_NOINLINE void run_refuse(runs_t *runs, void *p) {
+    runs_flush(runs);
+    for (unsigned r = 0; r < OPEN_RUNS; r++) runs->key[r] = NO_RUN;
+    coral_free_inline(p);
+}
+
+/* Run r's checks of its blocks, for page: the owner's multiplier and
+ * carved blocks' bound (its line: the page is the caller's), or, for
+ * another thread's page, M computed from the shared line and the bound of
+ * all its blocks (a large page: its one block). */
+static void run_open_checks(runs_t *runs, size_t r, const coral_page_t *page, bool owned) {
+    runs->start[r] = page->start;
+    runs->mark[r] = owned ? page->owner_start_mul : coral_page_freed_mark(page);
+    runs->start_mul[r] = runs->mark[r];
+    uint32_t blocks = page->class_idx == CORAL_CLASS_LARGE ? 1 : page->reserved;
+    runs->starts_x[r] = owned ? page->owner_carved_x
+                              : (uint64_t)blocks * ((uint64_t)page->block_size * runs->mark[r]);
+}
+
+/* Does run r take p: a block start of its page, without the freed mark? */
+CORAL_INLINE bool run_accepts(const runs_t *runs, size_t r, const void *p) {
+    if (!CORAL_FREED_MARKS) return true;
+    size_t offset = (size_t)((const uint8_t *)p - runs->start[r]);
+    return coral_block_start_test(runs->start_mul[r], runs->starts_x[r], offset) &&
+           ((const uint64_t *)p)[1] != runs->mark[r];
+}
+
+/* p taken by run r: its freed mark written. */
+CORAL_INLINE void run_mark(const runs_t *runs, size_t r, void *p) {
+    if (CORAL_FREED_MARKS) ((uint64_t *)p)[1] = runs->mark[r];
+}
+
 /* The calling thread's class page of a slice, or NULL when the ordinary
  * free must see the block: a page with aligned blocks (it may point inside
  * one), a large page, a slice in no page (a double free or a pointer never
@@ -405,6 +456,7 @@ CORAL_INLINE bool run_open(runs_t *runs, size_t r, void *p, uintptr_t key) {
     runs->head[r] = runs->tail[r] = NULL;
     runs->count[r] = 0;
     runs->owned[r] = owned;
+    if (CORAL_FREED_MARKS) run_open_checks(runs, r, page, owned);
     unsigned cls = cache_class_of(runs, page);
     runs->key[r] = cls != 0 ? key | CACHED_KEY : key;
     runs->cache_cls[r] = (uint8_t)cls;
@@ -441,6 +493,10 @@ CORAL_INLINE bool run_cache(runs_t *runs, size_t r, void *p) {
         runs->cache_full = true;
         return false;
     }
+    if (coral_unlikely(!run_accepts(runs, r, p))) {
+        run_refuse(runs, p);
+        return true;
+    }
     void **at = runs->put; /* (loaded before p's marker is stored: p might alias it) */
     coral_bulk_cache_mark_in(runs->put_key, p);
     *at = p;
@@ -450,6 +506,11 @@ CORAL_INLINE bool run_cache(runs_t *runs, size_t r, void *p) {
 
 /* p as the first block of run r (empty). */
 static void run_link_first(runs_t *runs, size_t r, void *p) {
+    if (coral_unlikely(!run_accepts(runs, r, p))) {
+        run_refuse(runs, p);
+        return;
+    }
+    run_mark(runs, r, p);
     coral_block_set_next(p, NULL);
     runs->head[r] = runs->tail[r] = p;
     runs->count[r] = 1;
@@ -464,6 +525,8 @@ static bool same_slice(const void *a, const void *b) {
  * stretch's end (the first entry before end in another slice: NULL always
  * is). */
 static void *const *run_add_stretch(runs_t *runs, size_t r, void *const *blocks, void *const *end) {
+    if (!run_accepts(runs, r, blocks[0])) return blocks; /* (free_stretch refuses it) */
+    run_mark(runs, r, blocks[0]);
     uintptr_t first = (uintptr_t)blocks[0];
     coral_block_t *last = blocks[0];
     void *const *q = blocks + 1;
@@ -479,12 +542,25 @@ static void *const *run_add_stretch(runs_t *runs, size_t r, void *const *blocks,
               ((uintptr_t)d ^ first)) >>
              CORAL_SLICE_SHIFT) != 0)
             break;
+        /* (A block given twice in the stretch finds its mark, written by
+         * the first: the one-by-one loop below stops before it.) */
+        if (!run_accepts(runs, r, a)) break;
+        run_mark(runs, r, a);
+        if (!run_accepts(runs, r, b) || !run_accepts(runs, r, c) || !run_accepts(runs, r, d)) {
+            coral_block_set_next(last, a);
+            last = a;
+            q++;
+            break;
+        }
         if (end - q >= HINT_AHEAD + 4 && !ascending(a, b, c, d)) {
             hint_set(a, q[HINT_AHEAD]);
             hint_set(b, q[HINT_AHEAD + 1]);
             hint_set(c, q[HINT_AHEAD + 2]);
             hint_set(d, q[HINT_AHEAD + 3]);
         }
+        run_mark(runs, r, b);
+        run_mark(runs, r, c);
+        run_mark(runs, r, d);
         coral_block_set_next(last, a);
         coral_block_set_next(a, b);
         coral_block_set_next(b, c);
@@ -492,7 +568,8 @@ static void *const *run_add_stretch(runs_t *runs, size_t r, void *const *blocks,
         last = d;
         q += 4;
     }
-    for (; q < end && same_slice(*q, blocks[0]); q++) {
+    for (; q < end && same_slice(*q, blocks[0]) && run_accepts(runs, r, *q); q++) {
+        run_mark(runs, r, *q);
         coral_block_set_next(last, *q);
         last = *q;
     }
@@ -510,6 +587,11 @@ CORAL_INLINE void run_link(runs_t *runs, size_t r, void *p, void *ahead) {
         coral_misuse("double free detected: free_bulk was given block %p twice in a row", p);
         return;
     }
+    if (coral_unlikely(!run_accepts(runs, r, p))) {
+        run_refuse(runs, p);
+        return;
+    }
+    run_mark(runs, r, p);
     hint_set(p, ahead);
     coral_block_set_next(p, head);
     runs->head[r] = p;
@@ -556,6 +638,10 @@ static CORAL_NOINLINE void *const *free_stretch(runs_t *runs, void *const *q, vo
      * huge block): run_open freed it; the rest of its slice go one by one
      * (free_one sends each the same way). */
     if ((runs->key[r] & ~CACHED_KEY) != key && !run_open(runs, r, q[0], key)) return q + 1;
+    if (coral_unlikely(!run_accepts(runs, r, q[0]))) {
+        run_refuse(runs, q[0]);
+        return q + 1;
+    }
     /* A new run starts with q[0] alone, the rest linked in front of it
      * (the order docs/experiments/, "The bulk cache", measured the faster to
      * take back). */

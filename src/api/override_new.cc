@@ -64,15 +64,26 @@ void operator delete(void *p) noexcept { coral_free(p); }
 void operator delete[](void *p) noexcept { coral_free(p); }
 void operator delete(void *p, const std::nothrow_t &) noexcept { coral_free(p); }
 void operator delete[](void *p, const std::nothrow_t &) noexcept { coral_free(p); }
-// Sized deletes: the size is only a hint. Checking it (as coral_free_sized
-// does) would put a segment lookup on every C++ delete, the hot path of C++.
-void operator delete(void *p, std::size_t) noexcept { coral_free(p); }
-void operator delete[](void *p, std::size_t) noexcept { coral_free(p); }
-void operator delete(void *p, std::align_val_t) noexcept { coral_free(p); }
-void operator delete[](void *p, std::align_val_t) noexcept { coral_free(p); }
-void operator delete(void *p, std::size_t, std::align_val_t) noexcept { coral_free(p); }
-void operator delete[](void *p, std::size_t, std::align_val_t) noexcept { coral_free(p); }
-void operator delete(void *p, std::align_val_t, const std::nothrow_t &) noexcept { coral_free(p); }
-void operator delete[](void *p, std::align_val_t, const std::nothrow_t &) noexcept {
-    coral_free(p);
+// Sized and aligned deletes check what they are told, as free_sized and
+// free_aligned_sized do: a size larger than the block, or a pointer not
+// aligned as asked, is a misuse (one line, abort).
+void operator delete(void *p, std::size_t n) noexcept { coral_free_sized(p, n); }
+void operator delete[](void *p, std::size_t n) noexcept { coral_free_sized(p, n); }
+void operator delete(void *p, std::align_val_t al) noexcept {
+    coral_free_aligned_sized(p, static_cast<std::size_t>(al), 0);
+}
+void operator delete[](void *p, std::align_val_t al) noexcept {
+    coral_free_aligned_sized(p, static_cast<std::size_t>(al), 0);
+}
+void operator delete(void *p, std::size_t n, std::align_val_t al) noexcept {
+    coral_free_aligned_sized(p, static_cast<std::size_t>(al), n);
+}
+void operator delete[](void *p, std::size_t n, std::align_val_t al) noexcept {
+    coral_free_aligned_sized(p, static_cast<std::size_t>(al), n);
+}
+void operator delete(void *p, std::align_val_t al, const std::nothrow_t &) noexcept {
+    coral_free_aligned_sized(p, static_cast<std::size_t>(al), 0);
+}
+void operator delete[](void *p, std::align_val_t al, const std::nothrow_t &) noexcept {
+    coral_free_aligned_sized(p, static_cast<std::size_t>(al), 0);
 }

@@ -74,7 +74,9 @@ static bool check_span(check_t *c, coral_segment_t *seg, const coral_page_t *pag
 /* The owner's view of a page of a size class (segment.h) is its geometry:
  * the secure build's fast paths check blocks against it. */
 static bool check_owner_view(check_t *c, const coral_page_t *page) {
-    if (page->owner_block_size != page->block_size ||
+    if ((CORAL_SECURE ? page->owner_block_size != page->block_size
+                      : page->owner_start_mul != coral_page_freed_mark(page) ||
+                            page->owner_carved_x != coral_page_carved_x(page, page->capacity)) ||
         page->owner_last_block != (size_t)(page->reserved - 1) * page->block_size ||
         (CORAL_SECURE && page->owner_canary != coral_canary_of(page, NULL)))
         return fail(c, "a page's owner view of its blocks is not its geometry", page);

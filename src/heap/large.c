@@ -183,7 +183,8 @@ void *coral_heap_malloc_large(coral_heap_t *heap, size_t size, size_t alignment,
     }
     coral_page_init(page, &heap->owner, !heap->is_default, CORAL_CLASS_LARGE,
                     slices * CORAL_SLICE_SIZE - CORAL_GUARD_SIZE);
-    page->capacity = page->reserved = page->used = 1;
+    coral_page_set_capacity(page, 1);
+    page->reserved = page->used = 1;
     if (CORAL_SECURE) /* made accessible again when the span is released (page layer) */
         (void)coral_os_protect(page->start + page->block_size, CORAL_GUARD_SIZE, false);
     coral_heap_add_large_page(heap, page);

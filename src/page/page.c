@@ -58,28 +58,23 @@
  * waits for BUSY to clear (acquire) and resets the page to empty, its memory
  * zero. A remote push that finds RECLAIMED is a double free.
  *
- * Remote marks (the default build): a block freed twice by other threads,
- * with other pushes between, is twice on thread_free's list, a cycle. The
- * owner finds it only by walking the list to its tail, and that walk
- * misses the cache at every block freed on another core; so it walks only
- * the lists marked SUSPECT. A generation is the set of pushes between two
- * takes of the list. The owner writes page->remote_gen (gen + 1, release)
- * before each CAS that takes the list. A freer loads thread_free (acquire),
- * then remote_gen (acquire), writes the block's mark (address, key,
- * generation) in its second word, and pushes with SUSPECT set when that
- * word already held this mark. Within one generation taken by a CAS that
- * succeeded at its first attempt, every push read the same remote_gen:
- *   - a push after the previous take loaded thread_free from that take's
- *     CAS or later (acquire: it sees the gen written before it, or later);
- *   - a push that read the gen written for this take came after the
- *     owner's load of thread_free (the gen's release and acquire order
- *     them), so its CAS changed the word the owner's CAS expects: that
- *     CAS failed. A take that needed more than one attempt walks its list.
- * So the second push of a block onto the same list finds its own mark and
- * sets SUSPECT, which stays on the list until the owner takes it. Any
- * other word (the program's data, a mark of an earlier generation, one
- * that comes back after 2^16 generations) costs at most a walk. Chains
- * (bulk frees) carry no marks and always set SUSPECT.
+ * Freed marks (the default build; page.h): every block freed, by its
+ * owner or by another thread, holds the page's freed mark in its second
+ * word until malloc hands it out again. A remote freer swaps the mark in
+ * with one atomic exchange before its push; when the word held the mark
+ * already, the block may be free now (on one of the owner's lists, on
+ * thread_free, in a bulk cache), and the push sets SUSPECT. Of two frees
+ * of one block, whatever came between them and however they interleave
+ * (the exchange orders them), the second sees the first's mark: nothing
+ * in between clears it but a malloc that hands the block out (then the
+ * second free is no double free). So a list taken without SUSPECT holds
+ * each block once and becomes local_free unwalked; a list with SUSPECT is
+ * checked against the owner's lists (thread_free_collect): a block found
+ * twice is reported, anything else (the program's data that equals the
+ * mark) costs the walk. Chains (bulk frees) carry marks too and always set
+ * SUSPECT. (The owner's own free writes the mark with a plain store: a
+ * double free by the owner racing one by another thread, at the same
+ * moment, may go unseen; any other order is caught.)
  */
 #include <sched.h>
 #include <string.h>
@@ -88,12 +83,21 @@
 
 coral_page_t coral_page_empty; /* free == NULL forever */
 
+/* The default build: a new multiplier and freed mark for the page
+ * (page.h, "block starts and freed marks"), at init and whenever every
+ * block is free again, so that no mark left in its memory is likely the
+ * page's: j drawn from the secret, kept in epoch for other threads. */
+static void page_new_freed_mark(coral_page_t *page) {
+    if (CORAL_SECURE) return;
+    page->epoch = coral_secure_next_epoch();
+    page->owner_start_mul = coral_page_freed_mark(page);
+}
+
 void coral_page_init(coral_page_t *page, coral_page_owner_t *owner, bool user_heap, unsigned cls,
                      size_t block_size) {
     page->free = NULL;
     page->local_free = NULL;
     page->used = 0;
-    page->capacity = 0;
     page->reserved = (uint16_t)(((size_t)page->slice_count * CORAL_SLICE_SIZE) / block_size);
     /* The owner makes its pages: the id is the segment's, no flag set. */
     coral_slice_set(
@@ -101,13 +105,17 @@ void coral_page_init(coral_page_t *page, coral_page_owner_t *owner, bool user_he
     page->is_user_heap = user_heap;
     page->free_is_zero = 0;
     page->class_idx = (uint8_t)cls;
-    page->block_size = page->owner_block_size = block_size;
+    page->block_size = block_size;
+    if (CORAL_SECURE) page->owner_block_size = block_size;
     /* (A span holds at least one block: reserved >= 1.) */
     page->owner_last_block = (uint32_t)((size_t)(page->reserved - 1) * block_size);
     if (CORAL_SECURE) {
         page->epoch = coral_secure_next_epoch();
         page->owner_canary = coral_canary_with(page->epoch, NULL);
+    } else {
+        page_new_freed_mark(page);
     }
+    coral_page_set_capacity(page, 0);
     page->link.next = page->link.prev = NULL;
     atomic_store_explicit(&page->thread_free, CORAL_DELAY_NONE, memory_order_relaxed);
     atomic_store_explicit(&page->delayed_listed, 0, memory_order_relaxed);
@@ -151,7 +159,7 @@ static void page_carve(coral_page_t *page, uint32_t n) {
      * mark (a collected list is never marked zero). */
     page->free_is_zero =
         !CORAL_SECURE && page->is_fresh && (page->free == NULL || page->free_is_zero);
-    page->capacity += n;
+    coral_page_set_capacity(page, page->capacity + n);
     if (CORAL_SECURE) page_mark_carved(page, first, n);
     if (CORAL_SECURE && n > 1) { /* (one block has one order) */
         page->free = coral_secure_carve(first, n, bs, page->free);
@@ -232,16 +240,9 @@ static void page_take_reclaimed(coral_page_t *page) {
     }
     page->used = 0;
     if (page->class_idx == CORAL_CLASS_LARGE) return; /* one block: nothing to carve */
-    page->capacity = 0;
+    coral_page_set_capacity(page, 0);
     page->is_fresh = 1;
     page->free_is_zero = 0;
-}
-
-/* Owner, before a CAS that takes thread_free's list: the pushes after
- * that CAS join a new generation ("Remote marks" above). */
-static void remote_generation_next(coral_page_t *page) {
-    uint16_t gen = atomic_load_explicit(&page->remote_gen, memory_order_relaxed);
-    atomic_store_explicit(&page->remote_gen, (uint16_t)(gen + 1), memory_order_release);
 }
 
 static CORAL_COLD void thread_free_overflow(const coral_page_t *page, const void *block) {
@@ -258,33 +259,95 @@ static CORAL_COLD void thread_free_overflow(const coral_page_t *page, const void
 void coral_page_reset_empty(coral_page_t *page) {
     page->free = NULL;
     page->local_free = NULL;
-    page->capacity = 0;
     page->free_is_zero = 0;
     page->is_fresh = 0;
+    page_new_freed_mark(page);
+    coral_page_set_capacity(page, 0);
+}
+
+/* A set of a page's blocks, by index (a page has at most 4096). */
+typedef struct block_set_s {
+    uint64_t bits[4096 / 64];
+} block_set_t;
+
+/* Adds block to the set; false when it was there already or is no block
+ * start of the page (a list that leads outside its page). */
+static bool block_set_add(block_set_t *set, const coral_page_t *page, const coral_block_t *block) {
+    if (!coral_page_is_block_start(page, block)) return false;
+    size_t i = (size_t)((const uint8_t *)block - page->start) / page->block_size;
+    uint64_t bit = (uint64_t)1 << (i % 64);
+    if (set->bits[i / 64] & bit) return false;
+    set->bits[i / 64] |= bit;
+    return true;
+}
+
+/* Owner: the blocks of `list` (at most `limit` of them followed) added to
+ * the set; the first block found twice (or outside the page), else NULL. */
+static const coral_block_t *block_set_add_list(block_set_t *set, const coral_page_t *page,
+                                               const coral_block_t *list, uint32_t limit) {
+    for (uint32_t n = 0; list != NULL && n < limit; n++, list = coral_block_next(list))
+        if (!block_set_add(set, page, list)) return list;
+    return NULL;
+}
+
+/* Whether a block taken off thread_free still holds the freed mark its
+ * push wrote: nothing clears it while the block is free but malloc
+ * handing it out. (A large page's block may have changed size in place:
+ * its owner's mark and the one other threads compute then differ.) */
+static bool taken_block_marked(const coral_page_t *page, coral_block_t *block) {
+    if (!CORAL_FREED_MARKS) return true;
+    uint64_t word = *coral_block_mark_word(block);
+    return word == page->owner_start_mul || word == coral_page_freed_mark(page);
+}
+
+static CORAL_COLD void taken_block_live(const coral_page_t *page, const void *block) {
+    coral_fatal("double free detected: block %p of a page of %zu-byte blocks was freed by another "
+                "thread while it was free, and handed out since",
+                block, page->block_size);
+}
+
+/* Owner: a taken list of count blocks that may hold a block twice, one
+ * already on the owner's lists, or one handed out since its push
+ * (SUSPECT: a push found a freed mark, so its block was free already:
+ * if the owner handed it out since, the malloc cleared the mark). Checked
+ * against all three, block by block. Returns its tail. */
+static coral_block_t *thread_free_check(coral_page_t *page, coral_block_t *head, uint32_t count) {
+    block_set_t *set = &(block_set_t){{0}};
+    uint32_t limit = page->reserved;
+    if (block_set_add_list(set, page, page->free, limit) != NULL ||
+        block_set_add_list(set, page, page->local_free, limit) != NULL)
+        coral_fatal("free list corrupted: a page of %zu-byte blocks has a block twice on its "
+                    "lists (a write after free?)",
+                    page->block_size);
+    coral_block_t *tail = head;
+    for (uint32_t i = 0; i < count; i++) {
+        if (!block_set_add(set, page, tail)) thread_free_overflow(page, tail);
+        if (!taken_block_marked(page, tail)) taken_block_live(page, tail);
+        if (i + 1 < count) tail = coral_block_next(tail);
+    }
+    return tail;
 }
 
 /* Owner: take the remote-freed blocks onto local_free. A list marked
- * SUSPECT, or one that joins blocks already there, is walked to its tail,
- * and its length checked against the count the pushes kept: a block pushed
- * twice with other pushes between makes it a cycle, which this reports
- * rather than hand the block out twice. Any other list becomes local_free
- * as it is, unwalked: its blocks were each pushed once ("Remote marks"
- * above), and the walk's loads would miss the cache when another core
- * built the list (docs/DESIGN.md, "Remote frees"). */
+ * SUSPECT is checked block by block against itself and the owner's lists
+ * (thread_free_check): a block freed twice is reported rather than handed
+ * out twice. A list that joins blocks already on local_free is walked to
+ * its tail, and its length checked against the count the pushes kept. Any
+ * other list becomes local_free as it is, unwalked: its blocks were each
+ * pushed once ("Freed marks" above), and the walk's loads would miss the
+ * cache when another core built the list (docs/DESIGN.md, "Remote
+ * frees"). */
 static void thread_free_collect(coral_page_t *page) {
     uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
-    uintptr_t raced = 0;
     for (;;) {
         if (coral_unlikely(tf & CORAL_TF_RECLAIMED)) {
             page_take_reclaimed(page);
             return;
         }
         if (coral_tf_list(tf) == NULL) return;
-        remote_generation_next(page);
         if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, tf & CORAL_DELAY_MASK,
-                                                  memory_order_acq_rel, memory_order_relaxed))
+                                                  memory_order_acquire, memory_order_relaxed))
             break;
-        raced = CORAL_TF_SUSPECT; /* pushes of two generations may be on the list */
     }
     uint32_t count = coral_tf_count(tf);
     /* Every block was on the list: the freer of the last one lists the
@@ -293,14 +356,31 @@ static void thread_free_collect(coral_page_t *page) {
     if (count > page->used) thread_free_overflow(page, coral_tf_list(tf));
     coral_block_t *head = coral_tf_list(tf), *tail = head;
     page->used -= count;
-    if (((tf | raced) & CORAL_TF_SUSPECT) == 0 && page->local_free == NULL) {
+    if ((tf & CORAL_TF_SUSPECT) == 0 && page->local_free == NULL) {
         page->local_free = head;
         return;
     }
-    for (uint32_t i = 1; i < count; i++) tail = coral_block_next(tail);
+    if (tf & CORAL_TF_SUSPECT)
+        tail = thread_free_check(page, head, count);
+    else
+        for (uint32_t i = 1; i < count; i++) tail = coral_block_next(tail);
     if (coral_block_next(tail) != NULL) thread_free_overflow(page, coral_block_next(tail));
     coral_block_set_next(tail, page->local_free);
     page->local_free = head;
+}
+
+/* Owner: whether block, which holds the page's freed mark, is free: on
+ * thread_free (taken first, which checks it), local_free or free. Bounded
+ * by the page's blocks. */
+bool coral_page_holds_free(coral_page_t *page, const coral_block_t *block) {
+    coral_page_take_remote(page);
+    const coral_block_t *lists[2] = {page->free, page->local_free};
+    for (size_t l = 0; l < 2; l++) {
+        const coral_block_t *b = lists[l];
+        for (uint32_t n = 0; b != NULL && n < page->reserved; n++, b = coral_block_next(b))
+            if (b == block) return true;
+    }
+    return false;
 }
 
 void coral_page_take_remote(coral_page_t *page) {
@@ -412,26 +492,23 @@ static void page_notify_owner(coral_page_t *page) {
 }
 
 /* Any thread but the owner: push the chain head..tail of n blocks of the
- * page on its thread_free (see the protocol above). */
-void coral_page_push_remote(coral_page_t *page, coral_block_t *head, coral_block_t *tail,
-                            uint32_t n) {
+ * page on its thread_free (see the protocol above), SUSPECT if `suspect`
+ * says so (their freed marks are written). */
+static void push_remote(coral_page_t *page, coral_block_t *head, coral_block_t *tail, uint32_t n,
+                        uintptr_t suspect) {
     uint32_t reserved = page->reserved;
     bool locked = false;
     uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_acquire), state;
     uint32_t count;
-    /* A chain's blocks carry no marks: the owner walks the list it joins. */
-    uintptr_t old = n == 1 ? coral_remote_mark_read(head) : 0, suspect = 0;
     for (;;) {
-        /* A misuse leaves the page as it was (nothing pushed yet). */
+        /* A misuse leaves the page's lists as they were (nothing pushed). */
         if (coral_unlikely(tf & (CORAL_TF_RECLAIMED | CORAL_TF_BUSY))) {
-            if (n == 1) coral_remote_mark_undo(head, old);
             if (locked) coral_orphans_unlock();
             remote_double_free(page, head);
             return;
         }
         count = coral_tf_count(tf) + n;
         if (coral_unlikely(count > reserved || coral_tf_list(tf) == head)) {
-            if (n == 1) coral_remote_mark_undo(head, old);
             if (locked) coral_orphans_unlock();
             remote_overflow(page, head);
             return;
@@ -444,9 +521,6 @@ void coral_page_push_remote(coral_page_t *page, coral_block_t *head, coral_block
         }
         state = tf & CORAL_DELAY_MASK;
         uintptr_t next_state = state == CORAL_DELAY_USE ? CORAL_DELAY_FREEING : state;
-        /* The mark of the generation this attempt joins, judged against
-         * the word as it was before the first attempt wrote it. */
-        suspect = n == 1 ? coral_remote_mark_write(page, head, old) : CORAL_TF_SUSPECT;
         coral_block_set_next(tail, coral_tf_list(tf));
         /* (RECLAIMED and BUSY are clear: checked above.) */
         uintptr_t next = coral_tf_pushed(tf, head, count, suspect, next_state);
@@ -465,15 +539,27 @@ void coral_page_push_remote(coral_page_t *page, coral_block_t *head, coral_block
     if (coral_unlikely(state == CORAL_DELAY_USE)) page_notify_owner(page);
 }
 
+void coral_page_push_remote(coral_page_t *page, coral_block_t *head, coral_block_t *tail,
+                            uint32_t n) {
+    push_remote(page, head, tail, n, CORAL_TF_SUSPECT); /* (the owner checks a chain) */
+}
+
+void coral_page_push_remote_marked(coral_page_t *page, coral_block_t *block, uintptr_t suspect) {
+    push_remote(page, block, block, 1, suspect);
+}
+
 coral_block_t *coral_page_freed_block(const coral_page_t *page, void *p) {
     if (page->slice_count == 0) {
         coral_page_invalid_free(p, "in no page in use: double free?");
         return NULL;
     }
-    uint8_t *start = coral_page_block_start(page, p);
-    if (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED) return (coral_block_t *)start;
-    if ((uint8_t *)p != start) {
-        coral_page_invalid_free(p, "inside a block, not its start");
+    if (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED)
+        return (coral_block_t *)coral_page_block_start(page, p);
+    if (!coral_page_is_block_start(page, p)) {
+        size_t offset = (size_t)((uint8_t *)p - page->start);
+        coral_page_invalid_free(p, offset < (size_t)page->reserved * page->block_size
+                                       ? "inside a block, not its start"
+                                       : "past the page's last block: no block starts there");
         return NULL;
     }
     return p;
@@ -481,7 +567,7 @@ coral_block_t *coral_page_freed_block(const coral_page_t *page, void *p) {
 
 void coral_page_free_remote(coral_page_t *page, void *p) {
     coral_block_t *block = coral_page_freed_block(page, p);
-    if (block != NULL) coral_page_push_remote(page, block, block, 1);
+    if (block != NULL) push_remote(page, block, block, 1, coral_remote_mark_swap(page, block));
 }
 
 /* A remote freer pushes its block (state FREEING) before it lists the page

@@ -137,6 +137,9 @@ CORAL_INLINE size_t coral_class_size(unsigned cls) {
 #define CORAL_TF_LIST_MASK ((((uintptr_t)1) << CORAL_TF_COUNT_SHIFT) - 16)
 #define CORAL_TF_COUNT_MASK ((uintptr_t)0x7fff)
 #define CORAL_TF_SUSPECT ((uintptr_t)1 << 63)
+/* (Never in the word: what coral_page_free_remote_quick tells the full
+ * path when it swapped a block's freed mark in already.) */
+#define CORAL_TF_MARKED ((uintptr_t)1)
 
 CORAL_INLINE coral_block_t *coral_tf_list(uintptr_t tf) {
     return (coral_block_t *)(tf & CORAL_TF_LIST_MASK);
@@ -154,44 +157,110 @@ CORAL_INLINE uintptr_t coral_tf_pushed(uintptr_t tf, const coral_block_t *head, 
            suspect | state;
 }
 
-/* ---- remote marks (the default build; page.c has the protocol) ----------------------
- * A block pushed on thread_free alone gets, in its second word, a mark made
- * of its address and the page's remote generation: the generation the
- * owner starts each time it takes the list. A push that finds the mark of
- * the current generation already there may be pushing the block a second
- * time onto the same list, and sets SUSPECT. Any other value (the
- * program's data, a mark of an earlier generation) is a first push. The
- * secure build finds double frees by the freed mark of every block
- * (secure.c) and writes none of these: its blocks' words past the link
- * hold the fill. A CORAL_VALGRIND build keeps the freed block inaccessible
- * to the program and walks every list. */
-#define CORAL_REMOTE_MARKS (!CORAL_SECURE && !CORAL_VALGRIND)
-#define CORAL_REMOTE_MARK_KEY ((uintptr_t)0x9e3779b97f4a7c15u)
+/* ---- block starts and freed marks (the default build; page.c has the protocol) ----
+ * Block starts: whether an offset n from a page's start is the start of a
+ * block carved so far, with no division: (n * M) mod 2^64 < X, M the
+ * page's multiplier (owner_start_mul) and X the product of the carved
+ * blocks (owner_carved_x). M = ceil(2^64 / d) + j for blocks of d bytes,
+ * 1 <= j <= 2^16 drawn from a per-process secret at each page init and
+ * reset; e = d * M - 2^64 = e0 + j * d, above 0 and at most 2^17 * d. The product of
+ * n = k * d + r is k * e + r * M (mod 2^64): for r = 0 it grows with k,
+ * so it is below X = capacity * e exactly for the carved blocks; for
+ * 0 < r < d it is at least M (2^42 and more, d being at most 4 MiB) and
+ * never wraps ((reserved + 1) * e < 2^40 < M), so above X. Checked for
+ * every class, large size and span by tests/test_block_starts.c
+ * (ctest block_starts).
+ *
+ * Freed marks: every block the program frees gets M, the page's freed
+ * mark, in its second word; malloc clears the word when it hands the
+ * block out. So a free that finds the mark may be a double free, however
+ * many frees came between: the owner then checks the page's lists
+ * (coral_page_holds_free: bounded by the page's blocks) and reports only a
+ * block it finds there, so the program's own data never causes a false
+ * report, only a walk. Another thread computes M from the line it reads
+ * (block_size, and j in epoch) and swaps it in (one atomic exchange: of two
+ * frees of a block, in any order or at the same moment, one sees the
+ * other's mark) and, when the word held it already, pushes with SUSPECT:
+ * the owner then checks the list it takes against its own lists. The
+ * secure build has its own freed mark at the block's end (secure.c); a
+ * CORAL_VALGRIND build keeps freed blocks inaccessible and walks every
+ * list (SUSPECT always). */
+#define CORAL_FREED_MARKS (!CORAL_SECURE && !CORAL_VALGRIND)
+/* The default and valgrind builds check every block start on the free fast
+ * path (below); the secure build checks its canary there instead. */
+#define CORAL_START_CHECK (!CORAL_SECURE)
 
 CORAL_INLINE uintptr_t *coral_block_mark_word(coral_block_t *block) {
     return (uintptr_t *)(void *)block + 1; /* every block has 16 bytes at least */
 }
 
-/* The word a push of block is about to overwrite with its mark. */
-CORAL_INLINE uintptr_t coral_remote_mark_read(coral_block_t *block) {
-    return CORAL_REMOTE_MARKS ? *coral_block_mark_word(block) : 0;
+/* M for blocks of d bytes and the page's draw j, 1 <= j <= 2^16 (e is
+ * then never 0, as j = 0 would make it for a power of two). */
+CORAL_INLINE uint64_t coral_block_start_mul_of(size_t d, uint32_t j) {
+    return UINT64_MAX / d + 1 + j;
 }
 
-/* A remote freer, after loading thread_free (acquire): mark block for the
- * generation its push joins. Returns SUSPECT when old, the word before
- * this push wrote anything, was that mark already. */
-CORAL_INLINE uintptr_t coral_remote_mark_write(const coral_page_t *page, coral_block_t *block,
-                                               uintptr_t old) {
-    if (!CORAL_REMOTE_MARKS) return CORAL_VALGRIND ? CORAL_TF_SUSPECT : 0;
-    uint16_t gen = atomic_load_explicit(&page->remote_gen, memory_order_acquire);
-    uintptr_t mark = (uintptr_t)block ^ CORAL_REMOTE_MARK_KEY ^ gen;
-    *coral_block_mark_word(block) = mark;
+/* The page's M, its freed mark, from the line any thread reads (page init
+ * wrote block_size and epoch: j is epoch's low 16 bits). A large page
+ * whose block grew or shrank in place gives another value: its remote
+ * frees then miss a mark, never find a false one. */
+CORAL_INLINE uint64_t coral_page_freed_mark(const coral_page_t *page) {
+    return coral_block_start_mul_of(page->block_size, (page->epoch & 0xffffu) + 1);
+}
+
+/* X for the first n blocks of the page (owner). */
+CORAL_INLINE uint64_t coral_page_carved_x(const coral_page_t *page, uint32_t n) {
+#if CORAL_SECURE
+    (void)page;
+    (void)n;
+    return 0;
+#else
+    return (uint64_t)n * ((uint64_t)page->block_size * page->owner_start_mul);
+#endif
+}
+
+/* Owner: the page has n blocks carved (X follows). */
+CORAL_INLINE void coral_page_set_capacity(coral_page_t *page, uint32_t n) {
+    page->capacity = n;
+    if (!CORAL_SECURE) page->owner_carved_x = coral_page_carved_x(page, n);
+}
+
+CORAL_INLINE bool coral_block_start_test(uint64_t mul, uint64_t x_bound, size_t offset) {
+    return (uint64_t)offset * mul < x_bound;
+}
+
+/* The free fast path's test of p, in the head slice of `slice`'s page
+ * (whose first block starts at the slice): one multiply and one compare
+ * (the owner's line only). */
+CORAL_INLINE bool coral_block_start_fast(const coral_page_t *slice, const void *p) {
+    if (!CORAL_START_CHECK) return true;
+    return coral_block_start_test(slice->owner_start_mul, slice->owner_carved_x,
+                                  (uintptr_t)p & (CORAL_SLICE_SIZE - 1));
+}
+
+/* Owner: block freed (its mark written: word 1). */
+CORAL_INLINE void coral_freed_mark_set(const coral_page_t *page, coral_block_t *block) {
+    if (CORAL_FREED_MARKS) *coral_block_mark_word(block) = page->owner_start_mul;
+}
+
+/* Owner: does block hold the page's freed mark? */
+CORAL_INLINE bool coral_freed_mark_seen(const coral_page_t *page, coral_block_t *block) {
+    return CORAL_FREED_MARKS && *coral_block_mark_word(block) == page->owner_start_mul;
+}
+
+/* A block handed out: its mark cleared. */
+CORAL_INLINE void coral_freed_mark_clear(coral_block_t *block) {
+    if (CORAL_FREED_MARKS) *coral_block_mark_word(block) = 0;
+}
+
+/* Any thread but the owner, about to push block: the mark swapped in;
+ * SUSPECT when it was there already (a double free, or the program's data:
+ * the owner tells them apart). */
+CORAL_INLINE uintptr_t coral_remote_mark_swap(const coral_page_t *page, coral_block_t *block) {
+    if (!CORAL_FREED_MARKS) return CORAL_VALGRIND ? CORAL_TF_SUSPECT : 0;
+    uint64_t mark = coral_page_freed_mark(page);
+    uint64_t old = __atomic_exchange_n(coral_block_mark_word(block), mark, __ATOMIC_RELAXED);
     return old == mark ? CORAL_TF_SUSPECT : 0;
-}
-
-/* A push given up after its mark was written: the word as it was. */
-CORAL_INLINE void coral_remote_mark_undo(coral_block_t *block, uintptr_t old) {
-    if (CORAL_REMOTE_MARKS) *coral_block_mark_word(block) = old;
 }
 
 /* The page layer's view of a page's owner: where remote freers post the
@@ -237,6 +306,13 @@ bool coral_page_all_free(const coral_page_t *page);
 /* Any thread but the owner: push the chain head..tail of n blocks. */
 void coral_page_push_remote(coral_page_t *page, coral_block_t *head, coral_block_t *tail,
                             uint32_t n);
+/* The same for one block whose freed mark a remote freer swapped in
+ * already (coral_page_free_remote_quick), SUSPECT as it found. */
+void coral_page_push_remote_marked(coral_page_t *page, coral_block_t *block, uintptr_t suspect);
+/* Owner: whether block, which holds the page's freed mark, is on one of
+ * the page's free lists (a double free), the remote-freed blocks taken
+ * first. Bounded by the page's blocks. */
+bool coral_page_holds_free(coral_page_t *page, const coral_block_t *block);
 /* The block a free of p (a pointer into the page) gives back: the block p
  * points into when the page holds aligned blocks, else p, which must be a
  * block's start. NULL, the misuse reported, for a page not in use or a
@@ -316,33 +392,57 @@ CORAL_INLINE void coral_block_set_next(coral_block_t *block, coral_block_t *next
 }
 
 /* Owner: a block it freed, pushed on `free`, where the next malloc of its
- * class takes it again (page.c says why). The list then no longer holds
- * only zero blocks. The caller counts it out of `used`. */
+ * class takes it again (page.c says why). The caller counts it out of
+ * `used`. A list marked zero stays so: free_is_zero says that every block
+ * on `free` without the freed mark is zero but its link (coral_block_is_zero),
+ * and this one has the mark. (Without freed marks, the CORAL_VALGRIND
+ * build, the list is no longer zero; the secure build never marks a list
+ * zero: its carved blocks hold their fill and freed mark, page.c.) */
 CORAL_INLINE void coral_page_push_free(coral_page_t *page, coral_block_t *block) {
+    coral_freed_mark_set(page, block);
     coral_block_set_next(block, page->free);
     page->free = block;
-    /* (The secure build never marks a list zero: its carved blocks hold
-     * their fill and freed mark, page.c.) */
-    if (!CORAL_SECURE) page->free_is_zero = 0;
+    if (!CORAL_SECURE && !CORAL_FREED_MARKS) page->free_is_zero = 0;
+}
+
+/* Owner: whether block, just popped off page's `free` (its freed mark not
+ * cleared yet), is zero but its link. */
+CORAL_INLINE bool coral_block_is_zero(const coral_page_t *page, coral_block_t *block) {
+    return page->free_is_zero && (!CORAL_FREED_MARKS || *coral_block_mark_word(block) == 0);
 }
 
 /* Owner: whether block heads one of the page's owner lists, i.e. it is
  * the block freed last (by free, on `free`; by a bulk free, on
- * local_free), being freed again: the O(1) double-free test. */
+ * local_free), being freed again: the secure build's O(1) double-free
+ * test of the slow path (the default build has the freed mark). */
 CORAL_INLINE bool coral_page_freed_last(const coral_page_t *page, const coral_block_t *block) {
     return block == page->free || block == page->local_free;
 }
 
+/* Whether p (in page's span) is the start of one of its blocks: a
+ * multiple of the block size from the start, before the end of the last
+ * block. Any thread (it reads what page init wrote, on the line remote
+ * frees read): one division. */
+CORAL_INLINE bool coral_page_is_block_start(const coral_page_t *page, const void *p) {
+    size_t offset = (size_t)((const uint8_t *)p - page->start);
+    if (page->class_idx == CORAL_CLASS_LARGE) return offset == 0;
+    return offset < (size_t)page->reserved * page->block_size && offset % page->block_size == 0;
+}
+
 /* The common case of coral_page_free_remote, inline: a block of a size
- * class (p its start: no aligned blocks in the page) whose push neither
- * tells the owner (state USE) nor frees the page's last block (the orphan
- * lock). One CAS attempt, with the same checks as the full path (a page in
- * use, no purge or reclaim under way, a count within the page, not the
- * block pushed last); false, with nothing done, sends the free down
- * the full path, which reports a misuse. */
-CORAL_INLINE bool coral_page_free_remote_quick(coral_page_t *page, void *p) {
+ * class (no aligned blocks in the page) whose push neither tells the owner
+ * (state USE) nor frees the page's last block (the orphan lock). One CAS
+ * attempt, with the same checks as the full path (a page in use, p a block
+ * start, no purge or reclaim under way, a count within the page, not the
+ * block pushed last); false, with nothing done, sends the free down the
+ * full path, which reports a misuse. The freed mark is swapped in once,
+ * before the attempt, and stays if the attempt fails: the full path is
+ * told what it found (*suspect). */
+CORAL_INLINE bool coral_page_free_remote_quick(coral_page_t *page, void *p, uintptr_t *suspect) {
+    *suspect = 0;
     if (coral_unlikely(page->slice_count == 0 || page->class_idx == CORAL_CLASS_LARGE ||
-                       (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED)))
+                       (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED) ||
+                       !coral_page_is_block_start(page, p)))
         return false;
     uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_acquire);
     uint32_t count = coral_tf_count(tf) + 1;
@@ -352,15 +452,11 @@ CORAL_INLINE bool coral_page_free_remote_quick(coral_page_t *page, void *p) {
                        coral_tf_list(tf) == (coral_block_t *)p))
         return false;
     coral_block_t *block = p;
-    uintptr_t old = coral_remote_mark_read(block);
-    uintptr_t suspect = coral_remote_mark_write(page, block, old);
+    *suspect = coral_remote_mark_swap(page, block) | CORAL_TF_MARKED;
     coral_block_set_next(block, coral_tf_list(tf));
-    uintptr_t next = coral_tf_pushed(tf, block, count, suspect, state);
-    if (coral_likely(atomic_compare_exchange_strong_explicit(
-            &page->thread_free, &tf, next, memory_order_release, memory_order_relaxed)))
-        return true;
-    coral_remote_mark_undo(block, old); /* the full path judges the block afresh */
-    return false;
+    uintptr_t next = coral_tf_pushed(tf, block, count, *suspect & CORAL_TF_SUSPECT, state);
+    return coral_likely(atomic_compare_exchange_strong_explicit(
+        &page->thread_free, &tf, next, memory_order_release, memory_order_relaxed));
 }
 
 /* ---- the secure build (secure.c) ----------------------------------------------------

@@ -12,14 +12,31 @@
  * handed out; read-only afterwards. */
 uintptr_t coral_list_key;
 uint64_t coral_canary_key;
-static uint64_t epoch_key; /* seeds the pages' epochs and the carves' orders */
+/* Seeds the pages' epochs, the default build's freed-mark keys and the
+ * carves' orders; 0 until drawn (the secure build draws it at start-up, the
+ * default build at its first page). */
+static _Atomic(uint64_t) epoch_key;
 
 void coral_secure_init(void) {
     uint64_t keys[3];
     coral_os_random(keys, sizeof keys);
     coral_list_key = (uintptr_t)keys[0];
     coral_canary_key = (keys[1] | CORAL_CANARY_HIGH) & CORAL_CANARY_EVEN; /* (page.h) */
-    epoch_key = keys[2];
+    atomic_store_explicit(&epoch_key, keys[2] | 1, memory_order_relaxed);
+}
+
+/* The secret, drawn by the first caller (two threads racing keep the
+ * first draw stored). */
+static uint64_t secret_key(void) {
+    uint64_t key = atomic_load_explicit(&epoch_key, memory_order_relaxed);
+    if (coral_likely(key != 0)) return key;
+    uint64_t drawn;
+    coral_os_random(&drawn, sizeof drawn);
+    drawn |= 1;
+    if (atomic_compare_exchange_strong_explicit(&epoch_key, &key, drawn, memory_order_relaxed,
+                                                memory_order_relaxed))
+        return drawn;
+    return key;
 }
 
 /* splitmix64: a step of a generator whose state is *state. */
@@ -35,8 +52,8 @@ static _Atomic(uint64_t) draws; /* secret values drawn so far */
 /* The n-th output of a generator seeded by the secret: distinct counters
  * give unrelated values, none an attacker can predict. */
 static uint64_t next_secret(void) {
-    uint64_t state = epoch_key ^ atomic_fetch_add_explicit(&draws, 1, memory_order_relaxed) *
-                                     0xd1b54a32d192ed03ull;
+    uint64_t state = secret_key() ^ atomic_fetch_add_explicit(&draws, 1, memory_order_relaxed) *
+                                        0xd1b54a32d192ed03ull;
     return mix_next(&state);
 }
 

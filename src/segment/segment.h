@@ -100,10 +100,21 @@ typedef struct coral_page_s {
      * this with the block's address folded in). So a malloc reads no line
      * that remote frees write. Written at page init, never changed after (a
      * large page's block_size may: its malloc and free never read these). */
-    size_t owner_block_size;
-    uint64_t owner_canary;
+    /* The default build keeps neither here: the block-start multiplier of
+     * its free fast path, which is also the page's freed mark, and the
+     * product that bounds the carved blocks' starts (page/page.h, "block
+     * starts") take their places. Written at page init and reset, and
+     * (carved_x) whenever capacity changes. */
+    union {
+        size_t owner_block_size;  /* the secure build */
+        uint64_t owner_start_mul; /* the default build */
+    };
+    union {
+        uint64_t owner_canary;   /* the secure build */
+        uint64_t owner_carved_x; /* the default build */
+    };
     uint32_t owner_last_block;
-    uint8_t free_is_zero; /* every block on `free` is zero but its link */
+    uint8_t free_is_zero; /* every block on `free` is zero but its link (page/page.h) */
     uint8_t is_fresh;     /* the span came zeroed from the OS */
     coral_link_t link;    /* in the owner heap's queue; link.prev NULL: first */
     /* Second cache line: shared with other threads (who writes which

@@ -197,6 +197,154 @@ static void aligned_sized_mismatch(void) {
     free_aligned_sized(p + 16, 64, 64);
 }
 
+/* A pointer one byte past a block's start, on a fresh page. */
+static void free_plus1(size_t size) {
+    char *p = launder(malloc(size));
+    free(p + 1);
+}
+
+/* Two blocks freed, then the first again (the second is the one freed
+ * last, so only a freed mark in the first finds it). */
+static void double_free_pqp(size_t size) {
+    void *p = launder(malloc(size)), *q = malloc(size);
+    free(p);
+    free(q);
+    free(p);
+}
+
+/* A pointer 16 KiB into the same segment: free space or another page's
+ * block, never a block handed out by the malloc above. */
+static void free_space(void) {
+    char *p = launder(malloc(16));
+    free(p + 4096 * 4);
+}
+
+static void usable_free_space(void) {
+    char *p = launder(malloc(16));
+    sink = (void *)malloc_usable_size(p + 4096 * 4);
+}
+
+static void usable_interior(void) {
+    char *p = launder(malloc(48));
+    sink = (void *)malloc_usable_size(p + 16);
+}
+
+static void usable_after_free(void) {
+    void *p = launder(malloc(48)), *q = malloc(48);
+    free(p);
+    free(q);
+    sink = (void *)malloc_usable_size(p);
+}
+
+static void *free_plus16_in_thread(void *p) {
+    free((char *)p + 16);
+    return NULL;
+}
+
+/* Another thread frees a pointer inside a block of this thread's page. */
+static void interior_remote(size_t size) {
+    void *p = launder(malloc(size));
+    void *keep = malloc(size);
+    pthread_t t;
+    pthread_create(&t, NULL, free_plus16_in_thread, p);
+    pthread_join(t, NULL);
+    free(keep);
+}
+
+/* Allocates n blocks of size bytes, all kept, and stops the program
+ * (abort, with no allocator's message) if one is handed out twice. */
+static void allocate_checking_twice(size_t size, int n) {
+    static void *a[4000];
+    for (int i = 0; i < n; i++) {
+        a[i] = malloc(size);
+        for (int k = 0; k < i; k++)
+            if (a[k] == a[i]) {
+                fprintf(stderr, "misuse: block %p handed out twice\n", a[i]);
+                abort();
+            }
+    }
+}
+
+/* The owner frees p, then another thread frees it again; then the owner
+ * allocates more blocks than the page holds, all kept. */
+static void double_free_owner_then_remote(void) {
+    void *p = launder(malloc(48)), *keep = malloc(48);
+    free(p);
+    pthread_t t;
+    pthread_create(&t, NULL, free_in_thread, p);
+    pthread_join(t, NULL);
+    allocate_checking_twice(48, 1500);
+    free(keep);
+}
+
+/* Issue 32, item 4: another thread frees b; the owner takes the page's
+ * remote frees (coral_collect), so b is on its local list; a third thread
+ * frees y, a fourth frees b again. With marks tied to a generation of the
+ * remote list, the second push of b looked new (the owner had moved on),
+ * the list b -> y was joined to the one already holding b, and malloc
+ * handed b out twice; the freed mark finds it whatever came between. */
+static void double_free_remote_across_take(void) {
+    void (*collect)(int) = (void (*)(int))c23_call("coral_collect");
+    void *b = launder(malloc(48)), *y = malloc(48), *keep = malloc(48);
+    pthread_t t;
+    pthread_create(&t, NULL, free_in_thread, b);
+    pthread_join(t, NULL);
+    collect(0);
+    pthread_create(&t, NULL, free_in_thread, y);
+    pthread_join(t, NULL);
+    pthread_create(&t, NULL, free_in_thread, b);
+    pthread_join(t, NULL);
+    allocate_checking_twice(48, 1500); /* more than the page's blocks: its lists are taken */
+    free(keep);
+}
+
+typedef void (*free_bulk_fn)(void **, size_t);
+typedef size_t (*malloc_bulk_fn)(size_t, size_t, void **);
+
+/* One block given to coral_free_bulk eight times (one stretch). */
+static void bulk_same_8(void) {
+    free_bulk_fn free_bulk = (free_bulk_fn)c23_call("coral_free_bulk");
+    void *keep = malloc(64);
+    void *p = launder(malloc(64));
+    void *a[8] = {p, p, p, p, p, p, p, p};
+    free_bulk(a, 8);
+    free(keep);
+}
+
+/* free(p), then coral_free_bulk(&p, 1) for a class the bulk cache takes. */
+static void bulk_after_free(void) {
+    free_bulk_fn free_bulk = (free_bulk_fn)c23_call("coral_free_bulk");
+    malloc_bulk_fn malloc_bulk = (malloc_bulk_fn)c23_call("coral_malloc_bulk");
+    void *a[64];
+    size_t got = malloc_bulk(64, 64, a); /* the class the cache takes */
+    void *p = launder(a[10]);
+    free(p);
+    void *b[1] = {p};
+    free_bulk(b, 1);
+    for (size_t i = 0; i < got; i++)
+        if (i != 10) free(a[i]);
+    got = malloc_bulk(64, 64, a);
+    free_bulk(a, got);
+}
+
+static void *bulk_free_interior_in_thread(void *p) {
+    free_bulk_fn free_bulk = (free_bulk_fn)c23_call("coral_free_bulk");
+    void *a[1] = {(char *)p + 4096};
+    free_bulk(a, 1);
+    return NULL;
+}
+
+/* Another thread gives coral_free_bulk a pointer inside this thread's
+ * large block. */
+static void bulk_interior_remote_large(void) {
+    (void)c23_call("coral_free_bulk");
+    void *p = launder(malloc(256 * KiB));
+    pthread_t t;
+    pthread_create(&t, NULL, bulk_free_interior_in_thread, p);
+    pthread_join(t, NULL);
+    free(p);
+}
+
 typedef struct misuse_case_s {
     const char *name;
     void (*run)(void);
@@ -217,7 +365,37 @@ static void overflow1_huge(void) { overflow(16 * MiB, 1); }
 static void waf_small(void) { write_after_free(48); }
 static void waf_medium(void) { write_after_free(2000); }
 
+static void plus1_small(void) { free_plus1(16); }
+static void plus1_medium(void) { free_plus1(2000); }
+static void plus1_large(void) { free_plus1(256 * KiB); }
+static void plus1_huge(void) { free_plus1(16 * MiB); }
+static void pqp_small(void) { double_free_pqp(16); }
+static void pqp_medium(void) { double_free_pqp(2000); }
+static void pqp_large(void) { double_free_pqp(256 * KiB); }
+static void pqp_huge(void) { double_free_pqp(16 * MiB); }
+static void interior_remote_small(void) { interior_remote(48); }
+static void interior_remote_medium(void) { interior_remote(2000); }
+
 static const misuse_case_t cases[] = {
+    {"free-plus1-small", plus1_small},
+    {"free-plus1-medium", plus1_medium},
+    {"free-plus1-large", plus1_large},
+    {"free-plus1-huge", plus1_huge},
+    {"double-free-pqp-small", pqp_small},
+    {"double-free-pqp-medium", pqp_medium},
+    {"double-free-pqp-large", pqp_large},
+    {"double-free-pqp-huge", pqp_huge},
+    {"double-free-owner-then-remote", double_free_owner_then_remote},
+    {"free-interior-remote-small", interior_remote_small},
+    {"free-interior-remote-medium", interior_remote_medium},
+    {"free-free-space", free_space},
+    {"usable-size-free-space", usable_free_space},
+    {"usable-size-interior", usable_interior},
+    {"usable-size-after-free", usable_after_free},
+    {"double-free-remote-across-take", double_free_remote_across_take},
+    {"bulk-same-block-8", bulk_same_8},
+    {"bulk-after-free", bulk_after_free},
+    {"bulk-interior-remote-large", bulk_interior_remote_large},
     {"double-free-small", df_small},
     {"double-free-small-delayed", df_small_delayed},
     {"double-free-large", df_large},

@@ -192,7 +192,7 @@ bool coral_heap_keeps_empty_page(const coral_page_t *page);
  * coral_heap_page_retire, which the first page of its queue does only
  * when its blocks are too big to keep. */
 CORAL_INLINE bool coral_heap_retire_when_empty(const coral_page_t *page) {
-    return page->link.prev != NULL || page->owner_block_size > CORAL_KEEP_EMPTY_MAX_BLOCK;
+    return page->link.prev != NULL || page->block_size > CORAL_KEEP_EMPTY_MAX_BLOCK;
 }
 /* The page's last block was freed: release it unless the heap keeps it
  * (coral_heap_keeps_empty_page) or a notice is pending. */

@@ -101,9 +101,11 @@ CORAL_INLINE void *class_alloc(coral_heap_t *heap, unsigned cls, size_t size, bo
  * holds the canary, which the program did not ask for. */
 static CORAL_NOINLINE void *counted_class_alloc(coral_heap_t *heap, size_t size, bool zero) {
     unsigned cls = coral_size_class(size);
-    void *p = class_alloc(heap, cls, size, zero);
-    if (!CORAL_SECURE && heap->profile != NULL) return coral_profile_refilled(heap, cls, p, size);
-    return coral_profile_count(heap, p, size - CORAL_CANARY_SIZE);
+    if (CORAL_SECURE || heap->profile == NULL)
+        return coral_profile_count(heap, class_alloc(heap, cls, size, zero),
+                                   size - CORAL_CANARY_SIZE);
+    coral_profile_batch_done(heap, cls);
+    return coral_profile_refilled(heap, cls, class_alloc(heap, cls, size, zero), size);
 }
 
 void *coral_malloc_refill(size_t size, coral_heap_t *heap, bool zero) {

@@ -8,9 +8,13 @@
  *   first one for a huge block): one per sampled block not freed yet, so a
  *   free finds its record, and the owner learns whether its page still
  *   holds one, in one bucket.
- * A lock is held only with every signal blocked (crit_enter), for a few
- * hundred instructions, and never while taking another bucket's lock
- * (except the pool's, the innermost). Sites and records come from the pool,
+ * A lock is held only inside a thread's critical section (crit_enter), for
+ * a few hundred instructions, and never while taking another bucket's
+ * lock (except the pool's, the innermost). A signal handler that
+ * interrupts its thread's critical section takes no lock: its malloc is
+ * not sampled, its free of a sampled block is deferred to the end of the
+ * section, and so is a profile dump (no lock is ever waited for by the
+ * thread that holds it, without a system call per section). Sites and records come from the pool,
  * chunks mapped with coral_os_map. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -41,15 +45,52 @@ static void spin_lock(spin_t *l) {
 
 static void spin_unlock(spin_t *l) { atomic_store_explicit(l, 0, memory_order_release); }
 
-/* Every signal blocked, so that no handler runs on this thread while it
- * holds a profiler lock (a handler's malloc may take one). */
-static void crit_enter(sigset_t *old) {
-    sigset_t all;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, old);
+/* The calling thread's critical section: set while it may hold a
+ * profiler lock. Written by the thread (and its signal handlers, which
+ * leave it as they found it); signal fences order it against the locks. */
+static __thread volatile sig_atomic_t in_crit __attribute__((tls_model("initial-exec")));
+
+/* Frees of sampled blocks a handler deferred (a stack of at most
+ * PENDING, popped with a compare-and-swap, which a handler cannot split),
+ * and a dump it deferred. */
+#define PENDING 32
+typedef struct pending_s {
+    coral_page_t *page;
+    const void *p;
+} pending_t;
+static __thread pending_t pending[PENDING] __attribute__((tls_model("initial-exec")));
+static __thread int npending __attribute__((tls_model("initial-exec")));
+static __thread volatile sig_atomic_t dump_pending __attribute__((tls_model("initial-exec")));
+static _Atomic(uint64_t) frees_lost; /* deferred frees beyond PENDING: records left stale */
+
+/* Enter the section; false: the thread is in it already (a handler
+ * interrupted it), and may take no lock. */
+static bool crit_enter(void) {
+    if (in_crit) return false;
+    in_crit = 1;
+    atomic_signal_fence(memory_order_seq_cst);
+    return true;
 }
 
-static void crit_leave(const sigset_t *old) { pthread_sigmask(SIG_SETMASK, old, NULL); }
+static void run_deferred(void);
+
+static void crit_leave(void) {
+    atomic_signal_fence(memory_order_seq_cst);
+    in_crit = 0;
+    atomic_signal_fence(memory_order_seq_cst);
+    if (__atomic_load_n(&npending, __ATOMIC_RELAXED) != 0 || dump_pending) run_deferred();
+}
+
+static void defer_free(coral_page_t *page, const void *p) {
+    int n = __atomic_load_n(&npending, __ATOMIC_RELAXED);
+    if (n >= PENDING) {
+        atomic_fetch_add_explicit(&frees_lost, 1, memory_order_relaxed);
+        return;
+    }
+    pending[n] = (pending_t){page, p};
+    atomic_signal_fence(memory_order_seq_cst);
+    __atomic_store_n(&npending, n + 1, __ATOMIC_RELAXED);
+}
 
 /* ---- the pool: sites and records, from mapped chunks -------------------------- */
 
@@ -125,6 +166,32 @@ static site_bucket_t sites[SITE_BUCKETS];
 static live_bucket_t live[LIVE_BUCKETS];
 static _Atomic(size_t) site_count;
 
+/* Counting filters, so that the free of a block of a flagged page that was
+ * not sampled (most of them) returns at once, with no lock and no system
+ * call: live records per hash of the block's address, and per hash of its
+ * page. Incremented when a record is made, before its block is handed
+ * out; decremented when it is removed (both under the record's bucket
+ * lock). A zero means no record (for that block, for that page); a nonzero
+ * count may be another's (then the bucket is searched). In static memory
+ * (untouched, so not resident, while profiling is off). */
+#define ADDR_FILTER (1u << 18)
+#define PAGE_FILTER (1u << 16)
+static _Atomic(uint32_t) addr_filter[ADDR_FILTER];
+static _Atomic(uint32_t) page_filter[PAGE_FILTER];
+
+static _Atomic(uint32_t) *addr_count(const void *p) {
+    return &addr_filter[((uint64_t)(uintptr_t)p * 0x9E3779B97F4A7C15ull) >> (64 - 18)];
+}
+
+static _Atomic(uint32_t) *page_count(const coral_page_t *page) {
+    return &page_filter[((uint64_t)(uintptr_t)page * 0xC2B2AE3D27D4EB4Full) >> (64 - 16)];
+}
+
+static void filters_add(const void *p, const coral_page_t *page, int delta) {
+    atomic_fetch_add_explicit(addr_count(p), (uint32_t)delta, memory_order_relaxed);
+    atomic_fetch_add_explicit(page_count(page), (uint32_t)delta, memory_order_relaxed);
+}
+
 static live_bucket_t *live_bucket_of(const coral_page_t *page) {
     uint64_t h = (uint64_t)(uintptr_t)page * 0x9E3779B97F4A7C15ull;
     return &live[h >> (64 - 12)];
@@ -182,15 +249,14 @@ size_t coral_profile_site_count(void) {
 void coral_profile_sites_visit(coral_profile_site_fn fn, void *arg) {
     coral_profile_site_t copy;
     for (size_t i = 0; i < SITE_BUCKETS; i++) {
-        sigset_t old;
-        crit_enter(&old);
+        if (!crit_enter()) return; /* (never: dumps wait for the section's end) */
         spin_lock(&sites[i].lock);
         for (coral_profile_site_t *s = sites[i].first; s != NULL; s = s->next) {
             copy = *s;
             fn(&copy, arg);
         }
         spin_unlock(&sites[i].lock);
-        crit_leave(&old);
+        crit_leave();
     }
 }
 
@@ -319,8 +385,7 @@ static void sample_record(coral_heap_t *heap, void *p, size_t size, size_t count
      * (docs/PROFILING.md). */
     double prob = one_minus_exp_neg((double)counted / (double)profile_rate);
     if (prob <= 0.0) prob = 1e-300;
-    sigset_t old;
-    crit_enter(&old);
+    if (!crit_enter()) return; /* a handler's malloc inside the section: not sampled */
     coral_profile_site_t *site = site_add(pcs, depth, 1.0 / prob, (double)size / prob);
     live_bucket_t *b = live_bucket_of(page);
     spin_lock(&b->lock);
@@ -335,6 +400,7 @@ static void sample_record(coral_heap_t *heap, void *p, size_t size, size_t count
                         .bytes = (double)size / prob,
                         .size = size};
         b->first = r;
+        filters_add(p, page, 1);
         /* The calling thread owns the page (its heap just allocated there);
          * a huge segment's descriptor has no owner, and no one else writes it. */
         coral_slice_set_flags(page, coral_slice_flags(page) | CORAL_PAGE_SAMPLED);
@@ -342,7 +408,7 @@ static void sample_record(coral_heap_t *heap, void *p, size_t size, size_t count
         site_release(&(record_t){.site = site, .objects = 1.0 / prob, .bytes = size / prob});
     }
     spin_unlock(&b->lock);
-    crit_leave(&old);
+    crit_leave();
 }
 
 void *coral_profile_sample(coral_heap_t *heap, void *p, size_t size) {
@@ -362,20 +428,29 @@ void *coral_profile_sample(coral_heap_t *heap, void *p, size_t size) {
  * each class's bytes alike, so the per-class processes together are the
  * per-thread one). Its direct[] entries name a proxy page whose free list
  * is a batch of the class's blocks, so few that the countdown cannot run
- * out within it: the fast path pops them as from any page (the proxy is
- * never a real page: no free reaches it, a block's free goes to the page
- * it came from, by address). When the batch is used up the pop misses, and
- * the refill (coral_profile_refilled) counts the miss's own block, samples
- * it if the countdown runs out there, and hands out the next batch. The
- * blocks of a batch count as used on their page until they are popped;
- * those never popped go back to it when the thread exits. */
+ * out within it: the fast path pops them as from any page, and counts its
+ * pops in the proxy's `used` (the proxy is never a real page: no free
+ * reaches it, a block's free goes to the page it came from, by address).
+ * When the batch is used up the pop misses, and the refill counts the
+ * batch (batch_done) and the miss's own block, samples that block if the
+ * countdown runs out there, and hands out the next batch (proxy_fill).
+ *
+ * A batch is the source page's whole free list when the page's blocks not
+ * in use (capacity - used, which the free list cannot exceed) fit in the
+ * countdown: no walk, its length unknown; the page's `used` then counts
+ * all capacity - used of them (reserved[]), more than the batch holds, so
+ * it never reaches 0 while a block is live, and batch_done takes back what
+ * was not popped. Else the batch is walked off the list, at most
+ * BATCH_MAX blocks, counted exactly. Blocks never popped go back to their
+ * page when the thread exits. */
 
-#define BATCH_MAX 64 /* blocks per batch */
+#define BATCH_MAX 64 /* blocks per walked batch */
 #define PROXY_CLASSES (CORAL_DIRECT_LAST_CLASS + 1)
 
 typedef struct coral_profile_heap_s {
     coral_page_t proxy[PROXY_CLASSES];   /* what direct[] names, by class */
     coral_page_t *source[PROXY_CLASSES]; /* the page a proxy's blocks are from */
+    uint32_t reserved[PROXY_CLASSES];    /* added to the source's used for the batch */
     int64_t left[PROXY_CLASSES];         /* bytes to the class's next sample */
     struct coral_profile_heap_s *next;   /* in the free states (pool_lock) */
 } proxies_t;
@@ -383,8 +458,7 @@ typedef struct coral_profile_heap_s {
 static proxies_t *proxies_free;
 
 static proxies_t *proxies_get(void) {
-    sigset_t old;
-    crit_enter(&old);
+    if (!crit_enter()) return NULL; /* (then the heap's mallocs take the slow path) */
     spin_lock(&pool_lock);
     proxies_t *ph = proxies_free;
     if (ph != NULL)
@@ -392,18 +466,17 @@ static proxies_t *proxies_get(void) {
     else
         ph = pool_carve_locked(sizeof *ph);
     spin_unlock(&pool_lock);
-    crit_leave(&old);
+    crit_leave();
     return ph;
 }
 
 static void proxies_put(proxies_t *ph) {
-    sigset_t old;
-    crit_enter(&old);
+    if (!crit_enter()) return; /* (a handler's: the state is not reused) */
     spin_lock(&pool_lock);
     ph->next = proxies_free;
     proxies_free = ph;
     spin_unlock(&pool_lock);
-    crit_leave(&old);
+    crit_leave();
 }
 
 /* direct[] as the heap layer would set it, with proxies for pages. */
@@ -428,13 +501,30 @@ void coral_profile_heap_start(coral_heap_t *heap) {
     proxies_install(heap, ph);
 }
 
+/* The batch of class q ends (used up, or given back with `unpopped` blocks
+ * left): its pops are counted, and the source's used takes back what was
+ * reserved for blocks the batch did not hold. */
+static void batch_done(proxies_t *ph, unsigned q, uint32_t unpopped) {
+    coral_page_t *proxy = &ph->proxy[q];
+    uint32_t popped = proxy->used;
+    if (ph->source[q] != NULL) ph->source[q]->used -= ph->reserved[q] - (popped + unpopped);
+    ph->left[q] -= (int64_t)popped * (int64_t)coral_class_size(q);
+    proxy->used = 0;
+    ph->reserved[q] = 0;
+    ph->source[q] = NULL;
+}
+
 /* The proxy's blocks back to their page, freed as by their owner. */
 static void proxy_return(proxies_t *ph, unsigned q) {
+    coral_page_t *source = ph->source[q];
     coral_block_t *b = ph->proxy[q].free;
+    uint32_t unpopped = 0;
+    for (const coral_block_t *c = b; c != NULL; c = coral_block_next(c)) unpopped++;
     ph->proxy[q].free = NULL;
+    batch_done(ph, q, unpopped);
     while (b != NULL) {
         coral_block_t *next = coral_block_next(b);
-        coral_heap_free_local(ph->source[q], b);
+        coral_heap_free_local(source, b);
         b = next;
     }
 }
@@ -450,23 +540,35 @@ void coral_profile_heap_stop(coral_heap_t *heap, bool pages_live) {
 }
 
 /* The next batch of class q (block size bs) off the first page of its
- * queue: as many blocks as the countdown surely outlasts, at most
- * BATCH_MAX, counted now. */
+ * queue: blocks the countdown surely outlasts. */
 static void proxy_fill(coral_heap_t *heap, proxies_t *ph, unsigned q, int64_t bs) {
-    int64_t want = (ph->left[q] - 1) / bs;
     coral_page_t *page = coral_queue_first(heap, q);
-    if (want <= 0 || page == NULL || page->free == NULL) return;
-    if (want > BATCH_MAX) want = BATCH_MAX;
-    coral_block_t *head = page->free, *tail = head;
-    int64_t n = 1;
-    for (coral_block_t *next; n < want && (next = coral_block_next(tail)) != NULL; n++) tail = next;
-    page->free = coral_block_next(tail);
-    coral_block_set_next(tail, NULL);
-    page->used += (uint32_t)n;
+    if (page == NULL || page->free == NULL) return;
+    int64_t idle = (int64_t)page->capacity - (int64_t)page->used;
+    coral_block_t *head = page->free;
+    if (idle * bs < ph->left[q]) { /* the whole list, unwalked */
+        page->free = NULL;
+        page->used += (uint32_t)idle;
+        ph->reserved[q] = (uint32_t)idle;
+    } else {
+        int64_t want = (ph->left[q] - 1) / bs, n = 1;
+        if (want <= 0) return;
+        if (want > BATCH_MAX) want = BATCH_MAX;
+        coral_block_t *tail = head;
+        for (coral_block_t *next; n < want && (next = coral_block_next(tail)) != NULL; n++)
+            tail = next;
+        page->free = coral_block_next(tail);
+        coral_block_set_next(tail, NULL);
+        page->used += (uint32_t)n;
+        ph->reserved[q] = (uint32_t)n;
+    }
     ph->proxy[q].free = head;
     ph->proxy[q].free_is_zero = page->free_is_zero;
     ph->source[q] = page;
-    ph->left[q] -= n * bs;
+}
+
+void coral_profile_batch_done(coral_heap_t *heap, unsigned cls) {
+    batch_done(heap->profile, cls, 0);
 }
 
 void *coral_profile_refilled(coral_heap_t *heap, unsigned cls, void *p, size_t size) {
@@ -496,14 +598,42 @@ static bool page_has_records(const live_bucket_t *b, const coral_page_t *page) {
     return false;
 }
 
-void coral_profile_forget(coral_page_t *page, const void *p) {
+/* The owner's free found no record of p on a flagged page: the flag goes
+ * when the page has no record left. */
+static void page_flag_check(coral_page_t *page) {
+    if (coral_slice_tid(page) != coral_thread_id()) return;
+    if (atomic_load_explicit(page_count(page), memory_order_relaxed) == 0) {
+        coral_slice_set_flags(page, coral_slice_flags(page) & ~CORAL_PAGE_SAMPLED);
+        return;
+    }
     live_bucket_t *b = live_bucket_of(page);
-    sigset_t old;
-    crit_enter(&old);
+    if (!crit_enter()) return; /* (the next free clears it) */
+    spin_lock(&b->lock);
+    if (!page_has_records(b, page))
+        coral_slice_set_flags(page, coral_slice_flags(page) & ~CORAL_PAGE_SAMPLED);
+    spin_unlock(&b->lock);
+    crit_leave();
+}
+
+void coral_profile_forget(coral_page_t *page, const void *p) {
+    /* A record of p is made before p is handed out, so a free of p (which
+     * the program orders after that) sees its count. */
+    if (atomic_load_explicit(addr_count(p), memory_order_relaxed) == 0) {
+        page_flag_check(page);
+        return;
+    }
+    if (!crit_enter()) {
+        defer_free(page, p);
+        return;
+    }
+    live_bucket_t *b = live_bucket_of(page);
     spin_lock(&b->lock);
     record_t **link = &b->first, *r;
     while ((r = *link) != NULL && r->addr != p) link = &r->next;
-    if (r != NULL) *link = r->next;
+    if (r != NULL) {
+        *link = r->next;
+        filters_add(p, page, -1);
+    }
     /* The owner clears the flag when no sampled block of the page is left
      * (only it sets it, so none can appear meanwhile); another thread's
      * free leaves it to the owner's next free. */
@@ -514,18 +644,18 @@ void coral_profile_forget(coral_page_t *page, const void *p) {
         site_release(r);
         record_put(r);
     }
-    crit_leave(&old);
+    crit_leave();
 }
 
 void coral_profile_forget_heap(const coral_heap_t *heap) {
     for (size_t i = 0; i < LIVE_BUCKETS; i++) {
-        sigset_t old;
-        crit_enter(&old);
+        if (!crit_enter()) return; /* (a handler's destroy: records left stale) */
         spin_lock(&live[i].lock);
         record_t **link = &live[i].first, *r, *gone = NULL;
         while ((r = *link) != NULL) {
             if (r->heap == heap) {
                 *link = r->next;
+                filters_add(r->addr, r->page, -1);
                 r->next = gone;
                 gone = r;
             } else {
@@ -538,22 +668,21 @@ void coral_profile_forget_heap(const coral_heap_t *heap) {
             site_release(r);
             record_put(r);
         }
-        crit_leave(&old);
+        crit_leave();
     }
 }
 
 void coral_profile_live(unsigned long long *blocks, unsigned long long *bytes) {
     unsigned long long n = 0, total = 0;
     for (size_t i = 0; i < LIVE_BUCKETS; i++) {
-        sigset_t old;
-        crit_enter(&old);
+        if (!crit_enter()) break;
         spin_lock(&live[i].lock);
         for (const record_t *r = live[i].first; r != NULL; r = r->next) {
             n++;
             total += r->size;
         }
         spin_unlock(&live[i].lock);
-        crit_leave(&old);
+        crit_leave();
     }
     if (blocks != NULL) *blocks = n;
     if (bytes != NULL) *bytes = total;
@@ -561,22 +690,22 @@ void coral_profile_live(unsigned long long *blocks, unsigned long long *bytes) {
 
 /* ---- fork: every lock taken before, released after (both sides) ---------------- */
 
-static sigset_t fork_saved_mask;
+static bool fork_locked;
 
 static void fork_prepare(void) {
-    sigset_t old;
-    crit_enter(&old);
-    fork_saved_mask = old;
+    fork_locked = crit_enter(); /* (a fork from a handler inside the section: no locks) */
+    if (!fork_locked) return;
     for (size_t i = 0; i < SITE_BUCKETS; i++) spin_lock(&sites[i].lock);
     for (size_t i = 0; i < LIVE_BUCKETS; i++) spin_lock(&live[i].lock);
     spin_lock(&pool_lock);
 }
 
 static void fork_release(void) {
+    if (!fork_locked) return;
     spin_unlock(&pool_lock);
     for (size_t i = LIVE_BUCKETS; i-- > 0;) spin_unlock(&live[i].lock);
     for (size_t i = SITE_BUCKETS; i-- > 0;) spin_unlock(&sites[i].lock);
-    crit_leave(&fork_saved_mask);
+    crit_leave();
 }
 
 /* ---- the public calls, exit and signal ------------------------------------------ */
@@ -612,7 +741,29 @@ static void profile_at_exit(void) {
 
 static void profile_on_signal(int sig) {
     (void)sig;
-    write_process_profile();
+    if (in_crit)
+        dump_pending = 1; /* the interrupted section ends with it */
+    else
+        write_process_profile();
+}
+
+/* Deferred frees and dump, at the end of a section (not in it). A free is
+ * popped with a compare-and-swap: a handler that pushes another meanwhile
+ * makes it fail, and the loop reads again. */
+static void run_deferred(void) {
+    for (;;) {
+        int n = __atomic_load_n(&npending, __ATOMIC_RELAXED);
+        if (n > 0) {
+            pending_t e = pending[n - 1];
+            if (__atomic_compare_exchange_n(&npending, &n, n - 1, false, __ATOMIC_RELAXED,
+                                            __ATOMIC_RELAXED))
+                coral_profile_forget(e.page, e.p);
+            continue;
+        }
+        if (!dump_pending) return;
+        dump_pending = 0;
+        write_process_profile();
+    }
 }
 
 int coral_profile_dump(const char *path) {

@@ -54,8 +54,10 @@ void coral_profile_heap_start(coral_heap_t *heap);
  * exits), or dropped with the pages (destroy, reset). */
 void coral_profile_heap_stop(coral_heap_t *heap, bool pages_live);
 /* The default build: the pop of a batch class missed (its batch is used
- * up) and p, of class cls for a request of size bytes, was taken instead:
- * counted, maybe sampled, and the next batch handed out. Returns p. */
+ * up): batch_done counts it (before the refill takes a block); then p, of
+ * class cls for a request of size bytes, taken instead, is counted, maybe
+ * sampled, and the next batch handed out (refilled, which returns p). */
+void coral_profile_batch_done(coral_heap_t *heap, unsigned cls);
 void *coral_profile_refilled(coral_heap_t *heap, unsigned cls, void *p, size_t size);
 
 /* p, a block of page (a page with CORAL_PAGE_SAMPLED, or a huge segment's

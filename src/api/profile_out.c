@@ -600,7 +600,7 @@ static void write_profile_body(writer_t *w) {
     value_type(w, P_SAMPLE_TYPE, "inuse_space", "bytes");
     value_type(w, P_PERIOD_TYPE, "space", "bytes");
     pb_uint(&w->out, P_PERIOD, (uint64_t)coral_profile_rate());
-    pb_uint(&w->out, P_DEFAULT_SAMPLE_TYPE, 3); /* inuse_space */
+    pb_uint(&w->out, P_DEFAULT_SAMPLE_TYPE, (uint64_t)cstring_id(w, "inuse_space"));
     pb_uint(&w->out, P_COMMENT,
             (uint64_t)cstring_id(w, "coralloc heap profile: sampled allocations, "
                                     "estimated totals (docs/PROFILING.md)"));

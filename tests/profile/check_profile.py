@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The heap profile's accuracy, read back from the file coralloc wrote.
 
-check_profile.py LIB SITES_EXE WORKDIR [--pprof]
+check_profile.py LIB SITES_EXE WORKDIR [--pprof | --command CORALLOC]
 
 Runs SITES_EXE (tests/profile/profile_sites.c) with LIB preloaded and
 CORALLOC_PROFILE=WORKDIR/prof, CORALLOC_PROFILE_RATE=1024; the program
@@ -14,6 +14,9 @@ profile it wrote at exit (WORKDIR/prof.PID) is read with read_pprof.py:
 - each function's estimated alloc_space and inuse_space (the leaf frame of
   each sample, i.e. the function that called malloc) is within 10 % of the
   truth.
+
+With --command, `CORALLOC profile FILE` (the text report) must name the
+three functions first, in order, for in-use and for allocated bytes.
 
 With --pprof, the standard pprof (PATH, or $(go env GOPATH)/bin) must read
 the file and its -top view (by alloc_space, and by inuse_space) must name
@@ -126,11 +129,29 @@ def check_pprof(path: Path) -> None:
         fail(f"pprof -traces: {traces.stderr.strip()}")
 
 
+def check_report(command: str, path: Path) -> None:
+    proc = subprocess.run([command, "profile", str(path)], capture_output=True, text=True,
+                          timeout=120)
+    if proc.returncode != 0:
+        fail(f"coralloc profile exited {proc.returncode}: {proc.stderr.strip()}")
+    print(proc.stdout)
+    sections = proc.stdout.split("\n\n")[1:]
+    if len(sections) != 2:
+        fail("coralloc profile: not two sections (in use, allocated)")
+    for section in sections:
+        leaves = [line.split("blocks")[1].split("<")[0].strip()
+                  for line in section.splitlines()[1:] if "blocks" in line]
+        if leaves[:3] != SITES:
+            fail(f"coralloc profile names {leaves[:3]} first, not {SITES}")
+
+
 def main() -> int:
     lib, exe, work = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     path, truth = run_sites(lib, exe, work)
     if "--pprof" in sys.argv[4:]:
         check_pprof(path)
+    elif "--command" in sys.argv[4:]:
+        check_report(sys.argv[sys.argv.index("--command") + 1], path)
     else:
         check_file(path, exe, truth)
     print("PASSED")

@@ -422,6 +422,30 @@ void *coral_profile_sample(coral_heap_t *heap, void *p, size_t size) {
     return p;
 }
 
+/* Whether a record of page other than gone is in b (its lock held). */
+static bool page_has_records(const live_bucket_t *b, const coral_page_t *page) {
+    for (const record_t *r = b->first; r != NULL; r = r->next)
+        if (r->page == page) return true;
+    return false;
+}
+
+/* The owner's free found no record of p on a flagged page: the flag goes
+ * when the page has no record left. */
+static void page_flag_check(coral_page_t *page) {
+    if (coral_slice_tid(page) != coral_thread_id()) return;
+    if (atomic_load_explicit(page_count(page), memory_order_relaxed) == 0) {
+        coral_slice_set_flags(page, coral_slice_flags(page) & ~CORAL_PAGE_SAMPLED);
+        return;
+    }
+    live_bucket_t *b = live_bucket_of(page);
+    if (!crit_enter()) return; /* (the next free clears it) */
+    spin_lock(&b->lock);
+    if (!page_has_records(b, page))
+        coral_slice_set_flags(page, coral_slice_flags(page) & ~CORAL_PAGE_SAMPLED);
+    spin_unlock(&b->lock);
+    crit_leave();
+}
+
 /* ---- batches: the malloc fast path with profiling on ---------------------------
  * Each small class has its own countdown per heap: the bytes of the class's
  * allocations, counted by block size (a sampling rate per byte applies to
@@ -544,6 +568,10 @@ void coral_profile_heap_stop(coral_heap_t *heap, bool pages_live) {
 static void proxy_fill(coral_heap_t *heap, proxies_t *ph, unsigned q, int64_t bs) {
     coral_page_t *page = coral_queue_first(heap, q);
     if (page == NULL || page->free == NULL) return;
+    /* The owner is here: a flag whose sampled blocks other threads freed
+     * goes now, so their next frees of the page take the fast path's
+     * remote push again. */
+    if (coral_slice_flags(page) & CORAL_PAGE_SAMPLED) page_flag_check(page);
     int64_t idle = (int64_t)page->capacity - (int64_t)page->used;
     coral_block_t *head = page->free;
     if (idle * bs < ph->left[q]) { /* the whole list, unwalked */
@@ -589,30 +617,6 @@ static void profile_thread_exit(void) {
     if (self == &coral_heap_empty) return;
     for (coral_link_t *l = self->thread->heaps.first; l != NULL; l = l->next)
         coral_profile_heap_stop(coral_container_of(l, coral_heap_t, thread_link), true);
-}
-
-/* Whether a record of page other than gone is in b (its lock held). */
-static bool page_has_records(const live_bucket_t *b, const coral_page_t *page) {
-    for (const record_t *r = b->first; r != NULL; r = r->next)
-        if (r->page == page) return true;
-    return false;
-}
-
-/* The owner's free found no record of p on a flagged page: the flag goes
- * when the page has no record left. */
-static void page_flag_check(coral_page_t *page) {
-    if (coral_slice_tid(page) != coral_thread_id()) return;
-    if (atomic_load_explicit(page_count(page), memory_order_relaxed) == 0) {
-        coral_slice_set_flags(page, coral_slice_flags(page) & ~CORAL_PAGE_SAMPLED);
-        return;
-    }
-    live_bucket_t *b = live_bucket_of(page);
-    if (!crit_enter()) return; /* (the next free clears it) */
-    spin_lock(&b->lock);
-    if (!page_has_records(b, page))
-        coral_slice_set_flags(page, coral_slice_flags(page) & ~CORAL_PAGE_SAMPLED);
-    spin_unlock(&b->lock);
-    crit_leave();
 }
 
 void coral_profile_forget(coral_page_t *page, const void *p) {

@@ -3,7 +3,7 @@
 # in bin/, where it finds it through the relative path to lib/.
 file(RELATIVE_PATH CORAL_REL_LIBDIR /prefix/${CMAKE_INSTALL_BINDIR} /prefix/${CMAKE_INSTALL_LIBDIR})
 
-add_executable(coralloc_command tools/coralloc.c)
+add_executable(coralloc_command tools/coralloc.c tools/profile_report.c)
 set_target_properties(coralloc_command PROPERTIES OUTPUT_NAME coralloc
                       RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
 target_include_directories(coralloc_command PRIVATE include)

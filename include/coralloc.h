@@ -119,6 +119,19 @@ CORAL_API void coral_collect(int force);
 CORAL_API void coral_stats_print(FILE *out);
 CORAL_API size_t coral_stats_json(char *buf, size_t len);
 
+/* ---- heap profile (docs/PROFILING.md) -----------------------------------------
+ * With CORALLOC_PROFILE=FILE (or CORALLOC_PROFILE_LEAKS=1) set when the
+ * process starts, coralloc samples one allocation in about every
+ * CORALLOC_PROFILE_RATE bytes (512 KiB) with its stack, and writes FILE.PID
+ * in the pprof format at exit (and on CORALLOC_PROFILE_SIGNAL).
+ * coral_profile_dump writes the profile now to path: 0, or -1 with errno
+ * (ENOTSUP: profiling is off; or the error of open/write). It allocates
+ * nothing through malloc. coral_profile_live: how many sampled blocks are
+ * live now, and the bytes they asked for (not scaled: the samples
+ * themselves). */
+CORAL_API int coral_profile_dump(const char *path);
+CORAL_API void coral_profile_live(unsigned long long *blocks, unsigned long long *bytes);
+
 /* ---- options ----------------------------------------------------------------
  * By name, with or without the CORALLOC_ prefix (docs/OPTIONS.md). Return 0,
  * or EINVAL for an unknown name or a value out of range, or EPERM for an

@@ -2,6 +2,8 @@
  *
  *   coralloc run [--secure] [--stats] [--option KEY=VALUE | --option=KEY=VALUE]... [--]
  *                COMMAND [ARGS...]
+ *   coralloc run [--profile FILE [--profile-rate BYTES]] [--leaks] [--] COMMAND [ARGS...]
+ *   coralloc profile FILE
  *   coralloc options [--option KEY=VALUE | --option=KEY=VALUE]...
  *   coralloc --version
  *   coralloc --help | -h | help
@@ -30,6 +32,7 @@
 #include <unistd.h>
 
 #include "coralloc.h"
+#include "profile_report.h"
 
 #ifndef CORAL_REL_LIBDIR
 #define CORAL_REL_LIBDIR "../lib"
@@ -45,6 +48,8 @@ enum { EXIT_WRITE_ERROR = 1, EXIT_USAGE = 2, EXIT_CANNOT_EXECUTE = 126, EXIT_CAN
 static const char usage[] =
     "usage: coralloc run [--secure] [--stats] [--option KEY=VALUE | --option=KEY=VALUE]... [--] "
     "COMMAND [ARGS...]\n"
+    "       coralloc run [--profile FILE [--profile-rate BYTES]] [--leaks] [--] COMMAND [ARGS...]\n"
+    "       coralloc profile FILE\n"
     "       coralloc options [--option KEY=VALUE | --option=KEY=VALUE]...\n"
     "       coralloc --version\n"
     "       coralloc --help | -h | help\n"
@@ -53,12 +58,17 @@ static const char usage[] =
     "            processes it starts, except setuid/setgid programs (ld.so drops\n"
     "            the preload; coralloc run warns for COMMAND) and static binaries;\n"
     "            \"--\" is needed only before a COMMAND that starts with '-'\n"
+    "  profile   a short report of a heap profile: top sites by in-use and allocated bytes\n"
     "  options   list every option: name, default, accepted values, value in force\n"
     "\n"
     "  --secure             preload the secure build (libcoralloc-secure.so)\n"
     "  --stats              each process prints coralloc's statistics to stderr at exit\n"
     "                       (CORALLOC_SHOW_STATS=1); nothing from a process that has\n"
     "                       closed its stderr by then\n"
+    "  --profile FILE       heap profile: each process writes FILE.PID (pprof format) at\n"
+    "                       exit; read it with `coralloc profile` or pprof (docs/PROFILING.md)\n"
+    "  --profile-rate BYTES mean bytes allocated between two samples (default 524288)\n"
+    "  --leaks              each process prints the sites of sampled blocks still live at exit\n"
     "  --option KEY=VALUE   set option CORALLOC_KEY (KEY with or without the CORALLOC_\n"
     "                       prefix, any case); checked before the command runs\n"
     "\n"
@@ -295,10 +305,23 @@ static void warn_if_secure_mode(const char *command) {
                 file, why);
 }
 
+/* --profile FILE: CORALLOC_PROFILE, made absolute (the command's processes
+ * may change folders). */
+static void profile_path_set(const char *file) {
+    char cwd[PATH_MAX], path[PATH_MAX * 2];
+    if (file[0] == '\0') usage_error("--profile wants a file name");
+    if (file[0] != '/' && getcwd(cwd, sizeof cwd) != NULL)
+        snprintf(path, sizeof path, "%s/%s", cwd, file);
+    else
+        snprintf(path, sizeof path, "%s", file);
+    if (setenv("CORALLOC_PROFILE", path, 1) != 0)
+        usage_error("cannot set CORALLOC_PROFILE: %s", strerror(errno));
+}
+
 static int cmd_run(int argc, char **argv) {
-    bool secure = false, stats = false;
+    bool secure = false, stats = false, leaks = false;
     int i = 0;
-    const char *opts[256], *kv;
+    const char *opts[256], *kv, *profile = NULL, *rate = NULL;
     int nopts = 0;
     for (; i < argc; i++) {
         const char *a = argv[i];
@@ -309,6 +332,15 @@ static int cmd_run(int argc, char **argv) {
             secure = true;
         } else if (strcmp(a, "--stats") == 0) {
             stats = true;
+        } else if (strcmp(a, "--leaks") == 0) {
+            leaks = true;
+        } else if (strcmp(a, "--profile") == 0 || strcmp(a, "--profile-rate") == 0) {
+            if (i + 1 >= argc) usage_error("%s wants a value", a);
+            *(strcmp(a, "--profile") == 0 ? &profile : &rate) = argv[++i];
+        } else if (strncmp(a, "--profile=", 10) == 0) {
+            profile = a + 10;
+        } else if (strncmp(a, "--profile-rate=", 15) == 0) {
+            rate = a + 15;
         } else if ((kv = option_arg(argc, argv, &i)) != NULL) {
             if (nopts == 256) usage_error("too many --option");
             opts[nopts++] = kv;
@@ -326,6 +358,14 @@ static int cmd_run(int argc, char **argv) {
     for (int k = 0; k < nopts; k++) option_apply(&lib, opts[k]);
     if (stats && setenv("CORALLOC_SHOW_STATS", "1", 1) != 0)
         usage_error("cannot set CORALLOC_SHOW_STATS: %s", strerror(errno));
+    if (rate != NULL) {
+        char opt[64];
+        if (profile == NULL && !leaks) usage_error("--profile-rate needs --profile or --leaks");
+        snprintf(opt, sizeof opt, "PROFILE_RATE=%s", rate);
+        option_apply(&lib, opt);
+    }
+    if (profile != NULL) profile_path_set(profile);
+    if (leaks) option_apply(&lib, "PROFILE_LEAKS=1");
 
     /* ld.so splits LD_PRELOAD at spaces and colons. */
     if (strpbrk(lib.path, " :\t") != NULL) {
@@ -379,5 +419,6 @@ int main(int argc, char **argv) {
     }
     if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);
     if (strcmp(cmd, "options") == 0) return cmd_options(argc - 2, argv + 2);
+    if (strcmp(cmd, "profile") == 0) return coralloc_profile_report(argc - 2, argv + 2);
     usage_error("unknown command '%s'", cmd);
 }

@@ -8,6 +8,7 @@
 
 #include "api/api.h"
 #include "api/bulk_cache.h"
+#include "api/profile.h"
 
 static void show_stats_at_exit(void) { coral_stats_print(stderr); }
 
@@ -17,13 +18,16 @@ static void api_process_init(void) {
     static _Atomic(int) done;
     if (atomic_exchange_explicit(&done, 1, memory_order_relaxed)) return;
     if (coral_option(CORAL_OPT_SHOW_STATS)) atexit(show_stats_at_exit);
+    coral_profile_init();
 }
 
 coral_heap_t *coral_heap_ready(void) {
     coral_heap_t *heap = coral_tls_heap;
     if (coral_likely(heap != &coral_heap_empty)) return heap;
     heap = coral_thread_init();
-    if (heap != NULL) api_process_init();
+    if (heap == NULL) return NULL;
+    api_process_init();
+    if (coral_profile_on) coral_profile_heap_start(heap); /* before its first page */
     return heap;
 }
 
@@ -85,11 +89,6 @@ static void *class_refill(coral_heap_t *heap, unsigned cls, size_t size, bool ze
     return page_pop(heap, page, cls, size, zero);
 }
 
-void *coral_malloc_refill(size_t size, coral_heap_t *heap, bool zero) {
-    if (coral_unlikely(heap == &coral_heap_empty)) return malloc_first(size, zero);
-    return class_refill(heap, coral_size_class(size), size, zero);
-}
-
 /* A block of class cls (a set-up heap): from the first page of its queue,
  * as the direct[] fast path pops, else through the refill. */
 CORAL_INLINE void *class_alloc(coral_heap_t *heap, unsigned cls, size_t size, bool zero) {
@@ -99,13 +98,41 @@ CORAL_INLINE void *class_alloc(coral_heap_t *heap, unsigned cls, size_t size, bo
     return page_pop(heap, page, cls, size, zero);
 }
 
+/* A heap the profiler counts (no_direct): its batch of the class is used
+ * up (or, in the secure build, every small malloc comes here): the block
+ * as the fast path would pop it, counted. The size the secure build passes
+ * holds the canary, which the program did not ask for. */
+static CORAL_NOINLINE void *counted_class_alloc(coral_heap_t *heap, size_t size, bool zero) {
+    unsigned cls = coral_size_class(size);
+    if (CORAL_SECURE || heap->profile == NULL)
+        return coral_profile_count(heap, class_alloc(heap, cls, size, zero),
+                                   size - CORAL_CANARY_SIZE);
+    coral_profile_batch_done(heap, cls);
+    return coral_profile_refilled(heap, cls, class_alloc(heap, cls, size, zero), size);
+}
+
+void *coral_malloc_refill(size_t size, coral_heap_t *heap, bool zero) {
+    if (coral_unlikely(heap == &coral_heap_empty)) return malloc_first(size, zero);
+    if (coral_unlikely(heap->no_direct)) return counted_class_alloc(heap, size, zero);
+    return class_refill(heap, coral_size_class(size), size, zero);
+}
+
+CORAL_INLINE void *generic_alloc(coral_heap_t *heap, size_t size, bool zero) {
+    if (size > CORAL_CLASS_MAX_SIZE) return coral_heap_malloc_large(heap, size, 0, zero);
+    return class_alloc(heap, coral_size_class(size), size, zero);
+}
+
+static CORAL_NOINLINE void *counted_generic_alloc(coral_heap_t *heap, size_t size, bool zero) {
+    return coral_profile_count(heap, generic_alloc(heap, size, zero), size - CORAL_CANARY_SIZE);
+}
+
 /* The other sizes: above CORAL_DIRECT_MAX_SIZE (no direct[] entry: their
  * pop is here, from the first page of their class, as direct[] pages are;
  * it saves no register), large and huge sizes, a thread's first call. */
 void *coral_malloc_generic(size_t size, coral_heap_t *heap, bool zero) {
     if (coral_unlikely(heap == &coral_heap_empty)) return malloc_first(size, zero);
-    if (size > CORAL_CLASS_MAX_SIZE) return coral_heap_malloc_large(heap, size, 0, zero);
-    return class_alloc(heap, coral_size_class(size), size, zero);
+    if (coral_unlikely(heap->no_direct)) return counted_generic_alloc(heap, size, zero);
+    return generic_alloc(heap, size, zero);
 }
 
 /* ---- free -------------------------------------------------------------------------- */
@@ -125,6 +152,8 @@ void coral_free_slow(void *p) {
         return;
     }
     coral_count_frees(CORAL_CLASS_LARGE, 1);
+    if (coral_unlikely(coral_slice_flags(&seg->pages[0]) & CORAL_PAGE_SAMPLED))
+        coral_profile_forget(&seg->pages[0], p);
     coral_heap_free_remote(seg, &seg->pages[0], p); /* huge segments only get here */
 }
 
@@ -169,6 +198,7 @@ static void remote_free(coral_segment_t *seg, coral_page_t *page, void *p) {
 void coral_free_unusual(coral_segment_t *seg, coral_page_t *slice, void *p) {
     coral_page_t *page = coral_slice_head(slice);
     coral_count_frees(page->class_idx, 1);
+    if (coral_unlikely(coral_slice_flags(page) & CORAL_PAGE_SAMPLED)) coral_profile_forget(page, p);
     /* The segment says who owns it: the slice's own id part is 0 on an
      * interior or released slice. */
     if (atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == coral_thread_id())
@@ -335,9 +365,20 @@ static void *valgrind_resized(void *p, size_t old_usable, void *q) {
     return q;
 }
 
+static void *aligned_checked(coral_heap_t *heap, size_t size, size_t alignment, bool zero);
+
 /* Aligned allocation; alignment is a power of two. */
 void *coral_malloc_aligned_in(coral_heap_t *heap, size_t size, size_t alignment, bool zero) {
     if (alignment <= CORAL_ALIGNMENT) return coral_heap_alloc_inline(heap, size, zero);
+    void *p = aligned_checked(heap, size, alignment, zero);
+    /* (The empty heap: the call set the thread's up, or the thread exits.) */
+    if (heap == &coral_heap_empty) heap = coral_tls_heap;
+    if (coral_unlikely(heap->no_direct)) return coral_profile_count(heap, p, size);
+    return p;
+}
+
+/* (alignment above CORAL_ALIGNMENT, heap set up.) */
+static void *aligned_checked(coral_heap_t *heap, size_t size, size_t alignment, bool zero) {
     if (CORAL_VALGRIND)
         return valgrind_told(aligned_plain(heap, size, alignment, false), size, zero);
     if (!CORAL_SECURE) return aligned_plain(heap, size, alignment, zero);
@@ -538,7 +579,10 @@ static coral_heap_t *heap_of_caller(coral_heap_t *heap, const char *what) {
 coral_heap_t *coral_heap_new(void) {
     if (coral_heap_ready() == NULL) return enomem();
     coral_heap_t *heap = coral_heap_create();
-    if (heap == NULL) errno = ENOMEM;
+    if (heap == NULL)
+        errno = ENOMEM;
+    else if (coral_profile_on)
+        coral_profile_heap_start(heap); /* before its first page */
     return heap;
 }
 
@@ -550,6 +594,19 @@ static coral_heap_t *user_heap_of_caller(coral_heap_t *heap, const char *what) {
     return heap;
 }
 
+/* destroy (keep false) or reset a user heap: its blocks go at once, and
+ * with them the profiler's records of them. */
+static void user_heap_free_all(coral_heap_t *heap, bool keep) {
+    if (!coral_profile_on) {
+        coral_heap_free_all(heap, keep);
+        return;
+    }
+    coral_profile_forget_heap(heap);
+    coral_profile_heap_stop(heap, false);
+    coral_heap_free_all(heap, keep);
+    if (keep) coral_profile_heap_start(heap);
+}
+
 void coral_heap_destroy(coral_heap_t *heap) {
     /* Its own thread, after coralloc's exit cleanup abandoned its pages
      * (a later key destructor, a Rust thread_local): its blocks stay valid
@@ -558,11 +615,11 @@ void coral_heap_destroy(coral_heap_t *heap) {
         coral_heap_forget_exited(heap);
         return;
     }
-    if (user_heap_of_caller(heap, "coral_heap_destroy") != NULL) coral_heap_free_all(heap, false);
+    if (user_heap_of_caller(heap, "coral_heap_destroy") != NULL) user_heap_free_all(heap, false);
 }
 
 void coral_heap_reset(coral_heap_t *heap) {
-    if (user_heap_of_caller(heap, "coral_heap_reset") != NULL) coral_heap_free_all(heap, true);
+    if (user_heap_of_caller(heap, "coral_heap_reset") != NULL) user_heap_free_all(heap, true);
 }
 
 void *coral_heap_malloc(coral_heap_t *heap, size_t size) {

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "api/bulk_cache.h"
+#include "api/profile.h"
 
 /* ---- the chase hint ------------------------------------------------------------
  * Taking a free list is a chase: each block's address is in the block
@@ -161,7 +162,7 @@ static size_t blockwise_malloc(const size_t *sizes, size_t size, size_t n, void 
 }
 
 size_t coral_malloc_bulk(size_t size, size_t n, void **out) {
-    if (CORAL_BULK_BLOCKWISE) return blockwise_malloc(NULL, size, n, out);
+    if (CORAL_BULK_BLOCKWISE || coral_profile_on) return blockwise_malloc(NULL, size, n, out);
     /* A batch goes out of line, so that one block costs no more than the
      * malloc fast path (no registers to save). */
     if (coral_likely(n > 1)) return malloc_batch(size, n, out);
@@ -182,7 +183,7 @@ static CORAL_NOINLINE void *malloc_sizes_slow(size_t size) {
 }
 
 size_t coral_malloc_bulk_sizes(const size_t *sizes, size_t n, void **out) {
-    if (CORAL_BULK_BLOCKWISE) return blockwise_malloc(sizes, 0, n, out);
+    if (CORAL_BULK_BLOCKWISE || coral_profile_on) return blockwise_malloc(sizes, 0, n, out);
     size_t i = 0;
     while (i < n) {
         /* The heap is loaded once per stretch of inline pops; the slow path
@@ -678,7 +679,9 @@ static void free_array(runs_t *runs, void *const *ptrs, size_t n) {
 }
 
 void coral_free_bulk(void **ptrs, size_t n) {
-    if (CORAL_BULK_BLOCKWISE) { /* each block through free, with its checks */
+    /* Blockwise builds: each block through free, with its checks; the
+     * profiler: free forgets sampled blocks (profile.h). */
+    if (CORAL_BULK_BLOCKWISE || coral_profile_on) {
         for (size_t i = 0; i < n; i++) coral_free_inline(ptrs[i]);
         return;
     }

@@ -143,6 +143,9 @@ typedef enum coral_option_e {
     CORAL_OPT_BULK_CACHE_KB,  /* per-thread bulk cache (api/bulk_cache.h) */
     CORAL_OPT_ON_ERROR,       /* a misuse detected: CORAL_ON_ERROR_* */
     CORAL_OPT_OLD_MREMAP,     /* testing: mremap as kernels before 6.17 (os.c) */
+    CORAL_OPT_PROFILE_RATE,   /* the heap profiler's mean bytes between samples */
+    CORAL_OPT_PROFILE_SIGNAL, /* a signal that writes the heap profile (0: none) */
+    CORAL_OPT_PROFILE_LEAKS,  /* print the sampled live blocks' sites at exit */
     CORAL_OPT_COUNT
 } coral_option_t;
 

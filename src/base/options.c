@@ -58,6 +58,18 @@ static const option_desc_t option_descs[CORAL_OPT_COUNT] = {
                               "testing: mremap behaves as on kernels before 6.17 (a move of a "
                               "range of several mappings unmaps the destination, then fails)",
                               true},
+    [CORAL_OPT_PROFILE_RATE] = {"PROFILE_RATE", 524288, 1, (int64_t)1 << 40, false,
+                                "heap profiler (CORALLOC_PROFILE=FILE): mean bytes allocated "
+                                "between two samples",
+                                false},
+    [CORAL_OPT_PROFILE_SIGNAL] = {"PROFILE_SIGNAL", 0, 0, 64, false,
+                                  "heap profiler: a signal number that writes the profile "
+                                  "(FILE.PID) when received (0: none)",
+                                  false},
+    [CORAL_OPT_PROFILE_LEAKS] = {"PROFILE_LEAKS", 0, 0, 1, true,
+                                 "heap profiler: print the sites of sampled blocks still live "
+                                 "at exit (profiles even without CORALLOC_PROFILE)",
+                                 false},
 };
 
 int64_t coral_options[CORAL_OPT_COUNT];

@@ -17,7 +17,7 @@ static unsigned queue_of(const coral_page_t *page) {
 
 /* Keep direct[] pointing at the first page of each small class. */
 static void direct_update(coral_heap_t *heap, unsigned q) {
-    if (q > CORAL_DIRECT_LAST_CLASS) return;
+    if (q > CORAL_DIRECT_LAST_CLASS || heap->no_direct) return;
     coral_page_t *page = coral_queue_first(heap, q);
     if (page == NULL) page = &coral_page_empty;
     size_t lo = q == 1 ? 0 : coral_class_size(q - 1) / 16 + 1, hi = coral_class_size(q) / 16;

@@ -48,7 +48,12 @@ struct coral_heap_s {
     coral_page_owner_t owner;               /* what the page layer knows of us */
     coral_thread_t *thread;                 /* NULL once destroyed */
     bool is_default;                        /* the thread's own heap */
-    uint32_t heartbeat;                     /* slow-path calls, for periodic work */
+    /* Set by the api layer's profiler (api/profile.h) before the heap's
+     * first page: direct[] is the profiler's (its batches of blocks, or
+     * coral_page_empty), and this layer leaves it alone. */
+    bool no_direct;
+    struct coral_profile_heap_s *profile; /* the profiler's state (api/profile.c) */
+    uint32_t heartbeat;                   /* slow-path calls, for periodic work */
     /* A user heap's huge blocks (through seg->link), for coral_heap_destroy:
      * any thread's free unlinks one, hence a lock. It is one lock for every
      * heap's list (coral_huge_lists_lock), not one in the heap: a free reads

@@ -115,6 +115,10 @@ CORAL_INLINE size_t coral_class_size(unsigned cls) {
  * path step aside; other threads read them too. */
 #define CORAL_PAGE_IN_FULL 1u     /* in the heap's full queue */
 #define CORAL_PAGE_HAS_ALIGNED 2u /* may hold pointers inside blocks */
+/* holds a block the api layer's profiler sampled (api/profile.h): its free
+ * leaves the fast path, and the profiler forgets the block there. Set and
+ * cleared by the segment's owner; kept when the page is abandoned. */
+#define CORAL_PAGE_SAMPLED 32u
 /* ---- the remote-free word ---------------------------------------------------------
  * page->thread_free packs, from the low bits up (page.c has the protocol):
  *   bits 0-1   the delay state;

@@ -1,0 +1,816 @@
+/* The sampling heap profiler: the sampler, the stack walk and the tables
+ * (the protocol is at the top of profile.h; the output is profile_out.c).
+ *
+ * Two tables, each an array of buckets with a spin lock and a chain:
+ * - sites, keyed by a hash of the stack: one per distinct stack, never
+ *   freed, with the estimated totals of its samples;
+ * - live records, keyed by the block's page descriptor (the huge segment's
+ *   first one for a huge block): one per sampled block not freed yet, so a
+ *   free finds its record, and the owner learns whether its page still
+ *   holds one, in one bucket.
+ * A lock is held only inside a thread's critical section (crit_enter), for
+ * a few hundred instructions, and never while taking another bucket's
+ * lock (except the pool's, the innermost). A signal handler that
+ * interrupts its thread's critical section takes no lock: its malloc is
+ * not sampled, its free of a sampled block is deferred to the end of the
+ * section, and so is a profile dump (no lock is ever waited for by the
+ * thread that holds it, without a system call per section). Sites and records come from the pool,
+ * chunks mapped with coral_os_map. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "api/profile.h"
+
+bool coral_profile_on;
+__thread int64_t coral_profile_left __attribute__((tls_model("initial-exec")));
+
+static int64_t profile_rate = 524288;
+static char profile_path[4096]; /* CORALLOC_PROFILE, or empty */
+
+int64_t coral_profile_rate(void) { return profile_rate; }
+
+/* ---- spin locks, held with signals blocked ------------------------------------ */
+
+typedef _Atomic(int) spin_t;
+
+static void spin_lock(spin_t *l) {
+    while (atomic_exchange_explicit(l, 1, memory_order_acquire))
+        while (atomic_load_explicit(l, memory_order_relaxed)) __builtin_ia32_pause();
+}
+
+static void spin_unlock(spin_t *l) { atomic_store_explicit(l, 0, memory_order_release); }
+
+/* The calling thread's critical section: set while it may hold a
+ * profiler lock. Written by the thread (and its signal handlers, which
+ * leave it as they found it); signal fences order it against the locks. */
+static __thread volatile sig_atomic_t in_crit __attribute__((tls_model("initial-exec")));
+
+/* Frees of sampled blocks a handler deferred (a stack of at most
+ * PENDING, popped with a compare-and-swap, which a handler cannot split),
+ * and a dump it deferred. */
+#define PENDING 32
+typedef struct pending_s {
+    coral_page_t *page;
+    const void *p;
+} pending_t;
+static __thread pending_t pending[PENDING] __attribute__((tls_model("initial-exec")));
+static __thread int npending __attribute__((tls_model("initial-exec")));
+static __thread volatile sig_atomic_t dump_pending __attribute__((tls_model("initial-exec")));
+static _Atomic(uint64_t) frees_lost; /* deferred frees beyond PENDING: records left stale */
+
+/* Enter the section; false: the thread is in it already (a handler
+ * interrupted it), and may take no lock. */
+static bool crit_enter(void) {
+    if (in_crit) return false;
+    in_crit = 1;
+    atomic_signal_fence(memory_order_seq_cst);
+    return true;
+}
+
+static void run_deferred(void);
+
+static void crit_leave(void) {
+    atomic_signal_fence(memory_order_seq_cst);
+    in_crit = 0;
+    atomic_signal_fence(memory_order_seq_cst);
+    if (__atomic_load_n(&npending, __ATOMIC_RELAXED) != 0 || dump_pending) run_deferred();
+}
+
+static void defer_free(coral_page_t *page, const void *p) {
+    int n = __atomic_load_n(&npending, __ATOMIC_RELAXED);
+    if (n >= PENDING) {
+        atomic_fetch_add_explicit(&frees_lost, 1, memory_order_relaxed);
+        return;
+    }
+    pending[n] = (pending_t){page, p};
+    atomic_signal_fence(memory_order_seq_cst);
+    __atomic_store_n(&npending, n + 1, __ATOMIC_RELAXED);
+}
+
+/* ---- the pool: sites and records, from mapped chunks -------------------------- */
+
+#define POOL_CHUNK ((size_t)256 * 1024)
+
+typedef struct record_s {
+    struct record_s *next; /* in its bucket, or in the free list */
+    const void *addr;      /* what malloc returned */
+    const coral_page_t *page;
+    const coral_heap_t *heap;
+    coral_profile_site_t *site;
+    double objects, bytes; /* what it stands for (the estimator) */
+    size_t size;           /* bytes asked */
+} record_t;
+
+/* Under pool_lock: the rest of the newest chunk, and freed records. */
+static spin_t pool_lock;
+static uint8_t *pool_carve;
+static size_t pool_left;
+static record_t *records_free;
+
+static void *pool_carve_locked(size_t size) {
+    size = (size + 15) & ~(size_t)15;
+    if (pool_left < size) {
+        uint8_t *chunk = coral_os_map(POOL_CHUNK);
+        if (chunk == NULL) return NULL;
+        pool_carve = chunk;
+        pool_left = POOL_CHUNK;
+    }
+    void *p = pool_carve;
+    pool_carve += size;
+    pool_left -= size;
+    return p;
+}
+
+/* (Called with a bucket lock held, signals blocked.) */
+static void *pool_get(size_t size, bool record) {
+    spin_lock(&pool_lock);
+    void *p;
+    if (record && records_free != NULL) {
+        p = records_free;
+        records_free = records_free->next;
+    } else {
+        p = pool_carve_locked(size);
+    }
+    spin_unlock(&pool_lock);
+    return p;
+}
+
+static void record_put(record_t *r) {
+    spin_lock(&pool_lock);
+    r->next = records_free;
+    records_free = r;
+    spin_unlock(&pool_lock);
+}
+
+/* ---- the tables --------------------------------------------------------------- */
+
+#define SITE_BUCKETS 4096
+#define LIVE_BUCKETS 4096
+
+typedef struct site_bucket_s {
+    spin_t lock;
+    coral_profile_site_t *first;
+} site_bucket_t;
+
+typedef struct live_bucket_s {
+    spin_t lock;
+    record_t *first;
+} live_bucket_t;
+
+static site_bucket_t sites[SITE_BUCKETS];
+static live_bucket_t live[LIVE_BUCKETS];
+static _Atomic(size_t) site_count;
+
+/* Counting filters, so that the free of a block of a flagged page that was
+ * not sampled (most of them) returns at once, with no lock and no system
+ * call: live records per hash of the block's address, and per hash of its
+ * page. Incremented when a record is made, before its block is handed
+ * out; decremented when it is removed (both under the record's bucket
+ * lock). A zero means no record (for that block, for that page); a nonzero
+ * count may be another's (then the bucket is searched). In static memory
+ * (untouched, so not resident, while profiling is off). */
+#define ADDR_FILTER (1u << 18)
+#define PAGE_FILTER (1u << 16)
+static _Atomic(uint32_t) addr_filter[ADDR_FILTER];
+static _Atomic(uint32_t) page_filter[PAGE_FILTER];
+
+static _Atomic(uint32_t) *addr_count(const void *p) {
+    return &addr_filter[((uint64_t)(uintptr_t)p * 0x9E3779B97F4A7C15ull) >> (64 - 18)];
+}
+
+static _Atomic(uint32_t) *page_count(const coral_page_t *page) {
+    return &page_filter[((uint64_t)(uintptr_t)page * 0xC2B2AE3D27D4EB4Full) >> (64 - 16)];
+}
+
+static void filters_add(const void *p, const coral_page_t *page, int delta) {
+    atomic_fetch_add_explicit(addr_count(p), (uint32_t)delta, memory_order_relaxed);
+    atomic_fetch_add_explicit(page_count(page), (uint32_t)delta, memory_order_relaxed);
+}
+
+static live_bucket_t *live_bucket_of(const coral_page_t *page) {
+    uint64_t h = (uint64_t)(uintptr_t)page * 0x9E3779B97F4A7C15ull;
+    return &live[h >> (64 - 12)];
+}
+
+static uint64_t stack_hash(const uintptr_t *pcs, uint32_t depth) {
+    uint64_t h = 0xcbf29ce484222325ull ^ depth;
+    for (uint32_t i = 0; i < depth; i++) h = (h ^ pcs[i]) * 0x100000001b3ull;
+    return h ^ (h >> 29);
+}
+
+/* The site of the stack, made if new, with sample's weights added
+ * (signals blocked). NULL: no memory for a new one. */
+static coral_profile_site_t *site_add(const uintptr_t *pcs, uint32_t depth, double objects,
+                                      double bytes) {
+    uint64_t h = stack_hash(pcs, depth);
+    site_bucket_t *b = &sites[h & (SITE_BUCKETS - 1)];
+    spin_lock(&b->lock);
+    coral_profile_site_t *s = b->first;
+    while (s != NULL &&
+           (s->hash != h || s->depth != depth || memcmp(s->pcs, pcs, depth * sizeof *pcs) != 0))
+        s = s->next;
+    if (s == NULL && (s = pool_get(sizeof *s, false)) != NULL) {
+        memset(s, 0, sizeof *s);
+        s->hash = h;
+        s->depth = depth;
+        memcpy(s->pcs, pcs, depth * sizeof *pcs);
+        s->next = b->first;
+        b->first = s;
+        atomic_fetch_add_explicit(&site_count, 1, memory_order_relaxed);
+    }
+    if (s != NULL) {
+        s->alloc_objects += objects;
+        s->alloc_bytes += bytes;
+        s->inuse_objects += objects;
+        s->inuse_bytes += bytes;
+    }
+    spin_unlock(&b->lock);
+    return s;
+}
+
+/* A record's weights leave its site's in-use totals (signals blocked). */
+static void site_release(const record_t *r) {
+    site_bucket_t *b = &sites[r->site->hash & (SITE_BUCKETS - 1)];
+    spin_lock(&b->lock);
+    r->site->inuse_objects -= r->objects;
+    r->site->inuse_bytes -= r->bytes;
+    spin_unlock(&b->lock);
+}
+
+size_t coral_profile_site_count(void) {
+    return atomic_load_explicit(&site_count, memory_order_relaxed);
+}
+
+void coral_profile_sites_visit(coral_profile_site_fn fn, void *arg) {
+    coral_profile_site_t copy;
+    for (size_t i = 0; i < SITE_BUCKETS; i++) {
+        if (!crit_enter()) return; /* (never: dumps wait for the section's end) */
+        spin_lock(&sites[i].lock);
+        for (coral_profile_site_t *s = sites[i].first; s != NULL; s = s->next) {
+            copy = *s;
+            fn(&copy, arg);
+        }
+        spin_unlock(&sites[i].lock);
+        crit_leave();
+    }
+}
+
+/* ---- numbers: the exponential draw and the weights, without libm --------------- */
+
+/* ln x, x > 0: x = m 2^e with m in [1, 2); ln m = 2 atanh((m-1)/(m+1)), a
+ * series in t^2 with t <= 1/3 (1e-12 after 12 terms). */
+static double ln_of(double x) {
+    int e = 0;
+    while (x >= 2.0) x *= 0.5, e++;
+    while (x < 1.0) x *= 2.0, e--;
+    double t = (x - 1.0) / (x + 1.0), t2 = t * t, term = t, sum = 0.0;
+    for (int k = 1; k <= 25; k += 2) {
+        sum += term / k;
+        term *= t2;
+    }
+    return 2.0 * sum + e * 0.6931471805599453;
+}
+
+/* 1 - e^-x for x >= 0: the series below 1 (no cancellation), else
+ * e^-x = (e^-(x/2^k))^(2^k) with the series for the small power. */
+static double one_minus_exp_neg(double x) {
+    if (x < 1.0) {
+        double term = x, sum = 0.0;
+        for (int k = 1; k <= 20; k++) {
+            sum += term;
+            term *= -x / (k + 1);
+        }
+        return sum;
+    }
+    if (x > 700.0) return 1.0;
+    int k = 0;
+    while (x > 0.5) x *= 0.5, k++;
+    double e = 1.0 - one_minus_exp_neg(x);
+    while (k-- > 0) e *= e;
+    return 1.0 - e;
+}
+
+/* ---- per thread: the random draw ---------------------------------------------- */
+
+static __thread uint64_t rng_state __attribute__((tls_model("initial-exec")));
+
+static uint64_t rng_next(void) {
+    if (rng_state == 0) {
+        uint64_t seed = coral_thread_id() ^ (coral_clock_ms() << 20) ^ (uint64_t)getpid();
+        rng_state = (seed * 0x9E3779B97F4A7C15ull) | 1;
+    }
+    uint64_t x = rng_state; /* xorshift64* */
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    rng_state = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+
+/* Bytes to the next sample: exponential with mean profile_rate, at least 1. */
+static int64_t next_interval(void) {
+    double u = ((rng_next() >> 11) + 1) * (1.0 / 9007199254740993.0); /* (0, 1] */
+    double d = -ln_of(u) * (double)profile_rate;
+    if (d > 9.0e18) d = 9.0e18;
+    return (int64_t)d + 1;
+}
+
+/* ---- the stack walk ------------------------------------------------------------- */
+
+extern void *__libc_stack_end;
+
+/* The top of the stack holding fp: every address from fp up to it is
+ * mapped. The main thread's runs up to __libc_stack_end; another thread's
+ * (glibc) up to its descriptor, pthread_self(); an alternate signal stack
+ * up to its end; anything else: the rest of fp's own page only. */
+static uintptr_t stack_top_of(uintptr_t fp) {
+    const uintptr_t span = (uintptr_t)1 << 30;
+    uintptr_t self = (uintptr_t)pthread_self();
+    if (fp < self && self - fp < span) return self;
+    uintptr_t main_top = (uintptr_t)__libc_stack_end;
+    if (fp < main_top && main_top - fp < span) return main_top;
+    stack_t ss;
+    if (sigaltstack(NULL, &ss) == 0 && !(ss.ss_flags & SS_DISABLE) && fp >= (uintptr_t)ss.ss_sp &&
+        fp - (uintptr_t)ss.ss_sp < ss.ss_size)
+        return (uintptr_t)ss.ss_sp + ss.ss_size;
+    return (fp | (CORAL_OS_PAGE_SIZE - 1)) + 1;
+}
+
+/* Return addresses, innermost first, by the frame-pointer chain: each
+ * frame's saved frame pointer must lie above the last and below the
+ * stack's top, so the walk reads only the thread's stack and ends. Frames
+ * compiled without a frame pointer are skipped or end the walk. */
+static CORAL_NOINLINE uint32_t stack_walk(uintptr_t *pcs, uint32_t max) {
+    uintptr_t fp = (uintptr_t)__builtin_frame_address(0);
+    uintptr_t top = stack_top_of(fp);
+    uint32_t n = 0;
+    while (n < max && (fp & 7) == 0 && fp + 2 * sizeof(uintptr_t) <= top) {
+        const uintptr_t *frame = (const uintptr_t *)fp;
+        uintptr_t next = frame[0], ret = frame[1];
+        if (ret < CORAL_OS_PAGE_SIZE) break;
+        pcs[n++] = ret;
+        if (next <= fp) break;
+        fp = next;
+    }
+    return n;
+}
+
+/* ---- sampling ----------------------------------------------------------------- */
+
+static __thread bool thread_seeded __attribute__((tls_model("initial-exec")));
+
+/* The page descriptor a record of p is keyed by, and flagged. */
+static coral_page_t *page_key_of(const void *p) {
+    coral_segment_t *seg = coral_segment_of_any(p);
+    if (seg == NULL) return NULL;
+    if (seg->kind == CORAL_SEGMENT_HUGE) return &seg->pages[0];
+    return coral_slice_head(coral_segment_slice_of(seg, p));
+}
+
+/* Record p (size bytes asked): its stack, its site, its page flagged.
+ * counted: the bytes the countdown counted for it (its size, or its block
+ * size for a block of a batch class). */
+static void sample_record(coral_heap_t *heap, void *p, size_t size, size_t counted) {
+    coral_page_t *page = page_key_of(p);
+    if (page == NULL) return; /* (a secure build's malloc(0) slot: no bytes) */
+    uintptr_t pcs[CORAL_PROFILE_DEPTH];
+    uint32_t depth = stack_walk(pcs, CORAL_PROFILE_DEPTH);
+    /* A block counted as c bytes is sampled with probability
+     * 1 - e^(-c/rate); it stands for 1/that many blocks and size/that bytes
+     * (docs/PROFILING.md). */
+    double prob = one_minus_exp_neg((double)counted / (double)profile_rate);
+    if (prob <= 0.0) prob = 1e-300;
+    if (!crit_enter()) return; /* a handler's malloc inside the section: not sampled */
+    coral_profile_site_t *site = site_add(pcs, depth, 1.0 / prob, (double)size / prob);
+    live_bucket_t *b = live_bucket_of(page);
+    spin_lock(&b->lock);
+    record_t *r = site != NULL ? pool_get(sizeof(record_t), true) : NULL;
+    if (r != NULL) {
+        *r = (record_t){.next = b->first,
+                        .addr = p,
+                        .page = page,
+                        .heap = heap,
+                        .site = site,
+                        .objects = 1.0 / prob,
+                        .bytes = (double)size / prob,
+                        .size = size};
+        b->first = r;
+        filters_add(p, page, 1);
+        /* The calling thread owns the page (its heap just allocated there);
+         * a huge segment's descriptor has no owner, and no one else writes it. */
+        coral_slice_set_flags(page, coral_slice_flags(page) | CORAL_PAGE_SAMPLED);
+    } else if (site != NULL) {
+        site_release(&(record_t){.site = site, .objects = 1.0 / prob, .bytes = size / prob});
+    }
+    spin_unlock(&b->lock);
+    crit_leave();
+}
+
+void *coral_profile_sample(coral_heap_t *heap, void *p, size_t size) {
+    if (!thread_seeded) { /* the thread's first count: its first interval starts here */
+        thread_seeded = true;
+        coral_profile_left += next_interval();
+        if (coral_profile_left > 0) return p;
+    }
+    coral_profile_left = next_interval();
+    sample_record(heap, p, size, size);
+    return p;
+}
+
+/* Whether a record of page other than gone is in b (its lock held). */
+static bool page_has_records(const live_bucket_t *b, const coral_page_t *page) {
+    for (const record_t *r = b->first; r != NULL; r = r->next)
+        if (r->page == page) return true;
+    return false;
+}
+
+/* The owner's free found no record of p on a flagged page: the flag goes
+ * when the page has no record left. */
+static void page_flag_check(coral_page_t *page) {
+    if (coral_slice_tid(page) != coral_thread_id()) return;
+    if (atomic_load_explicit(page_count(page), memory_order_relaxed) == 0) {
+        coral_slice_set_flags(page, coral_slice_flags(page) & ~CORAL_PAGE_SAMPLED);
+        return;
+    }
+    live_bucket_t *b = live_bucket_of(page);
+    if (!crit_enter()) return; /* (the next free clears it) */
+    spin_lock(&b->lock);
+    if (!page_has_records(b, page))
+        coral_slice_set_flags(page, coral_slice_flags(page) & ~CORAL_PAGE_SAMPLED);
+    spin_unlock(&b->lock);
+    crit_leave();
+}
+
+/* ---- batches: the malloc fast path with profiling on ---------------------------
+ * Each small class has its own countdown per heap: the bytes of the class's
+ * allocations, counted by block size (a sampling rate per byte applies to
+ * each class's bytes alike, so the per-class processes together are the
+ * per-thread one). Its direct[] entries name a proxy page whose free list
+ * is a batch of the class's blocks, so few that the countdown cannot run
+ * out within it: the fast path pops them as from any page, and counts its
+ * pops in the proxy's `used` (the proxy is never a real page: no free
+ * reaches it, a block's free goes to the page it came from, by address).
+ * When the batch is used up the pop misses, and the refill counts the
+ * batch (batch_done) and the miss's own block, samples that block if the
+ * countdown runs out there, and hands out the next batch (proxy_fill).
+ *
+ * A batch is the source page's whole free list when the page's blocks not
+ * in use (capacity - used, which the free list cannot exceed) fit in the
+ * countdown: no walk, its length unknown; the page's `used` then counts
+ * all capacity - used of them (reserved[]), more than the batch holds, so
+ * it never reaches 0 while a block is live, and batch_done takes back what
+ * was not popped. Else the batch is walked off the list, at most
+ * BATCH_MAX blocks, counted exactly. Blocks never popped go back to their
+ * page when the thread exits. */
+
+#define BATCH_MAX 64 /* blocks per walked batch */
+#define PROXY_CLASSES (CORAL_DIRECT_LAST_CLASS + 1)
+
+typedef struct coral_profile_heap_s {
+    coral_page_t proxy[PROXY_CLASSES];   /* what direct[] names, by class */
+    coral_page_t *source[PROXY_CLASSES]; /* the page a proxy's blocks are from */
+    uint32_t reserved[PROXY_CLASSES];    /* added to the source's used for the batch */
+    int64_t left[PROXY_CLASSES];         /* bytes to the class's next sample */
+    struct coral_profile_heap_s *next;   /* in the free states (pool_lock) */
+} proxies_t;
+
+static proxies_t *proxies_free;
+
+static proxies_t *proxies_get(void) {
+    if (!crit_enter()) return NULL; /* (then the heap's mallocs take the slow path) */
+    spin_lock(&pool_lock);
+    proxies_t *ph = proxies_free;
+    if (ph != NULL)
+        proxies_free = ph->next;
+    else
+        ph = pool_carve_locked(sizeof *ph);
+    spin_unlock(&pool_lock);
+    crit_leave();
+    return ph;
+}
+
+static void proxies_put(proxies_t *ph) {
+    if (!crit_enter()) return; /* (a handler's: the state is not reused) */
+    spin_lock(&pool_lock);
+    ph->next = proxies_free;
+    proxies_free = ph;
+    spin_unlock(&pool_lock);
+    crit_leave();
+}
+
+/* direct[] as the heap layer would set it, with proxies for pages. */
+static void proxies_install(coral_heap_t *heap, proxies_t *ph) {
+    for (unsigned q = 1; q < PROXY_CLASSES; q++) {
+        size_t lo = q == 1 ? 0 : coral_class_size(q - 1) / 16 + 1, hi = coral_class_size(q) / 16;
+        for (size_t w = lo; w <= hi; w++) heap->direct[w] = &ph->proxy[q];
+    }
+}
+
+void coral_profile_heap_start(coral_heap_t *heap) {
+    heap->no_direct = true;   /* direct[] is ours: all coral_page_empty now */
+    if (CORAL_SECURE) return; /* every malloc takes the slow path (its checks are there) */
+    proxies_t *ph = heap->profile != NULL ? heap->profile : proxies_get();
+    if (ph == NULL) return; /* no memory: every malloc takes the slow path */
+    memset(ph, 0, sizeof *ph);
+    for (unsigned q = 1; q < PROXY_CLASSES; q++) {
+        ph->proxy[q].class_idx = (uint8_t)q;
+        ph->left[q] = next_interval();
+    }
+    heap->profile = ph;
+    proxies_install(heap, ph);
+}
+
+/* The batch of class q ends (used up, or given back with `unpopped` blocks
+ * left): its pops are counted, and the source's used takes back what was
+ * reserved for blocks the batch did not hold. */
+static void batch_done(proxies_t *ph, unsigned q, uint32_t unpopped) {
+    coral_page_t *proxy = &ph->proxy[q];
+    uint32_t popped = proxy->used;
+    if (ph->source[q] != NULL) ph->source[q]->used -= ph->reserved[q] - (popped + unpopped);
+    ph->left[q] -= (int64_t)popped * (int64_t)coral_class_size(q);
+    proxy->used = 0;
+    ph->reserved[q] = 0;
+    ph->source[q] = NULL;
+}
+
+/* The proxy's blocks back to their page, freed as by their owner. */
+static void proxy_return(proxies_t *ph, unsigned q) {
+    coral_page_t *source = ph->source[q];
+    coral_block_t *b = ph->proxy[q].free;
+    uint32_t unpopped = 0;
+    for (const coral_block_t *c = b; c != NULL; c = coral_block_next(c)) unpopped++;
+    ph->proxy[q].free = NULL;
+    batch_done(ph, q, unpopped);
+    while (b != NULL) {
+        coral_block_t *next = coral_block_next(b);
+        coral_heap_free_local(source, b);
+        b = next;
+    }
+}
+
+void coral_profile_heap_stop(coral_heap_t *heap, bool pages_live) {
+    proxies_t *ph = heap->profile;
+    if (ph == NULL) return;
+    if (pages_live)
+        for (unsigned q = 1; q < PROXY_CLASSES; q++) proxy_return(ph, q);
+    for (size_t w = 0; w < CORAL_DIRECT_COUNT; w++) heap->direct[w] = &coral_page_empty;
+    heap->profile = NULL;
+    proxies_put(ph);
+}
+
+/* The next batch of class q (block size bs) off the first page of its
+ * queue: blocks the countdown surely outlasts. */
+static void proxy_fill(coral_heap_t *heap, proxies_t *ph, unsigned q, int64_t bs) {
+    coral_page_t *page = coral_queue_first(heap, q);
+    if (page == NULL || page->free == NULL) return;
+    /* The owner is here: a flag whose sampled blocks other threads freed
+     * goes now, so their next frees of the page take the fast path's
+     * remote push again. */
+    if (coral_slice_flags(page) & CORAL_PAGE_SAMPLED) page_flag_check(page);
+    int64_t idle = (int64_t)page->capacity - (int64_t)page->used;
+    coral_block_t *head = page->free;
+    if (idle * bs < ph->left[q]) { /* the whole list, unwalked */
+        page->free = NULL;
+        page->used += (uint32_t)idle;
+        ph->reserved[q] = (uint32_t)idle;
+    } else {
+        int64_t want = (ph->left[q] - 1) / bs, n = 1;
+        if (want <= 0) return;
+        if (want > BATCH_MAX) want = BATCH_MAX;
+        coral_block_t *tail = head;
+        for (coral_block_t *next; n < want && (next = coral_block_next(tail)) != NULL; n++)
+            tail = next;
+        page->free = coral_block_next(tail);
+        coral_block_set_next(tail, NULL);
+        page->used += (uint32_t)n;
+        ph->reserved[q] = (uint32_t)n;
+    }
+    ph->proxy[q].free = head;
+    ph->proxy[q].free_is_zero = page->free_is_zero;
+    ph->source[q] = page;
+}
+
+void coral_profile_batch_done(coral_heap_t *heap, unsigned cls) {
+    batch_done(heap->profile, cls, 0);
+}
+
+void *coral_profile_refilled(coral_heap_t *heap, unsigned cls, void *p, size_t size) {
+    proxies_t *ph = heap->profile;
+    if (p == NULL) return NULL;
+    int64_t bs = (int64_t)coral_class_size(cls);
+    if ((ph->left[cls] -= bs) <= 0) {
+        ph->left[cls] = next_interval();
+        sample_record(heap, p, size, (size_t)bs);
+    }
+    proxy_fill(heap, ph, cls, bs);
+    return p;
+}
+
+/* The thread exits (before its heaps are abandoned): every batch back. */
+static void profile_thread_exit(void) {
+    coral_heap_t *self = coral_tls_heap;
+    if (self == &coral_heap_empty) return;
+    for (coral_link_t *l = self->thread->heaps.first; l != NULL; l = l->next)
+        coral_profile_heap_stop(coral_container_of(l, coral_heap_t, thread_link), true);
+}
+
+void coral_profile_forget(coral_page_t *page, const void *p) {
+    /* A record of p is made before p is handed out, so a free of p (which
+     * the program orders after that) sees its count. */
+    if (atomic_load_explicit(addr_count(p), memory_order_relaxed) == 0) {
+        page_flag_check(page);
+        return;
+    }
+    if (!crit_enter()) {
+        defer_free(page, p);
+        return;
+    }
+    live_bucket_t *b = live_bucket_of(page);
+    spin_lock(&b->lock);
+    record_t **link = &b->first, *r;
+    while ((r = *link) != NULL && r->addr != p) link = &r->next;
+    if (r != NULL) {
+        *link = r->next;
+        filters_add(p, page, -1);
+    }
+    /* The owner clears the flag when no sampled block of the page is left
+     * (only it sets it, so none can appear meanwhile); another thread's
+     * free leaves it to the owner's next free. */
+    if (coral_slice_tid(page) == coral_thread_id() && !page_has_records(b, page))
+        coral_slice_set_flags(page, coral_slice_flags(page) & ~CORAL_PAGE_SAMPLED);
+    spin_unlock(&b->lock);
+    if (r != NULL) {
+        site_release(r);
+        record_put(r);
+    }
+    crit_leave();
+}
+
+void coral_profile_forget_heap(const coral_heap_t *heap) {
+    for (size_t i = 0; i < LIVE_BUCKETS; i++) {
+        if (!crit_enter()) return; /* (a handler's destroy: records left stale) */
+        spin_lock(&live[i].lock);
+        record_t **link = &live[i].first, *r, *gone = NULL;
+        while ((r = *link) != NULL) {
+            if (r->heap == heap) {
+                *link = r->next;
+                filters_add(r->addr, r->page, -1);
+                r->next = gone;
+                gone = r;
+            } else {
+                link = &r->next;
+            }
+        }
+        spin_unlock(&live[i].lock);
+        while ((r = gone) != NULL) {
+            gone = r->next;
+            site_release(r);
+            record_put(r);
+        }
+        crit_leave();
+    }
+}
+
+void coral_profile_live(unsigned long long *blocks, unsigned long long *bytes) {
+    unsigned long long n = 0, total = 0;
+    for (size_t i = 0; i < LIVE_BUCKETS; i++) {
+        if (!crit_enter()) break;
+        spin_lock(&live[i].lock);
+        for (const record_t *r = live[i].first; r != NULL; r = r->next) {
+            n++;
+            total += r->size;
+        }
+        spin_unlock(&live[i].lock);
+        crit_leave();
+    }
+    if (blocks != NULL) *blocks = n;
+    if (bytes != NULL) *bytes = total;
+}
+
+/* ---- fork: every lock taken before, released after (both sides) ---------------- */
+
+static bool fork_locked;
+
+static void fork_prepare(void) {
+    fork_locked = crit_enter(); /* (a fork from a handler inside the section: no locks) */
+    if (!fork_locked) return;
+    for (size_t i = 0; i < SITE_BUCKETS; i++) spin_lock(&sites[i].lock);
+    for (size_t i = 0; i < LIVE_BUCKETS; i++) spin_lock(&live[i].lock);
+    spin_lock(&pool_lock);
+}
+
+static void fork_release(void) {
+    if (!fork_locked) return;
+    spin_unlock(&pool_lock);
+    for (size_t i = LIVE_BUCKETS; i-- > 0;) spin_unlock(&live[i].lock);
+    for (size_t i = SITE_BUCKETS; i-- > 0;) spin_unlock(&sites[i].lock);
+    crit_leave();
+}
+
+/* ---- the public calls, exit and signal ------------------------------------------ */
+
+/* FILE.PID (a profile per process, however many the command starts). */
+static void path_for_process(char *out, size_t cap) {
+    char digits[24];
+    int n = 0;
+    for (long pid = (long)getpid(); pid > 0 && n < 23; pid /= 10)
+        digits[n++] = (char)('0' + pid % 10);
+    size_t len = strlen(profile_path);
+    if (len + 2 + (size_t)n > cap) len = cap - 2 - (size_t)n;
+    memcpy(out, profile_path, len);
+    out[len++] = '.';
+    while (n > 0) out[len++] = digits[--n];
+    out[len] = '\0';
+}
+
+static void write_process_profile(void) {
+    if (profile_path[0] == '\0') return;
+    char path[sizeof profile_path + 32];
+    path_for_process(path, sizeof path);
+    int saved = errno;
+    if (coral_profile_write(path) != 0)
+        coral_message("heap profile: cannot write %s: %s", path, strerror(errno));
+    errno = saved;
+}
+
+static void profile_at_exit(void) {
+    if (coral_option(CORAL_OPT_PROFILE_LEAKS)) coral_profile_report_leaks();
+    write_process_profile();
+}
+
+static void profile_on_signal(int sig) {
+    (void)sig;
+    if (in_crit)
+        dump_pending = 1; /* the interrupted section ends with it */
+    else
+        write_process_profile();
+}
+
+/* Deferred frees and dump, at the end of a section (not in it). A free is
+ * popped with a compare-and-swap: a handler that pushes another meanwhile
+ * makes it fail, and the loop reads again. */
+static void run_deferred(void) {
+    for (;;) {
+        int n = __atomic_load_n(&npending, __ATOMIC_RELAXED);
+        if (n > 0) {
+            pending_t e = pending[n - 1];
+            if (__atomic_compare_exchange_n(&npending, &n, n - 1, false, __ATOMIC_RELAXED,
+                                            __ATOMIC_RELAXED))
+                coral_profile_forget(e.page, e.p);
+            continue;
+        }
+        if (!dump_pending) return;
+        dump_pending = 0;
+        write_process_profile();
+    }
+}
+
+int coral_profile_dump(const char *path) {
+    if (!coral_profile_on) {
+        errno = ENOTSUP;
+        return -1;
+    }
+    if (path == NULL || path[0] == '\0') {
+        errno = EINVAL;
+        return -1;
+    }
+    return coral_profile_write(path);
+}
+
+void coral_profile_init(void) {
+    const char *path = getenv("CORALLOC_PROFILE");
+    bool leaks = coral_option(CORAL_OPT_PROFILE_LEAKS) != 0;
+    if ((path == NULL || path[0] == '\0') && !leaks) return;
+    if (path != NULL) {
+        if (strlen(path) >= sizeof profile_path - 32) {
+            coral_message("error: CORALLOC_PROFILE is too long (at most %zu bytes): no profile",
+                          sizeof profile_path - 32);
+            if (!leaks) return;
+        } else {
+            memcpy(profile_path, path, strlen(path) + 1);
+        }
+    }
+    profile_rate = coral_option(CORAL_OPT_PROFILE_RATE);
+    coral_profile_on = true;
+    /* (With profiling on the bulk calls go block by block: no bulk cache is
+     * made, and the hook is ours alone.) */
+    coral_thread_exit_hook_set(profile_thread_exit);
+    pthread_atfork(fork_prepare, fork_release, fork_release);
+    atexit(profile_at_exit);
+    int sig = (int)coral_option(CORAL_OPT_PROFILE_SIGNAL);
+    if (sig != 0) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = profile_on_signal;
+        sa.sa_flags = SA_RESTART;
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(sig, &sa, NULL) != 0)
+            coral_message("error: CORALLOC_PROFILE_SIGNAL=%d: not a signal a handler can take",
+                          sig);
+    }
+}

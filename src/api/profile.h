@@ -1,0 +1,101 @@
+/* The sampling heap profiler (profile.c; its output, the pprof format and
+ * the leak report, in profile_out.c; docs/PROFILING.md).
+ *
+ * Off unless the process starts with CORALLOC_PROFILE=FILE or
+ * CORALLOC_PROFILE_LEAKS=1 (read once, on the first thread's set-up). Off,
+ * it costs nothing on the fast paths: no heap has no_direct set, no page
+ * has CORAL_PAGE_SAMPLED, so the slow paths' tests below are never taken.
+ *
+ * On, every heap has no_direct (heap.h): direct[] names no page, so each
+ * allocation takes a slow path of alloc.c, which counts its bytes against
+ * the thread's countdown (coral_profile_count). When the countdown runs
+ * out the allocation is sampled: its stack (a frame-pointer walk bounded by
+ * the thread's stack) and size are recorded in a table keyed by its page,
+ * and its page gets CORAL_PAGE_SAMPLED, so that a free of any block of the
+ * page leaves the fast path for coral_free_unusual (or coral_free_slow),
+ * which calls coral_profile_forget. The countdown is drawn from an
+ * exponential distribution of mean CORALLOC_PROFILE_RATE bytes, anew after
+ * each sample, so a block of s bytes is sampled with probability
+ * 1 - exp(-s / rate) whatever the pattern of allocations.
+ *
+ * The profiler never allocates through malloc (its memory comes from
+ * coral_os_map) and holds its locks (spin locks, leaves of the lock order)
+ * only with every signal blocked, so a malloc or free in a signal handler,
+ * in a thread's exit or in a fork's child never waits for a lock its own
+ * thread holds; fork takes them all first (pthread_atfork). */
+#ifndef CORAL_PROFILE_H
+#define CORAL_PROFILE_H
+
+#include "api/api.h"
+
+/* Set once, before the first heap is ready (never changed after). */
+extern bool coral_profile_on;
+/* Bytes the calling thread may still allocate before its next sample. */
+extern __thread int64_t coral_profile_left __attribute__((tls_model("initial-exec")));
+
+/* On the first thread's set-up: read the options, and when profiling is
+ * asked for, set coral_profile_on and register the exit, fork and signal
+ * handlers. */
+void coral_profile_init(void);
+
+/* p (NULL: failed) was just handed out by heap (whose no_direct is set) for
+ * a request of size bytes: the countdown is charged, and the block sampled
+ * when it runs out. Returns p. */
+void *coral_profile_sample(coral_heap_t *heap, void *p, size_t size);
+CORAL_INLINE void *coral_profile_count(coral_heap_t *heap, void *p, size_t size) {
+    if (coral_likely((coral_profile_left -= (int64_t)size) > 0) || p == NULL) return p;
+    return coral_profile_sample(heap, p, size);
+}
+
+/* A heap is set up (a thread's, or a user heap new or reset): it gets
+ * no_direct and its batches (profile.c). */
+void coral_profile_heap_start(coral_heap_t *heap);
+/* The heap's batches go: back to their pages when pages_live (the thread
+ * exits), or dropped with the pages (destroy, reset). */
+void coral_profile_heap_stop(coral_heap_t *heap, bool pages_live);
+/* The default build: the pop of a batch class missed (its batch is used
+ * up): batch_done counts it (before the refill takes a block); then p, of
+ * class cls for a request of size bytes, taken instead, is counted, maybe
+ * sampled, and the next batch handed out (refilled, which returns p). */
+void coral_profile_batch_done(coral_heap_t *heap, unsigned cls);
+void *coral_profile_refilled(coral_heap_t *heap, unsigned cls, void *p, size_t size);
+
+/* p, a block of page (a page with CORAL_PAGE_SAMPLED, or a huge segment's
+ * first descriptor), is being freed: its record goes, if it has one. */
+void coral_profile_forget(coral_page_t *page, const void *p);
+/* heap is destroyed or reset: every record of its blocks goes. */
+void coral_profile_forget_heap(const coral_heap_t *heap);
+
+/* ---- what profile_out.c reads ------------------------------------------------- */
+
+#define CORAL_PROFILE_DEPTH 48 /* frames kept per stack */
+
+/* An allocation site: a distinct stack, with its estimated totals (the
+ * estimator: docs/PROFILING.md). */
+typedef struct coral_profile_site_s {
+    struct coral_profile_site_s *next; /* in its bucket */
+    uint64_t hash;
+    uint32_t depth;
+    double alloc_objects, alloc_bytes;  /* every sampled allocation */
+    double inuse_objects, inuse_bytes;  /* those not freed yet */
+    uintptr_t pcs[CORAL_PROFILE_DEPTH]; /* return addresses, innermost first */
+} coral_profile_site_t;
+
+/* The sampling rate in force (bytes). */
+int64_t coral_profile_rate(void);
+/* How many sites exist now (more may come while a dump runs). */
+size_t coral_profile_site_count(void);
+/* A copy of each site, one bucket at a time under its lock, given to fn
+ * (which must take no profiler lock). */
+typedef void (*coral_profile_site_fn)(const coral_profile_site_t *site, void *arg);
+void coral_profile_sites_visit(coral_profile_site_fn fn, void *arg);
+
+/* profile_out.c: the profile in the pprof format to path; 0, or -1 with
+ * errno set. Allocates nothing through malloc; may run in a signal
+ * handler. */
+int coral_profile_write(const char *path);
+/* profile_out.c: the leak report (sites with sampled blocks still live) to
+ * stderr. */
+void coral_profile_report_leaks(void);
+
+#endif /* CORAL_PROFILE_H */

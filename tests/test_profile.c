@@ -1,0 +1,304 @@
+/* The heap profiler's bookkeeping (src/api/profile.h), through the coral_
+ * API, in every configuration and in the secure build.
+ *
+ * Run with CORALLOC_PROFILE=FILE and CORALLOC_PROFILE_RATE=1 (ctest sets
+ * them): every allocation is then sampled (a block of s >= 1 bytes is
+ * sampled with probability 1 - e^-s, above 0.63, and with per-class
+ * batches each block counts its class's size: 16 bytes at least, so
+ * 1 - e^-16; the tests ask for 16 bytes or more), so coral_profile_live must follow every
+ * allocation and free exactly. Each test returns to the live count it started from: the free of a
+ * sampled block (any thread's, bulk, realloc's, a heap's destroy) forgot it. The signal and
+ * thread-exit tests end only if no sampled allocation deadlocks there.
+ *
+ * With the argument "off" (no CORALLOC_PROFILE): profiling is off, and
+ * coral_profile_dump says so (ENOTSUP). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "coralloc.h"
+#include "testutil.h"
+
+static unsigned long long live_blocks(void) {
+    unsigned long long n;
+    coral_profile_live(&n, NULL);
+    return n;
+}
+
+static unsigned long long live_bytes(void) {
+    unsigned long long b;
+    coral_profile_live(NULL, &b);
+    return b;
+}
+
+/* Sizes of every kind: small (batch classes), medium, large, huge; at
+ * least 16 bytes, so that each is sampled (1 - e^-16) in the secure build
+ * too, which counts by size. */
+static const size_t sizes[] = {17, 16, 100, 1000, 1024, 1500, 9000, 70000, 300000, 5 << 20};
+#define NSIZES (sizeof sizes / sizeof *sizes)
+
+static void test_every_size(void) {
+    unsigned long long n0 = live_blocks(), b0 = live_bytes();
+    void *p[NSIZES];
+    size_t total = 0;
+    for (size_t i = 0; i < NSIZES; i++) {
+        p[i] = opaque(coral_malloc(sizes[i]));
+        CHECK(p[i] != NULL);
+        total += sizes[i];
+    }
+    CHECK(live_blocks() == n0 + NSIZES);
+    CHECK(live_bytes() == b0 + total);
+    for (size_t i = 0; i < NSIZES; i++) coral_free(p[i]);
+    CHECK(live_blocks() == n0);
+    CHECK(live_bytes() == b0);
+}
+
+static void test_calloc_realloc(void) {
+    unsigned long long n0 = live_blocks(), b0 = live_bytes();
+    char *p = opaque(coral_calloc(10, 10));
+    CHECK(p != NULL && p[99] == 0);
+    CHECK(live_bytes() == b0 + 100);
+    /* realloc that moves: the old block forgotten, the new one sampled. */
+    char *q = opaque(coral_realloc(p, 50000));
+    CHECK(q != NULL && q != p);
+    CHECK(live_blocks() == n0 + 1 && live_bytes() == b0 + 50000);
+    q = opaque(coral_realloc(q, 200)); /* shrinks by more than half: moves */
+    CHECK(live_blocks() == n0 + 1 && live_bytes() == b0 + 200);
+    coral_free(q);
+    CHECK(live_blocks() == n0 && live_bytes() == b0);
+}
+
+static void test_aligned(void) {
+    unsigned long long n0 = live_blocks(), b0 = live_bytes();
+    void *a = opaque(coral_aligned_alloc(64, 100));
+    void *b = NULL;
+    CHECK(a != NULL && ((uintptr_t)a & 63) == 0);
+    CHECK(coral_posix_memalign(&b, 4096, 10000) == 0 && ((uintptr_t)b & 4095) == 0);
+    void *c = opaque(coral_aligned_alloc(1 << 20, 3 << 20)); /* huge, aligned */
+    CHECK(c != NULL);
+    CHECK(live_blocks() == n0 + 3 && live_bytes() == b0 + 100 + 10000 + (3 << 20));
+    coral_free(a);
+    coral_free(b);
+    coral_free(c);
+    CHECK(live_blocks() == n0 && live_bytes() == b0);
+}
+
+static void test_bulk(void) {
+    unsigned long long n0 = live_blocks();
+    void *p[200];
+    size_t s[200];
+    CHECK(coral_malloc_bulk(48, 200, p) == 200);
+    CHECK(live_blocks() == n0 + 200);
+    coral_free_bulk(p, 200);
+    CHECK(live_blocks() == n0);
+    for (size_t i = 0; i < 200; i++) s[i] = 16 + i * 37;
+    CHECK(coral_malloc_bulk_sizes(s, 200, p) == 200);
+    CHECK(live_blocks() == n0 + 200);
+    coral_free_bulk(p, 200);
+    CHECK(live_blocks() == n0);
+}
+
+static void test_heaps(void) {
+    unsigned long long n0 = live_blocks();
+    coral_heap_t *h = coral_heap_new();
+    CHECK(h != NULL);
+    for (size_t i = 0; i < 300; i++) CHECK(coral_heap_malloc(h, sizes[i % NSIZES]) != NULL);
+    CHECK(live_blocks() == n0 + 300);
+    coral_heap_reset(h); /* its blocks go at once: their records too */
+    CHECK(live_blocks() == n0);
+    void *p = coral_heap_malloc(h, 40);
+    CHECK(p != NULL && live_blocks() == n0 + 1);
+    coral_heap_free(h, p);
+    CHECK(live_blocks() == n0);
+    for (size_t i = 0; i < 100; i++) CHECK(coral_heap_calloc(h, 1, 24) != NULL);
+    coral_heap_destroy(h);
+    CHECK(live_blocks() == n0);
+}
+
+/* ---- threads: blocks freed by other threads ----------------------------------- */
+
+#define XT_THREADS 4
+#define XT_BLOCKS 5000
+
+static void *xt_blocks[XT_THREADS][XT_BLOCKS];
+static pthread_barrier_t xt_barrier;
+
+static void *xt_worker(void *arg) {
+    size_t me = (size_t)arg;
+    for (size_t i = 0; i < XT_BLOCKS; i++) {
+        xt_blocks[me][i] = coral_malloc(sizes[i % 6]);
+        CHECK(xt_blocks[me][i] != NULL);
+    }
+    pthread_barrier_wait(&xt_barrier);
+    size_t other = (me + 1) % XT_THREADS; /* frees its neighbour's blocks */
+    for (size_t i = 0; i < XT_BLOCKS; i++) coral_free(xt_blocks[other][i]);
+    return NULL;
+}
+
+static void test_cross_thread_frees(void) {
+    unsigned long long n0 = live_blocks();
+    pthread_t t[XT_THREADS];
+    pthread_barrier_init(&xt_barrier, NULL, XT_THREADS);
+    for (size_t i = 0; i < XT_THREADS; i++)
+        CHECK(pthread_create(&t[i], NULL, xt_worker, (void *)i) == 0);
+    for (size_t i = 0; i < XT_THREADS; i++) pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&xt_barrier);
+    CHECK(live_blocks() == n0);
+}
+
+/* ---- a thread's exit: sampled allocations in a key destructor ------------------ */
+
+static pthread_key_t exit_key;
+static _Atomic(int) exit_destructors;
+
+static void exit_destructor(void *value) {
+    coral_free(value);
+    void *p = coral_malloc(200); /* sampled, after the thread's heap may be gone */
+    CHECK(p != NULL);
+    coral_free(p);
+    atomic_fetch_add(&exit_destructors, 1);
+}
+
+static void *exit_worker(void *arg) {
+    (void)arg;
+    void *kept = coral_malloc(64);
+    CHECK(kept != NULL);
+    pthread_setspecific(exit_key, kept);
+    for (int i = 0; i < 1000; i++) coral_free(coral_malloc(16 + i % 900));
+    return NULL; /* the key's destructor frees kept */
+}
+
+static void test_thread_exit(void) {
+    unsigned long long n0 = live_blocks();
+    CHECK(pthread_key_create(&exit_key, exit_destructor) == 0);
+    for (int round = 0; round < 20; round++) {
+        pthread_t t;
+        CHECK(pthread_create(&t, NULL, exit_worker, NULL) == 0);
+        pthread_join(t, NULL);
+    }
+    CHECK(atomic_load(&exit_destructors) == 20);
+    CHECK(live_blocks() == n0);
+}
+
+/* ---- signals: a handler's malloc on a thread that allocates -------------------- */
+
+#define SIGNALS_WANTED 2000
+
+static _Atomic(int) handled, stop_allocating;
+
+static void on_signal(int sig) {
+    (void)sig;
+    int saved = errno;
+    void *p = coral_malloc(100); /* sampled: the profiler's locks must be free here */
+    if (p != NULL) coral_free(p);
+    atomic_fetch_add(&handled, 1);
+    errno = saved;
+}
+
+static void *signal_target(void *arg) {
+    (void)arg;
+    while (!atomic_load(&stop_allocating)) {
+        void *p = coral_malloc(24);
+        void *q = coral_malloc(2000);
+        coral_free(p);
+        coral_free(q);
+    }
+    return NULL;
+}
+
+static void test_signal_handler(void) {
+    unsigned long long n0 = live_blocks();
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    CHECK(sigaction(SIGUSR1, &sa, NULL) == 0);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, signal_target, NULL) == 0);
+    /* Each signal interrupts the allocating thread wherever it is; the
+     * loop ends once SIGNALS_WANTED handlers have run. */
+    while (atomic_load(&handled) < SIGNALS_WANTED) {
+        pthread_kill(t, SIGUSR1);
+        sched_yield();
+    }
+    atomic_store(&stop_allocating, 1);
+    pthread_join(t, NULL);
+    CHECK(live_blocks() == n0);
+}
+
+/* ---- fork: the child's profile follows its own frees --------------------------- */
+
+static void test_fork(void) {
+    void *kept = coral_malloc(777);
+    CHECK(kept != NULL);
+    unsigned long long n0 = live_blocks();
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        /* The child inherits the records; its frees and allocations work. */
+        int ok = live_blocks() == n0;
+        coral_free(kept);
+        ok &= live_blocks() == n0 - 1;
+        void *p = coral_malloc(5000);
+        ok &= p != NULL && live_blocks() == n0;
+        coral_free(p);
+        _exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    coral_free(kept);
+    CHECK(live_blocks() == n0 - 1);
+}
+
+static void test_dump(const char *path) {
+    CHECK(coral_profile_dump(path) == 0);
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL);
+    unsigned char head[2] = {0, 0};
+    CHECK(fread(head, 1, 2, f) == 2);
+    fclose(f);
+    /* Field 1 (sample_type), length-delimited: the Profile message. */
+    CHECK(head[0] == 0x0a);
+    remove(path);
+    CHECK(coral_profile_dump("") == -1 && errno == EINVAL);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "off") == 0) {
+        CHECK(getenv("CORALLOC_PROFILE") == NULL);
+        void *p = coral_malloc(100);
+        CHECK(coral_profile_dump("/nonexistent/never") == -1 && errno == ENOTSUP);
+        CHECK(live_blocks() == 0);
+        coral_free(p);
+        puts("test_profile off: ok");
+        return 0;
+    }
+    const char *base = getenv("CORALLOC_PROFILE");
+    CHECK(base != NULL);
+    coral_free(coral_malloc(1)); /* the process set up: profiling on */
+    unsigned long long n0 = live_blocks();
+    test_every_size();
+    test_calloc_realloc();
+    test_aligned();
+    test_bulk();
+    test_heaps();
+    test_cross_thread_frees();
+    test_thread_exit();
+    test_signal_handler();
+    test_fork();
+    char path[4096];
+    snprintf(path, sizeof path, "%s.dump", base);
+    test_dump(path);
+    CHECK(live_blocks() == n0);
+    puts("test_profile: ok");
+    return 0;
+}

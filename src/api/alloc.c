@@ -188,6 +188,12 @@ static void owner_free(coral_page_t *page, void *p) {
  * full one (which checks p), the freed mark swapped in once. */
 static void remote_free(coral_segment_t *seg, coral_page_t *page, void *p) {
     uintptr_t suspect;
+    /* A span no page holds (released, its segment perhaps cached): no
+     * block lives there, so this is a double or invalid free. */
+    if (coral_unlikely(page->slice_count == 0)) {
+        coral_page_invalid_free(p, "in no page in use: double free?");
+        return;
+    }
     if (coral_page_free_remote_quick(page, p, &suspect)) return;
     if (suspect & CORAL_TF_MARKED)
         coral_page_push_remote_marked(page, p, suspect & CORAL_TF_SUSPECT);

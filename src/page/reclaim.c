@@ -58,12 +58,16 @@ static int64_t orphan_bytes(const coral_page_t *page) {
 /* Under the lock. An orphan's memory counts in the purge backlog (purge.c)
  * while it is listed. */
 static void orphan_unlink(coral_page_t *page) {
+    /* The descriptor is read while the page is still listed: once
+     * orphan_listed is 0 (release), whoever releases the page may do so
+     * without the lock (coral_orphan_forget) and rewrite it. */
+    int64_t bytes = orphan_bytes(page);
     coral_list_remove(&orphans, &orphan_entry(page)->link);
-    atomic_store_explicit(&page->orphan_listed, 0, memory_order_relaxed);
     atomic_store_explicit(&orphans_count,
                           atomic_load_explicit(&orphans_count, memory_order_relaxed) - 1,
                           memory_order_relaxed);
-    coral_purge_backlog_add(-orphan_bytes(page));
+    coral_purge_backlog_add(-bytes);
+    atomic_store_explicit(&page->orphan_listed, 0, memory_order_release);
 }
 
 /* Under the lock: list the page (the newest last). The caller wakes the
@@ -95,15 +99,18 @@ void coral_orphan_take_back(coral_page_t *page) {
  * taken back already: unlist it if it still is. No free of its blocks can
  * be in flight, so the unlocked check is enough. */
 void coral_orphan_forget(coral_page_t *page) {
-    if (atomic_load_explicit(&page->orphan_listed, memory_order_relaxed))
+    if (atomic_load_explicit(&page->orphan_listed, memory_order_acquire))
         coral_orphan_take_back(page);
 }
 
-/* Under the lock: take all the page's blocks if they are still all on its
- * thread_free (its owner did not take them meanwhile). */
-static bool orphan_claim(coral_page_t *page) {
+/* Under the lock, after the unlisting: take all the page's blocks if they
+ * are still all on its thread_free (its owner did not take them, nor
+ * release the page, meanwhile). `reserved` was read while the page was
+ * listed; from the unlisting on only thread_free is read: a released page
+ * was sealed (count 0), and a new page on its span starts at count 0. */
+static bool orphan_claim(coral_page_t *page, uint32_t reserved) {
     uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
-    while (coral_tf_count(tf) == page->reserved && !(tf & CORAL_TF_RECLAIMED)) {
+    while (coral_tf_count(tf) == reserved && !(tf & CORAL_TF_RECLAIMED)) {
         uintptr_t claimed = (tf & CORAL_DELAY_MASK) | CORAL_TF_RECLAIMED | CORAL_TF_BUSY;
         if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, claimed,
                                                   memory_order_acquire, memory_order_relaxed))
@@ -149,9 +156,10 @@ static uint64_t orphans_reclaim_due(uint64_t now, bool force) {
                 next_due = since_ms + delay;
                 break;
             }
+            uint32_t reserved = page->reserved;
             orphan_unlink(page);
             coral_test_point(CORAL_TP_ORPHAN_UNLISTED, page);
-            if (orphan_claim(page)) claimed[n++] = page;
+            if (orphan_claim(page, reserved)) claimed[n++] = page;
         }
         bool more = orphans.first != NULL && next_due == 0;
         pthread_mutex_unlock(&orphans_lock);

@@ -127,5 +127,7 @@ fn stat_answers_top_level_keys_only() {
     assert_eq!(coralloc::stat("os"), None); // top level, but an object
     assert_eq!(coralloc::stat("per_class"), None); // top level, but a boolean
     assert!(coralloc::stat("segments").is_some());
-    assert!(coralloc::stat("threads").unwrap() >= 1);
+    // (A top-level number; its value depends on which test threads have
+    // allocated through coralloc, so only its presence is checked.)
+    assert!(coralloc::stat("threads").is_some());
 }

@@ -910,7 +910,7 @@ static void test_aligned_twins(void) {
 }
 
 int main(int argc, char **argv) {
-#ifdef CORAL_TEST_RELEASE
+#if defined(CORAL_TEST_RELEASE) && !defined(CORAL_TEST_CROSS)
     if (argc == 2 && strcmp(argv[1], "aligned_calloc_rss") == 0) {
         child_aligned_calloc_rss();
         return 0;

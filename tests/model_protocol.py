@@ -10,7 +10,9 @@ each step atomic as the CAS or lock it stands for), and each final or
 intermediate state is checked against the invariants:
 
   - no purge of a span that is no longer the page's (a released span may
-    hold a new page's live blocks);
+    hold a new page's live blocks: one on the same descriptor with more
+    blocks, whose count other threads' frees bring to this page's
+    `reserved` without the orphan lock);
   - no page stranded: at the end, a page still in the full queue has a
     live block, or a notice still to come;
   - every block freed is accounted for (free lists + thread_free + used).
@@ -26,7 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterator, Optional
 
 NONE, USE, FREEING, NEVER = "NONE", "USE", "FREEING", "NEVER"
-FIXES = ("seal", "wait_notice")
+FIXES = ("claim_listed", "wait_notice")
 
 
 @dataclass(frozen=True)
@@ -101,14 +103,18 @@ class Model:
                        orphan_listed=False if orphan else s.orphan_listed)
 
     def release(self, s: State, t: int, pc: int) -> Optional[State]:
-        """The span goes back: orphan forgotten, thread_free sealed."""
-        if "seal" in self.fixes:
-            if s.busy:
-                return None  # waits for the purge in progress
-            s = replace(s, tf_count=0)
-        elif s.busy:
-            return None  # wait_not_busy, as before the seal
-        return set_pc(s, t, pc, span="free", in_full=False)
+        """The span goes back: orphan forgotten, thread_free sealed (once
+        the purge in progress, if any, is over)."""
+        if s.busy:
+            return None
+        return set_pc(s, t, pc, span="free", in_full=False, tf_count=0)
+
+    def new_page_frees(self, s: State, t: int) -> State:
+        """A new page on the span, on the same descriptor, with more blocks
+        than this one: other threads' frees of some of them bring its count
+        to this page's `reserved` without the orphan lock (they do not free
+        its last block), its other blocks live."""
+        return set_pc(s, t, 9, span="reused", tf_count=self.blocks)
 
     def owner_collect(self, s: State, t: int) -> Optional[State]:
         pc = s.pcs[t]
@@ -127,17 +133,27 @@ class Model:
             if s.busy:
                 return None
             s2 = self.take_list(s)
-            if s2.used == 0:
-                pending = s2.delay == FREEING or s2.delayed_listed
-                if pending:  # retire returns: a notice is to come
-                    return set_pc(s2, t, 0)
-                return set_pc(s2, t, 3)
-            return set_pc(s2, t, 0, in_full=False)  # back to its class queue
+            if s.tf_count == self.blocks and not s.reclaimed:
+                return set_pc(s2, t, 5)  # all of them: coral_orphan_take_back
+            return self.after_take(s2, t)
+        if pc == 5:  # take_back waits for the orphan lock (a purger between steps holds it)
+            if s.pcs[self.purger_t] == 1:
+                return None
+            return self.after_take(s, t)
         if pc == 3:
             return self.release(s, t, 4)
         if pc == 4:  # a new page on the span
-            return set_pc(s, t, 9, span="reused")
+            return self.new_page_frees(s, t)
         return None
+
+    def after_take(self, s2: State, t: int) -> State:
+        """Owner, its list taken: retire an empty page, else back to its queue."""
+        if s2.used == 0:
+            pending = s2.delay == FREEING or s2.delayed_listed
+            if pending:  # retire returns: a notice is to come
+                return set_pc(s2, t, 0)
+            return set_pc(s2, t, 3)
+        return set_pc(s2, t, 0, in_full=False)  # back to its class queue
 
     def owner_destroy(self, s: State, t: int) -> Optional[State]:
         pc = s.pcs[t]
@@ -150,7 +166,7 @@ class Model:
         if pc == 1:  # orphan_forget: the unlocked look, then release
             return self.release(replace(s, orphan_listed=False) if s.orphan_listed else s, t, 2)
         if pc == 2:
-            return set_pc(s, t, 9, span="reused")
+            return self.new_page_frees(s, t)
         return None
 
     # ---- the purger -----------------------------------------------------------
@@ -161,6 +177,11 @@ class Model:
                 if s.pcs[self.owner_t] == 9 and all(p == 3 for p in s.pcs[: self.freers]):
                     return set_pc(s, t, 9)
                 return None
+            if "claim_listed" in self.fixes:  # the claim, then the unlisting: one lock hold
+                if s.tf_count == self.blocks and not s.reclaimed:
+                    return set_pc(s, t, 2, tf_count=0, reclaimed=True, busy=True,
+                                  purger_claimed=True, orphan_listed=False)
+                return set_pc(s, t, 9, orphan_listed=False)
             return set_pc(s, t, 1, orphan_listed=False, purger_candidate=True)
         if pc == 1:  # claim: one CAS that needs every block on thread_free
             if s.tf_count == self.blocks and not s.reclaimed:

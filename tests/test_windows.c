@@ -30,10 +30,13 @@ static void join(pthread_t t) { CHECK_EQ(pthread_join(t, NULL), 0); }
 
 /* ---- a destroyed heap's orphan page and the purger --------------------------------------
  * A user heap's page all of whose blocks another thread freed is an orphan.
- * The purger unlists it, then claims it; between the two, the owner
- * destroys the heap and a new heap puts live blocks on the same span. The
- * purger's claim must fail: before the fix it succeeded (destroy left the
- * blocks on thread_free) and the purge zeroed the new heap's live blocks. */
+ * The purger is held holding the orphan lock, the page unlisted; the owner
+ * destroys the heap and a new heap puts live blocks on the same span. No
+ * purge may touch the span once the new page is there: the first fix made
+ * destroy seal thread_free (before it, a claim after the unlisting
+ * succeeded and the purge zeroed the new heap's live blocks); the claim is
+ * now made before the unlisting, and destroy waits for its purge (the
+ * gate opens when it starts waiting). */
 
 #define ORPHAN_BLOCKS 1024 /* 64-byte blocks: one 64 KiB page */
 
@@ -63,7 +66,7 @@ static void case_orphan_destroy(void) {
     }
     join(start(free_all_orphan_blocks, NULL)); /* the page is an orphan now */
     coral_test_advance_clock(3600 * 1000);     /* and due for reclaim */
-    gate_arm(CORAL_TP_ORPHAN_UNLISTED, -1);
+    gate_arm(CORAL_TP_ORPHAN_UNLISTED, CORAL_TP_WAIT_BUSY);
     pthread_t purger = start(purge_pass_thread, NULL);
     gate_wait_held(); /* unlisted, not claimed */
     coral_heap_destroy(heap);
@@ -84,6 +87,89 @@ static void case_orphan_destroy(void) {
     for (size_t i = 0; i < ORPHAN_BLOCKS; i++)
         CHECK_MSG(pattern_mismatch(live[i], 64, i) == (size_t)-1, "live block %zu at %p changed", i,
                   live[i]);
+    coral_heap_destroy(next);
+}
+
+/* ---- a destroyed orphan's span reused by a page of more blocks ------------------------
+ * The same window, but the new page on the span holds smaller blocks (more
+ * of them: 1,024 of 64 bytes where the orphan had 512 of 128). Other
+ * threads free 512 of its blocks while the purger holds the orphan lock:
+ * the count on the descriptor (the same descriptor: the span starts at the
+ * same slice) then equals the orphan's `reserved`, and the last of those
+ * frees needs no lock (it does not free the new page's last block). A
+ * claim made after the unlisting compared the count with the old
+ * `reserved`, so it took the new page: the purge zeroed its 512 live
+ * blocks, and its owner would have handed them out again. The claim is now
+ * made while the page is listed (a releaser waits for it: the lock), so it
+ * can only ever take the orphan itself. The gate opens by itself when the
+ * destroyer waits for a purge in progress (the fix: the orphan was claimed
+ * before the unlisting, and destroy waits for its purge). */
+
+#define REUSE_OLD 128  /* the orphan's blocks */
+#define REUSE_NEW 64   /* the new page's */
+#define REUSE_MAX 1024 /* 64 KiB / 64 */
+
+static void *reuse_old[REUSE_MAX], *reuse_new[REUSE_MAX];
+static size_t reuse_old_n;
+
+static void *free_reuse_old(void *arg) {
+    (void)arg;
+    for (size_t i = 0; i < reuse_old_n; i++) coral_free(reuse_old[i]);
+    return NULL;
+}
+
+/* Frees the new page's first half: a count equal to the orphan's reserved. */
+static void *free_reuse_new_half(void *arg) {
+    (void)arg;
+    for (size_t i = 0; i < reuse_old_n; i++) coral_free(reuse_new[i]);
+    return NULL;
+}
+
+static uintptr_t slice_of(const void *p) { return (uintptr_t)p & ~(uintptr_t)0xffff; }
+
+static void case_orphan_reuse_smaller(void) {
+    coral_heap_t *heap = coral_heap_new();
+    CHECK(heap != NULL);
+    /* The blocks of the heap's first page: those in the first one's slice. */
+    char *extra = NULL;
+    while (extra == NULL) {
+        char *p = coral_heap_malloc(heap, REUSE_OLD);
+        CHECK(p != NULL && reuse_old_n < REUSE_MAX);
+        if (reuse_old_n == 0 || slice_of(p) == slice_of(reuse_old[0]))
+            reuse_old[reuse_old_n++] = p;
+        else
+            extra = p;
+    }
+    join(start(free_reuse_old, NULL)); /* the first page is an orphan now */
+    coral_test_advance_clock(3600 * 1000);
+    gate_arm(CORAL_TP_ORPHAN_UNLISTED, CORAL_TP_WAIT_BUSY);
+    pthread_t purger = start(purge_pass_thread, NULL);
+    gate_wait_held(); /* holding the orphan lock */
+    coral_heap_destroy(heap);
+    coral_heap_t *next = coral_heap_new();
+    CHECK(next != NULL);
+    for (size_t i = 0; i < REUSE_MAX; i++) {
+        reuse_new[i] = coral_heap_malloc(next, REUSE_NEW);
+        CHECK(reuse_new[i] != NULL);
+        fill_pattern(reuse_new[i], REUSE_NEW, i);
+    }
+    CHECK_MSG(slice_of(reuse_new[0]) == slice_of(reuse_old[0]),
+              "the new page is not on the orphan's span (%p, %p): the window is not driven",
+              reuse_new[0], reuse_old[0]);
+    CHECK_MSG(slice_of(reuse_new[REUSE_MAX - 1]) == slice_of(reuse_old[0]),
+              "the new page holds fewer than %d blocks", REUSE_MAX);
+    join(start(free_reuse_new_half, NULL));
+    gate_arm_at(1, CORAL_TP_ORPHAN_PURGING, -1);
+    gate_open();
+    gate_wait_for(&purge_pass_done, 1);
+    bool claimed_new = gate_holds(1);
+    gate_open_at(1);
+    join(purger);
+    for (size_t i = reuse_old_n; i < REUSE_MAX; i++)
+        CHECK_MSG(pattern_mismatch(reuse_new[i], REUSE_NEW, i) == (size_t)-1,
+                  "live block %zu at %p changed (the purger claimed the new page: %d)", i,
+                  reuse_new[i], claimed_new);
+    CHECK_MSG(!claimed_new, "the purger claimed the new page, which holds live blocks");
     coral_heap_destroy(next);
 }
 
@@ -388,9 +474,13 @@ int main(int argc, char **argv) {
         const char *name;
         void (*run)(void);
     } cases[] = {
-        {"orphan_destroy", case_orphan_destroy}, {"notify_retire", case_notify_retire},
-        {"large_only", case_large_only},         {"huge_free_vs_exit", case_huge_free_vs_exit},
-        {"fork_huge_lock", case_fork_huge_lock}, {"fork_bulk_flush", case_fork_bulk_flush},
+        {"orphan_destroy", case_orphan_destroy},
+        {"notify_retire", case_notify_retire},
+        {"large_only", case_large_only},
+        {"huge_free_vs_exit", case_huge_free_vs_exit},
+        {"fork_huge_lock", case_fork_huge_lock},
+        {"fork_bulk_flush", case_fork_bulk_flush},
+        {"orphan_reuse_smaller", case_orphan_reuse_smaller},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(argv[1], cases[i].name) == 0) {

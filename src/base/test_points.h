@@ -14,10 +14,14 @@
 #define CORAL_TEST_POINTS_H
 
 typedef enum coral_test_point_e {
-    /* reclaim.c: the purger unlisted an orphan page and has not claimed it yet */
+    /* reclaim.c: the purger tried to claim an orphan page and unlisted it,
+     * holding the orphan lock */
     CORAL_TP_ORPHAN_UNLISTED,
     /* reclaim.c: the purger claimed an orphan page and is about to purge it */
     CORAL_TP_ORPHAN_PURGING,
+    /* page.c: a thread waits for the purger to return a claimed page's
+     * memory (BUSY) */
+    CORAL_TP_WAIT_BUSY,
     /* page.c: a remote freer pushed a full page on its owner's delayed_pages
      * and has not left state FREEING yet */
     CORAL_TP_NOTIFY_PUSHED,

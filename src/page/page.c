@@ -218,6 +218,7 @@ void coral_page_top_up_first_carve(coral_page_t *page) {
 void coral_page_wait_not_busy(coral_page_t *page) {
     unsigned spins = 0;
     while (atomic_load_explicit(&page->thread_free, memory_order_acquire) & CORAL_TF_BUSY) {
+        if (spins == 0) coral_test_point(CORAL_TP_WAIT_BUSY, page);
         if (++spins < 64)
             coral_spin_pause();
         else
@@ -587,10 +588,10 @@ size_t coral_page_blocks_bytes(const coral_page_t *page, size_t block_size) {
 
 /* Whoever releases a page takes whatever is left on its thread_free (a
  * destroyed heap's page may hold the blocks other threads freed into it),
- * waiting first for a purge in progress (BUSY). A purger that unlisted the
- * page as an orphan but has not claimed it yet then finds a count below
- * `reserved`, and its claim fails: no purge can start on a page once it is
- * released, whose span may hold another page's live blocks next. */
+ * waiting first for a purge in progress (BUSY). No purge can start on a
+ * page once it is released, whose span may hold another page's live
+ * blocks next: the purger claims only listed pages (reclaim.c), and the
+ * release unlisted it first. */
 static void thread_free_seal(coral_page_t *page) {
     uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_acquire);
     for (;;) {

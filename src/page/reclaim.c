@@ -97,18 +97,22 @@ void coral_orphan_take_back(coral_page_t *page) {
 
 /* The page is being released, its blocks dead (coral_heap_destroy) or
  * taken back already: unlist it if it still is. No free of its blocks can
- * be in flight, so the unlocked check is enough. */
+ * be in flight, and a purger that unlisted it tried its claim before
+ * (orphans_reclaim_due), so the unlocked check is enough. */
 void coral_orphan_forget(coral_page_t *page) {
     if (atomic_load_explicit(&page->orphan_listed, memory_order_acquire))
         coral_orphan_take_back(page);
 }
 
-/* Under the lock, after the unlisting: take all the page's blocks if they
- * are still all on its thread_free (its owner did not take them, nor
- * release the page, meanwhile). `reserved` was read while the page was
- * listed; from the unlisting on only thread_free is read: a released page
- * was sealed (count 0), and a new page on its span starts at count 0. */
-static bool orphan_claim(coral_page_t *page, uint32_t reserved) {
+/* Under the lock, the page still listed: take all the page's blocks if
+ * they are still all on its thread_free (its owner did not take them
+ * meanwhile). The page is not released while listed, so its descriptor
+ * (`reserved`) is the orphan's own. Not after the unlisting: from then on
+ * whoever releases the page does so without the lock, and a new page on
+ * the same descriptor may have more blocks, its count reaching the old
+ * `reserved` with its other blocks live (window_orphan_reuse_smaller). */
+static bool orphan_claim(coral_page_t *page) {
+    uint32_t reserved = page->reserved;
     uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
     while (coral_tf_count(tf) == reserved && !(tf & CORAL_TF_RECLAIMED)) {
         uintptr_t claimed = (tf & CORAL_DELAY_MASK) | CORAL_TF_RECLAIMED | CORAL_TF_BUSY;
@@ -156,10 +160,13 @@ static uint64_t orphans_reclaim_due(uint64_t now, bool force) {
                 next_due = since_ms + delay;
                 break;
             }
-            uint32_t reserved = page->reserved;
+            /* Claimed while listed, unlisted after: a releaser that sees
+             * the page unlisted (coral_orphan_forget) finds the claim made
+             * (BUSY, which it waits out) or failed, never still to come. */
+            bool got = orphan_claim(page);
             orphan_unlink(page);
             coral_test_point(CORAL_TP_ORPHAN_UNLISTED, page);
-            if (orphan_claim(page, reserved)) claimed[n++] = page;
+            if (got) claimed[n++] = page;
         }
         bool more = orphans.first != NULL && next_due == 0;
         pthread_mutex_unlock(&orphans_lock);

@@ -213,6 +213,31 @@ static void case_heap_destroyed_late(void) {
     }
 }
 
+/* A fork child's thread allocates after coralloc's exit cleanup (a later
+ * key destructor): the exit heap serves it, under a recursive lock that
+ * every fork takes. Unlocking it in the child failed (the child's thread
+ * has another kernel id than its owner: EPERM), so the child hung on it. */
+static pthread_key_t child_late_key;
+
+static void child_late_malloc(void *value) {
+    (void)value;
+    void *p = opaque(malloc(100));
+    memset(p, 3, 100);
+    free(p);
+}
+
+static void case_child_exit_heap(void) {
+    free(opaque(malloc(16))); /* coralloc's key first */
+    CHECK_EQ(pthread_key_create(&child_late_key, child_late_malloc), 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        pthread_setspecific(child_late_key, &child_late_key);
+        pthread_exit(NULL); /* the child's only thread: the process ends, status 0 */
+    }
+    expect_exit_0(pid, "child_exit_heap");
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_lifetime CASE\n");
@@ -227,6 +252,7 @@ int main(int argc, char **argv) {
         {"key_destructor_rounds", case_key_destructor_rounds},
         {"heap_after_exit", case_heap_after_exit},
         {"heap_destroyed_late", case_heap_destroyed_late},
+        {"child_exit_heap", case_child_exit_heap},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(argv[1], cases[i].name) == 0) {

@@ -465,6 +465,86 @@ static void *cache_owner(void *arg) {
 
 static void case_fork_bulk_flush(void) { join(start(cache_owner, NULL)); }
 
+/* ---- fork while a remote free tells the exit heap -------------------------------------
+ * A thread past coralloc's exit cleanup allocates from the exit heap (a
+ * later key destructor): its first page of 16 KiB blocks fills and is
+ * parked in the full queue (state USE). Another thread frees a block of it
+ * and is held after pushing the page on the exit heap's delayed_pages, the
+ * page still in state FREEING; the exiting thread forks. In the child the
+ * freer does not exist: the state stays FREEING unless the fork's child
+ * handler resets it, as it does for the forking thread's own heaps. The
+ * child's exiting thread then allocates from the exit heap until it takes
+ * the delayed page back, which waits for FREEING to end: before the fix
+ * it waited forever (the child's alarm ends it). */
+
+#define EXIT_BLOCK ((size_t)16384)
+#define EXIT_MAX 64
+
+static struct {
+    pthread_key_t key;
+    void *blocks[EXIT_MAX];
+    size_t count; /* the blocks of the exit heap's first page */
+    bool filled, fork_now;
+    int status;
+} xh;
+
+static void exit_heap_filler(void *value) {
+    (void)value;
+    char *first = coral_malloc(EXIT_BLOCK), *next = NULL;
+    CHECK(first != NULL);
+    size_t stride = coral_malloc_usable_size(first);
+    xh.blocks[xh.count++] = first;
+    while (next == NULL) { /* carved in address order until the page is full */
+        char *p = coral_malloc(EXIT_BLOCK);
+        CHECK(p != NULL && xh.count < EXIT_MAX);
+        if (p == first + xh.count * stride)
+            xh.blocks[xh.count++] = p;
+        else
+            next = p;
+    }
+    gate_signal(&xh.filled);
+    gate_wait_for(&xh.fork_now, GATES);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        alarm(20); /* a hang ends the child: the parent sees SIGALRM */
+        for (size_t i = 0; i < 2 * EXIT_MAX; i++) CHECK(coral_malloc(EXIT_BLOCK) != NULL);
+        _exit(0);
+    }
+    CHECK_EQ(waitpid(pid, &xh.status, 0), pid);
+}
+
+static void *exiting_thread(void *arg) {
+    (void)arg;
+    coral_free(coral_malloc(16)); /* a heap: coralloc's exit cleanup runs */
+    pthread_setspecific(xh.key, &xh);
+    return NULL;
+}
+
+static void *free_exit_heap_block(void *arg) {
+    (void)arg;
+    coral_free(xh.blocks[0]); /* held at NOTIFY_PUSHED, the page FREEING */
+    return NULL;
+}
+
+static void case_fork_exit_heap_notice(void) {
+    /* coralloc's key first: this one's destructor runs after its cleanup. */
+    coral_free(coral_malloc(16));
+    CHECK_EQ(pthread_key_create(&xh.key, exit_heap_filler), 0);
+    pthread_t exiting = start(exiting_thread, NULL);
+    gate_wait_for(&xh.filled, GATES);
+    gate_arm(CORAL_TP_NOTIFY_PUSHED, -1);
+    pthread_t freer = start(free_exit_heap_block, NULL);
+    gate_wait_held();
+    gate_signal(&xh.fork_now);
+    join(exiting);
+    gate_open();
+    join(freer);
+    CHECK_MSG(WIFEXITED(xh.status) && WEXITSTATUS(xh.status) == 0,
+              "child status 0x%x (SIGALRM: it hung waiting for a notifier it does not have)",
+              xh.status);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_windows CASE\n");
@@ -481,6 +561,7 @@ int main(int argc, char **argv) {
         {"fork_huge_lock", case_fork_huge_lock},
         {"fork_bulk_flush", case_fork_bulk_flush},
         {"orphan_reuse_smaller", case_orphan_reuse_smaller},
+        {"fork_exit_heap_notice", case_fork_exit_heap_notice},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(argv[1], cases[i].name) == 0) {

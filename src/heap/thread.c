@@ -171,6 +171,22 @@ static void fork_hook_run(_Atomic(coral_fork_fn) *hook) {
 }
 
 static pthread_mutex_t exit_heap_lock;
+static coral_heap_t *exit_heap; /* the exit heap (below), under exit_heap_lock */
+
+/* A recursive mutex is unlocked only by its owner, and the child's thread
+ * has another kernel id than the one that locked it in the parent (glibc
+ * checks: EPERM, the lock left held): the child starts from a fresh one. */
+static void exit_heap_lock_postfork(bool child) {
+    if (!child) {
+        pthread_mutex_unlock(&exit_heap_lock);
+        return;
+    }
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&exit_heap_lock, &attr);
+    pthread_mutexattr_destroy(&attr);
+}
 
 static void fork_prepare(void) {
     coral_test_point(CORAL_TP_FORK_PREPARE, NULL);
@@ -194,7 +210,7 @@ static void fork_unlock(bool child) {
         coral_huge_lists_unlock();
     pthread_mutex_unlock(&heap_pool_lock);
     coral_purger_postfork(child);
-    pthread_mutex_unlock(&exit_heap_lock);
+    exit_heap_lock_postfork(child);
 }
 
 static void fork_parent(void) {
@@ -205,6 +221,10 @@ static void fork_parent(void) {
 static void fork_child(void) {
     fork_unlock(true);
     fork_hook_run(&fork_hook_child);
+    /* The exit heap is the child's too (its exiting threads allocate from
+     * it): a parent thread's notice to it in flight is as for the forking
+     * thread's heaps (window_fork_exit_heap_notice). */
+    if (exit_heap != NULL) coral_heap_after_fork_child(exit_heap);
     coral_heap_t *heap = coral_tls_heap;
     if (heap == &coral_heap_empty) return;
     for (coral_link_t *l = heap->thread->heaps.first; l != NULL; l = l->next)
@@ -264,7 +284,7 @@ void coral_thread_exit_hook_set(coral_thread_exit_fn fn) {
  * of its blocks, by any thread, is a remote free, which the heap takes back
  * when it next allocates. It is never abandoned. */
 static pthread_mutex_t exit_heap_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
-static coral_heap_t *exit_heap; /* under exit_heap_lock; made on first use */
+/* (exit_heap, declared above: made on first use.) */
 static __thread bool coral_tls_exiting __attribute__((tls_model("initial-exec")));
 
 bool coral_thread_exiting(void) { return coral_tls_exiting; }

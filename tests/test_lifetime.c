@@ -6,11 +6,13 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -238,6 +240,110 @@ static void case_child_exit_heap(void) {
     expect_exit_0(pid, "child_exit_heap");
 }
 
+/* ---- the process's end by the purge thread (no program thread left) -------------------
+ * When every program thread has ended with pthread_exit, coralloc's purge
+ * thread calls exit(0), as glibc would have in the last thread: the
+ * program's atexit handlers and static destructors then run on the purge
+ * thread, and should run as they would have on a program thread. */
+
+static int exit_report = -1; /* the write end of a pipe to the parent */
+
+/* The child: the purge thread runs, `handler` is registered with atexit,
+ * main ends with pthread_exit. The parent gets status 0 and what the
+ * handler wrote (up to size - 1 bytes, NUL-terminated). */
+static void end_by_purge_thread(void (*handler)(void), char *got, size_t size) {
+    int fds[2];
+    CHECK_EQ(pipe(fds), 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        exit_report = fds[1];
+        start_purge_thread();
+        CHECK_MSG(task_count() == 2, "%d threads: the purge thread did not start", task_count());
+        CHECK_EQ(atexit(handler), 0);
+        pthread_exit(NULL);
+    }
+    close(fds[1]);
+    size_t n = 0;
+    for (ssize_t r; n + 1 < size && (r = read(fds[0], got + n, size - 1 - n)) > 0;) n += (size_t)r;
+    got[n] = 0;
+    close(fds[0]);
+    expect_exit_0(pid, "end_by_purge_thread");
+}
+
+/* An atexit handler that needs 256 KiB of stack (a program thread has
+ * 8 MiB): the purge thread had 64 KiB, and the handler overflowed it
+ * (SIGSEGV instead of status 0). */
+static __attribute__((noinline)) void deep_handler(void) {
+    volatile char buf[256 * 1024];
+    for (size_t i = 0; i < sizeof buf; i += 256) buf[i] = (char)(i >> 8);
+    char ok = buf[sizeof buf - 256] == (char)((sizeof buf - 256) >> 8) ? 'y' : 'n';
+    CHECK_EQ(write(exit_report, &ok, 1), 1);
+}
+
+static void case_atexit_stack(void) {
+    char got[8];
+    end_by_purge_thread(deep_handler, got, sizeof got);
+    CHECK_MSG(strcmp(got, "y") == 0, "the atexit handler wrote \"%s\"", got);
+}
+
+/* An atexit handler runs with the program's signal mask (here: none
+ * blocked), not the purge thread's (every signal blocked): a handler that
+ * waits for a signal (a child's SIGCHLD, an alarm) would wait forever. */
+static void mask_handler(void) {
+    sigset_t now;
+    CHECK_EQ(pthread_sigmask(SIG_BLOCK, NULL, &now), 0);
+    char c = sigismember(&now, SIGCHLD) || sigismember(&now, SIGALRM) ? 'b' : 'u';
+    CHECK_EQ(write(exit_report, &c, 1), 1);
+}
+
+static void case_atexit_signals(void) {
+    char got[8];
+    end_by_purge_thread(mask_handler, got, sizeof got);
+    CHECK_MSG(strcmp(got, "u") == 0, "the atexit handler ran with SIGCHLD/SIGALRM blocked (\"%s\")",
+              got);
+}
+
+/* While a program thread runs, the purge thread must never end the
+ * process. Its look at /proc/self/task took a task whose stat it could not
+ * open for an ended one: with the process's file descriptors all in use
+ * but one (a server at its limit), it found every other thread "ended"
+ * and called exit(0) under the running main thread. */
+static void *allocate_and_exit(void *arg) {
+    (void)arg;
+    free(opaque(malloc(64))); /* its exit tells the purge thread to look */
+    return NULL;
+}
+
+static void case_exit_watch_fd_limit(void) {
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        start_purge_thread();
+        struct rlimit lim;
+        CHECK_EQ(getrlimit(RLIMIT_NOFILE, &lim), 0);
+        lim.rlim_cur = 64;
+        CHECK_EQ(setrlimit(RLIMIT_NOFILE, &lim), 0);
+        int last = -1;
+        for (int fd; (fd = open("/dev/null", O_RDONLY)) >= 0;) last = fd;
+        CHECK(last >= 0 && errno == EMFILE);
+        close(last); /* one left: the purge thread opens /proc/self/task */
+        pthread_t t;
+        CHECK_EQ(pthread_create(&t, NULL, allocate_and_exit, NULL), 0);
+        CHECK_EQ(pthread_join(t, NULL), 0);
+        /* Two whole passes: after each, the purge thread looks (it is
+         * watching since the thread's exit). */
+        CHECK_EQ(coral_test_purge_pass(), 1);
+        CHECK_EQ(coral_test_purge_pass(), 1);
+        _exit(7); /* main's own status: the purge thread never ended the process */
+    }
+    int status = wait_or_kill(pid, 30);
+    CHECK_MSG(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 7,
+              "the process ended with status 0x%x while its main thread ran (expected exit 7)",
+              status);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_lifetime CASE\n");
@@ -253,6 +359,9 @@ int main(int argc, char **argv) {
         {"heap_after_exit", case_heap_after_exit},
         {"heap_destroyed_late", case_heap_destroyed_late},
         {"child_exit_heap", case_child_exit_heap},
+        {"atexit_stack", case_atexit_stack},
+        {"atexit_signals", case_atexit_signals},
+        {"exit_watch_fd_limit", case_exit_watch_fd_limit},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(argv[1], cases[i].name) == 0) {

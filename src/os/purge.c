@@ -38,6 +38,7 @@
  * such a thread has not done. */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -117,19 +118,23 @@ static void timed_wait_until(uint64_t due) {
 
 /* Whether the task `tid` (of this process) has ended: its state in
  * /proc/self/task/TID/stat is Z (an ended thread group leader stays listed
- * as a zombie until the whole process ends) or X. A task that cannot be
- * read has ended too. */
+ * as a zombie until the whole process ends) or X, or the task is gone
+ * (ENOENT, ESRCH). */
 static bool task_ended(const char *tid) {
     char path[64] = "/proc/self/task/", buf[512];
     size_t n = strlen(path), t = strlen(tid);
     if (n + t + sizeof "/stat" > sizeof path) return false;
     memcpy(path + n, tid, t);
     memcpy(path + n + t, "/stat", sizeof "/stat");
+    /* Only a task that is gone is ended: an open that failed for another
+     * reason (EMFILE: the program uses every descriptor) says nothing. */
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return true;
+    if (fd < 0) return errno == ENOENT || errno == ESRCH;
     ssize_t got = read(fd, buf, sizeof buf - 1);
+    int err = errno;
     close(fd);
-    if (got <= 0) return true;
+    if (got < 0) return err == ENOENT || err == ESRCH;
+    if (got == 0) return true;
     buf[got] = 0;
     const char *paren = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
     if (paren == NULL || paren[1] != ' ') return false;
@@ -174,11 +179,19 @@ static bool only_thread_left(void) {
     return alone && any;
 }
 
+/* The signal mask of the thread that started the purge thread (which
+ * itself blocks every signal while the program runs). */
+static sigset_t program_mask;
+
 /* No program thread is left: end the process as its last thread's exit
- * would have (glibc calls exit(0) then). */
+ * would have (glibc calls exit(0) then). The atexit handlers and static
+ * destructors run here, with the program's signal mask back (this thread
+ * is the process's only one now) and on a program thread's stack size
+ * (coral_purger_start_if_wanted). */
 static void purger_end_process_if_last(void) {
     if (!only_thread_left()) return;
     coral_test_point(CORAL_TP_PURGER_LAST_THREAD, NULL);
+    pthread_sigmask(SIG_SETMASK, &program_mask, NULL);
     exit(0);
 }
 
@@ -314,9 +327,14 @@ void coral_purger_start_if_wanted(void) {
     /* The thread inherits this mask: no signal meant for the program is
      * ever delivered to it. */
     pthread_sigmask(SIG_BLOCK, &all, &old);
+    program_mask = old;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 64 * 1024);
+    /* The default stack size (a program thread's: 8 MiB of address space,
+     * resident only as it is used), not a small one: when no program
+     * thread is left this thread ends the process, running the program's
+     * atexit handlers and destructors (a 64 KiB stack overflowed under a
+     * handler with a 256 KiB buffer, lifetime_atexit_stack). */
     int rc = pthread_create(&thread, &attr, purger_main, NULL);
     pthread_attr_destroy(&attr);
     pthread_sigmask(SIG_SETMASK, &old, NULL);

@@ -41,6 +41,14 @@ static bool thread_gone(int tid) {
     return syscall(SYS_tgkill, getpid(), tid, 0) != 0 && errno == ESRCH;
 }
 
+/* Under heap_pool_lock: heap, off the registry, on the free pool (a stack
+ * through thread_link.next). */
+static void heap_pool_push(coral_heap_t *heap) {
+    coral_list_remove(&heaps_live, &heap->registry_link);
+    heap->thread_link.next = heap_pool_free ? &heap_pool_free->thread_link : NULL;
+    heap_pool_free = heap;
+}
+
 /* Under heap_pool_lock: a few parked heaps whose thread is gone go back to
  * the pool. */
 static void heaps_exited_reap(void) {
@@ -50,9 +58,7 @@ static void heaps_exited_reap(void) {
         coral_heap_t *heap = coral_container_of(l, coral_heap_t, thread_link);
         if (thread_gone(heap->exited_tid)) {
             coral_list_remove(&heaps_exited, l);
-            coral_list_remove(&heaps_live, &heap->registry_link);
-            heap->thread_link.next = heap_pool_free ? &heap_pool_free->thread_link : NULL;
-            heap_pool_free = heap;
+            heap_pool_push(heap);
         }
         l = next;
     }
@@ -74,10 +80,8 @@ bool coral_heap_exited_by_caller(const coral_heap_t *heap) {
 void coral_heap_forget_exited(coral_heap_t *heap) {
     pthread_mutex_lock(&heap_pool_lock);
     coral_list_remove(&heaps_exited, &heap->thread_link);
-    coral_list_remove(&heaps_live, &heap->registry_link);
     heap->exited_tid = 0;
-    heap->thread_link.next = heap_pool_free ? &heap_pool_free->thread_link : NULL;
-    heap_pool_free = heap;
+    heap_pool_push(heap);
     pthread_mutex_unlock(&heap_pool_lock);
 }
 
@@ -130,9 +134,7 @@ coral_heap_t *coral_heap_pool_get(void) {
 void coral_heap_pool_put(coral_heap_t *heap) {
     pthread_mutex_lock(&heap_pool_lock);
     heap_counts_retire(heap);
-    coral_list_remove(&heaps_live, &heap->registry_link);
-    heap->thread_link.next = heap_pool_free ? &heap_pool_free->thread_link : NULL;
-    heap_pool_free = heap;
+    heap_pool_push(heap);
     pthread_mutex_unlock(&heap_pool_lock);
 }
 

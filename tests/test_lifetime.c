@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,6 +241,75 @@ static void case_child_exit_heap(void) {
     expect_exit_0(pid, "child_exit_heap");
 }
 
+/* User heaps left undestroyed at their thread's exit are parked until that
+ * thread's kernel id is gone, then reused. The reaper looked at the first
+ * four parked heaps only: four whose thread is still alive (a later key
+ * destructor that blocks; or a new thread that got the dead one's id)
+ * stopped it for good, and every heap parked after them was never reused
+ * (each new user heap took a new struct). */
+static pthread_key_t stuck_key;
+static pthread_mutex_t stuck_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t stuck_cond = PTHREAD_COND_INITIALIZER;
+static int stuck_waiting;
+static bool stuck_release;
+
+static void stuck_destructor(void *value) {
+    (void)value;
+    pthread_mutex_lock(&stuck_lock);
+    stuck_waiting++;
+    pthread_cond_broadcast(&stuck_cond);
+    while (!stuck_release) pthread_cond_wait(&stuck_cond, &stuck_lock);
+    pthread_mutex_unlock(&stuck_lock);
+}
+
+static void *park_heap_and_stick(void *arg) {
+    (void)arg;
+    coral_heap_t *heap = coral_heap_new();
+    CHECK(heap != NULL);
+    free(coral_heap_malloc(heap, 32));
+    pthread_setspecific(stuck_key, heap); /* its destructor runs after the heap is parked */
+    return NULL;
+}
+
+static void *park_heap(void *arg) {
+    coral_heap_t *heap = coral_heap_new();
+    CHECK(heap != NULL);
+    free(coral_heap_malloc(heap, 32));
+    *(coral_heap_t **)arg = heap;
+    return NULL; /* exits with the heap undestroyed */
+}
+
+static void case_parked_heaps_reaped(void) {
+    free(opaque(malloc(16))); /* coralloc's key first */
+    CHECK_EQ(pthread_key_create(&stuck_key, stuck_destructor), 0);
+    pthread_t stuck[4];
+    for (int i = 0; i < 4; i++)
+        CHECK_EQ(pthread_create(&stuck[i], NULL, park_heap_and_stick, NULL), 0);
+    pthread_mutex_lock(&stuck_lock);
+    while (stuck_waiting < 4) pthread_cond_wait(&stuck_cond, &stuck_lock);
+    pthread_mutex_unlock(&stuck_lock);
+    enum { ROUNDS = 64 };
+    coral_heap_t *seen[ROUNDS];
+    int distinct = 0;
+    for (int i = 0; i < ROUNDS; i++) {
+        coral_heap_t *heap = NULL;
+        pthread_t t;
+        CHECK_EQ(pthread_create(&t, NULL, park_heap, &heap), 0);
+        CHECK_EQ(pthread_join(t, NULL), 0);
+        bool known = false;
+        for (int j = 0; j < distinct; j++) known |= seen[j] == heap;
+        if (!known) seen[distinct++] = heap;
+    }
+    pthread_mutex_lock(&stuck_lock);
+    stuck_release = true;
+    pthread_cond_broadcast(&stuck_cond);
+    pthread_mutex_unlock(&stuck_lock);
+    for (int i = 0; i < 4; i++) CHECK_EQ(pthread_join(stuck[i], NULL), 0);
+    printf("parked_heaps_reaped: %d distinct user heap structs in %d rounds\n", distinct, ROUNDS);
+    CHECK_MSG(distinct < 16, "%d of %d user heaps took a new struct: parked ones never reused",
+              distinct, ROUNDS);
+}
+
 /* ---- the process's end by the purge thread (no program thread left) -------------------
  * When every program thread has ended with pthread_exit, coralloc's purge
  * thread calls exit(0), as glibc would have in the last thread: the
@@ -359,6 +429,7 @@ int main(int argc, char **argv) {
         {"heap_after_exit", case_heap_after_exit},
         {"heap_destroyed_late", case_heap_destroyed_late},
         {"child_exit_heap", case_child_exit_heap},
+        {"parked_heaps_reaped", case_parked_heaps_reaped},
         {"atexit_stack", case_atexit_stack},
         {"atexit_signals", case_atexit_signals},
         {"exit_watch_fd_limit", case_exit_watch_fd_limit},

@@ -49,18 +49,20 @@ static void heap_pool_push(coral_heap_t *heap) {
     heap_pool_free = heap;
 }
 
-/* Under heap_pool_lock: a few parked heaps whose thread is gone go back to
- * the pool. */
+/* Under heap_pool_lock: the oldest few parked heaps are looked at; those
+ * whose thread is gone go back to the pool, the others to the back of the
+ * list. So each call looks at other heaps: one whose thread lives on (a
+ * later key destructor that blocks, a new thread with the dead one's id)
+ * never stops the heaps behind it from being reused. */
 static void heaps_exited_reap(void) {
-    coral_link_t *l = heaps_exited.first;
-    for (int looked = 0; l != NULL && looked < 4; looked++) {
-        coral_link_t *next = l->next;
+    for (int looked = 0; heaps_exited.first != NULL && looked < 4; looked++) {
+        coral_link_t *l = heaps_exited.first;
         coral_heap_t *heap = coral_container_of(l, coral_heap_t, thread_link);
-        if (thread_gone(heap->exited_tid)) {
-            coral_list_remove(&heaps_exited, l);
+        coral_list_remove(&heaps_exited, l);
+        if (thread_gone(heap->exited_tid))
             heap_pool_push(heap);
-        }
-        l = next;
+        else
+            coral_list_push_back(&heaps_exited, l);
     }
 }
 

@@ -37,6 +37,9 @@ typedef enum coral_test_point_e {
     /* purge.c: the purge thread found no program thread left and is about
      * to end the process */
     CORAL_TP_PURGER_LAST_THREAD,
+    /* purge.c: the purge thread's watch for the process's last thread
+     * (after a thread's exit notice) ran out */
+    CORAL_TP_EXIT_WATCH_ENDED,
     /* bulk_cache.c: the purger took idle bulk caches and is about to flush them */
     CORAL_TP_CACHE_FLUSHING,
     CORAL_TP_COUNT

@@ -219,6 +219,7 @@ static bool purger_sleep(uint64_t next) {
         if (until != 0 && now >= until) {
             atomic_store_explicit(&exit_watch_until_ms, 0, memory_order_relaxed);
             until = 0;
+            coral_test_point(CORAL_TP_EXIT_WATCH_ENDED, NULL);
         }
         uint64_t look = until != 0 ? now + EXIT_WATCH_STEP_MS : 0, wake = next;
         if (look != 0 && (wake == 0 || look < wake)) wake = look;

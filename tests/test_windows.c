@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -546,6 +547,123 @@ static void case_fork_exit_heap_notice(void) {
               xh.status);
 }
 
+/* ---- an owner of higher real-time priority waits for a notifier -----------------------
+ * A full page's first remote free is in state FREEING (pushed on
+ * delayed_pages, not yet NONE) when its owner, of a higher SCHED_FIFO
+ * priority on the same CPU, is woken and takes the page back: the owner
+ * waits for FREEING to end. A wait that spins and yields never lets a
+ * thread of lower priority run (a yield gives way only to equal ones): the
+ * owner spun forever. Now the wait sleeps after a while. A hang detector
+ * of 5 s (no timing: the window closes in microseconds once the notifier
+ * runs) raises the notifier's priority to end the hang, then fails.
+ * SKIPPED where SCHED_FIFO is refused or only one CPU is allowed. */
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool ready, go, done;
+    int cpu; /* the CPU the owner and the notifier share */
+    void *blocks[NOTIFY_MAX];
+    size_t count;
+} rt = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false, false, -1, {0}, 0};
+
+/* The calling thread on CPU cpu, SCHED_FIFO at prio (0: SCHED_OTHER). */
+static int rt_place(int cpu, int prio) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    int rc = pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    if (rc != 0 || prio == 0) return rc;
+    struct sched_param sp = {.sched_priority = prio};
+    return pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+}
+
+static void rt_flag(bool *flag) {
+    pthread_mutex_lock(&rt.lock);
+    *flag = true;
+    pthread_cond_broadcast(&rt.cond);
+    pthread_mutex_unlock(&rt.lock);
+}
+
+/* The notifier, in FREEING: wake the owner, which preempts it. */
+static void rt_hook(int point, const void *object) {
+    (void)object;
+    if (point == CORAL_TP_NOTIFY_PUSHED) rt_flag(&rt.go);
+}
+
+static void *rt_owner(void *arg) {
+    (void)arg;
+    char *first = coral_malloc(NOTIFY_SIZE), *next = NULL;
+    size_t stride = coral_malloc_usable_size(first);
+    rt.blocks[rt.count++] = first;
+    while (next == NULL) { /* the first page fills and is parked as full */
+        char *p = coral_malloc(NOTIFY_SIZE);
+        CHECK(rt.count < NOTIFY_MAX);
+        if (p == first + rt.count * stride)
+            rt.blocks[rt.count++] = p;
+        else
+            next = p;
+    }
+    CHECK_EQ(rt_place(rt.cpu, 20), 0);
+    pthread_mutex_lock(&rt.lock);
+    rt.ready = true;
+    pthread_cond_broadcast(&rt.cond);
+    while (!rt.go) pthread_cond_wait(&rt.cond, &rt.lock);
+    pthread_mutex_unlock(&rt.lock);
+    coral_collect(0); /* takes the page back: waits for its notifier */
+    rt_flag(&rt.done);
+    CHECK_EQ(rt_place(rt.cpu, 0), 0);
+    for (size_t i = 1; i < rt.count; i++) coral_free(rt.blocks[i]);
+    coral_free(next);
+    return NULL;
+}
+
+static void *rt_notifier(void *arg) {
+    (void)arg;
+    CHECK_EQ(rt_place(rt.cpu, 10), 0);
+    coral_free(rt.blocks[0]); /* notifies the owner: rt_hook */
+    return NULL;
+}
+
+static void case_rt_notice_wait(void) {
+    cpu_set_t allowed;
+    CHECK_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+    int cpus[2], n = 0;
+    for (int c = 0; c < CPU_SETSIZE && n < 2; c++)
+        if (CPU_ISSET(c, &allowed)) cpus[n++] = c;
+    struct sched_param sp = {.sched_priority = 1};
+    if (n < 2 || pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp) != 0) {
+        printf("rt_notice_wait: SKIPPED (%s)\n", n < 2 ? "one CPU" : "SCHED_FIFO refused");
+        exit(77);
+    }
+    sp.sched_priority = 0;
+    CHECK_EQ(pthread_setschedparam(pthread_self(), SCHED_OTHER, &sp), 0);
+    rt.cpu = cpus[0];
+    CHECK_EQ(rt_place(cpus[1], 0), 0); /* this thread watches from the other CPU */
+    coral_test_point_set(rt_hook);
+    pthread_t owner = start(rt_owner, NULL);
+    pthread_mutex_lock(&rt.lock);
+    while (!rt.ready) pthread_cond_wait(&rt.cond, &rt.lock);
+    pthread_mutex_unlock(&rt.lock);
+    pthread_t notifier = start(rt_notifier, NULL);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 5; /* a hang detector */
+    pthread_mutex_lock(&rt.lock);
+    while (!rt.done && pthread_cond_timedwait(&rt.cond, &rt.lock, &until) != ETIMEDOUT) {
+    }
+    bool hung = !rt.done;
+    pthread_mutex_unlock(&rt.lock);
+    if (hung) { /* the notifier above the owner: it leaves FREEING, the owner goes on */
+        sp.sched_priority = 30;
+        CHECK_EQ(pthread_setschedparam(notifier, SCHED_FIFO, &sp), 0);
+    }
+    join(notifier);
+    join(owner);
+    CHECK_MSG(!hung, "the owner (SCHED_FIFO 20) waited for its notifier (SCHED_FIFO 10, same CPU) "
+                     "for 5 s without letting it run");
+}
+
 /* ---- the purge thread's watch for the last thread ends too early ------------------------
  * (A reproducer of an open doubt, not in ctest: it fails on main as it is.)
  * main ends with pthread_exit while the purge thread runs; coralloc's exit
@@ -612,6 +730,7 @@ int main(int argc, char **argv) {
         {"orphan_reuse_smaller", case_orphan_reuse_smaller},
         {"fork_exit_heap_notice", case_fork_exit_heap_notice},
         {"purger_watch_expired", case_purger_watch_expired},
+        {"rt_notice_wait", case_rt_notice_wait},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(argv[1], cases[i].name) == 0) {

@@ -78,6 +78,9 @@
  */
 #include <sched.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "page/page.h"
 
@@ -213,16 +216,31 @@ void coral_page_top_up_first_carve(coral_page_t *page) {
         page_carve(page, step - page->capacity);
 }
 
+/* One step of a wait for a few steps of another thread (a notifier leaving
+ * FREEING, the purger's madvise), which may be preempted: spin, then yield,
+ * then sleep 50 us at a time. Only the sleep lets that thread run when it
+ * has a lower real-time priority on this CPU (SCHED_FIFO: a yield gives way
+ * to equal priorities only; window_rt_notice_wait). A raw system call:
+ * nanosleep is a cancellation point, which an allocator must not be. */
+static void wait_step(unsigned *spins) {
+    unsigned n = ++*spins;
+    if (n < 64) {
+        coral_spin_pause();
+    } else if (n < 128) {
+        sched_yield();
+    } else {
+        struct timespec pause = {0, 50 * 1000};
+        syscall(SYS_nanosleep, &pause, NULL);
+    }
+}
+
 /* Until the purger has returned a claimed page's memory (BUSY clear). Short:
  * one madvise. Acquire: the page's memory is the caller's afterwards. */
 void coral_page_wait_not_busy(coral_page_t *page) {
     unsigned spins = 0;
     while (atomic_load_explicit(&page->thread_free, memory_order_acquire) & CORAL_TF_BUSY) {
         if (spins == 0) coral_test_point(CORAL_TP_WAIT_BUSY, page);
-        if (++spins < 64)
-            coral_spin_pause();
-        else
-            sched_yield();
+        wait_step(&spins);
     }
 }
 
@@ -416,16 +434,13 @@ void coral_page_collect(coral_page_t *page) {
  * keeps it unless override_never. */
 /* Owner: wait while a remote freer is telling the owner (state FREEING):
  * a few steps of that freer (page_notify_owner), but it may be preempted,
- * or run at a lower priority on this CPU, so the wait yields. Returns the
- * word seen once the state is another. */
+ * or run at a lower priority on this CPU (wait_step). Returns the word
+ * seen once the state is another. */
 static uintptr_t wait_not_freeing(coral_page_t *page, uintptr_t tf) {
     unsigned spins = 0;
     while ((tf & CORAL_DELAY_MASK) == CORAL_DELAY_FREEING) {
         if (spins == 0) coral_test_point(CORAL_TP_WAIT_FREEING, page);
-        if (++spins < 64)
-            coral_spin_pause();
-        else
-            sched_yield();
+        wait_step(&spins);
         tf = atomic_load_explicit(&page->thread_free, memory_order_acquire);
     }
     return tf;

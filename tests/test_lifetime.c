@@ -310,6 +310,47 @@ static void case_parked_heaps_reaped(void) {
               distinct, ROUNDS);
 }
 
+/* A thread forks in a key destructor that runs after coralloc's exit
+ * cleanup parked its user heap; in the child, that same thread (with a new
+ * kernel id) destroys the heap, as its own thread may. The parked heap
+ * kept the parent's id: the child's destroy stopped with "the heap belongs
+ * to another thread" (and the child's reaper took the heap's thread for
+ * gone, free to reuse its struct). */
+static pthread_key_t fork_late_key;
+static int fork_late_status = -1;
+
+static void fork_then_destroy(void *value) {
+    coral_heap_t *heap = value;
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        coral_heap_destroy(heap);
+        _exit(0);
+    }
+    fork_late_status = wait_or_kill(pid, 30);
+    coral_heap_destroy(heap);
+}
+
+static void *heap_then_fork_at_exit(void *arg) {
+    (void)arg;
+    coral_heap_t *heap = coral_heap_new();
+    CHECK(heap != NULL);
+    memset(coral_heap_malloc(heap, 64), 5, 64);
+    pthread_setspecific(fork_late_key, heap);
+    return NULL;
+}
+
+static void case_child_destroys_parked(void) {
+    free(opaque(malloc(16))); /* coralloc's key first */
+    CHECK_EQ(pthread_key_create(&fork_late_key, fork_then_destroy), 0);
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, heap_then_fork_at_exit, NULL), 0);
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    CHECK_MSG(
+        fork_late_status != -1 && WIFEXITED(fork_late_status) && WEXITSTATUS(fork_late_status) == 0,
+        "the child's destroy of its thread's parked heap failed (status 0x%x)", fork_late_status);
+}
+
 /* ---- the process's end by the purge thread (no program thread left) -------------------
  * When every program thread has ended with pthread_exit, coralloc's purge
  * thread calls exit(0), as glibc would have in the last thread: the
@@ -430,6 +471,7 @@ int main(int argc, char **argv) {
         {"heap_destroyed_late", case_heap_destroyed_late},
         {"child_exit_heap", case_child_exit_heap},
         {"parked_heaps_reaped", case_parked_heaps_reaped},
+        {"child_destroys_parked", case_child_destroys_parked},
         {"atexit_stack", case_atexit_stack},
         {"atexit_signals", case_atexit_signals},
         {"exit_watch_fd_limit", case_exit_watch_fd_limit},

@@ -192,8 +192,25 @@ static void exit_heap_lock_postfork(bool child) {
     pthread_mutexattr_destroy(&attr);
 }
 
+/* The forking thread's kernel id in the parent (its parked heaps are its
+ * own in the child too, where it has another id). */
+static int fork_parent_tid;
+
+/* The child: user heaps that the forking thread parked at its exit (it
+ * forked from a later key destructor) are still its own, so it may destroy
+ * them; they take its new id. The other parked heaps' threads do not exist
+ * in the child: their structs are reused (heaps_exited_reap). */
+static void heaps_exited_postfork_child(void) {
+    int tid = gettid();
+    for (coral_link_t *l = heaps_exited.first; l != NULL; l = l->next) {
+        coral_heap_t *heap = coral_container_of(l, coral_heap_t, thread_link);
+        if (heap->exited_tid == fork_parent_tid) heap->exited_tid = tid;
+    }
+}
+
 static void fork_prepare(void) {
     coral_test_point(CORAL_TP_FORK_PREPARE, NULL);
+    fork_parent_tid = gettid();
     fork_hook_run(&fork_hook_prepare);
     pthread_mutex_lock(&exit_heap_lock);
     coral_purger_prefork();
@@ -223,6 +240,7 @@ static void fork_parent(void) {
 }
 
 static void fork_child(void) {
+    heaps_exited_postfork_child(); /* (the heap pool's lock is still held) */
     fork_unlock(true);
     fork_hook_run(&fork_hook_child);
     /* The exit heap is the child's too (its exiting threads allocate from

@@ -17,6 +17,7 @@
 
 #include "check.h"
 #include "coralloc.h"
+#include "stats_json.h"
 #include "testutil.h"
 
 /* Threads of this process (entries of /proc/self/task). */
@@ -213,6 +214,33 @@ static void case_heap_destroyed_late(void) {
     }
 }
 
+/* A user heap destroyed by a key destructor that runs after coralloc's
+ * (same round): its pages go back at once, as on any destroy, instead of
+ * being abandoned with the thread and kept by blocks nobody will free. */
+enum { FILL_BLOCKS = 20000, FILL_SIZE = 64 };
+
+static void *heap_filled_then_dropped(void *arg) {
+    (void)arg;
+    coral_heap_t *heap = coral_heap_new();
+    CHECK(heap != NULL);
+    for (int i = 0; i < FILL_BLOCKS; i++) memset(coral_heap_malloc(heap, FILL_SIZE), i, FILL_SIZE);
+    pthread_setspecific(late_key, heap);
+    return NULL;
+}
+
+static void case_heap_freed_late(void) {
+    free(opaque(malloc(16))); /* coralloc's key first */
+    CHECK_EQ(pthread_key_create(&late_key, late_destroy), 0);
+    long long before = stats_get("page_bytes");
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, heap_filled_then_dropped, NULL), 0);
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    long long grown = stats_get("page_bytes") - before;
+    CHECK_MSG(grown < (long long)FILL_BLOCKS * FILL_SIZE,
+              "a heap destroyed after its thread's other destructors still holds %lld KiB of pages",
+              grown >> 10);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_lifetime CASE\n");
@@ -227,6 +255,7 @@ int main(int argc, char **argv) {
         {"key_destructor_rounds", case_key_destructor_rounds},
         {"heap_after_exit", case_heap_after_exit},
         {"heap_destroyed_late", case_heap_destroyed_late},
+        {"heap_freed_late", case_heap_freed_late},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(argv[1], cases[i].name) == 0) {

@@ -90,7 +90,10 @@ CORAL_API size_t coral_malloc_bulk_sizes(const size_t *sizes, size_t n, void **o
  * coral_heap_reset frees the blocks and keeps the heap. Blocks of a destroyed
  * or reset heap must not be used again. When the owner thread exits, its
  * heaps go with it: their blocks stay valid (and freeable by any thread), the
- * handles do not. A NULL heap means the calling thread's own heap. */
+ * handles do not. The exiting thread's own pthread key destructors may still
+ * destroy its heaps (coralloc's cleanup waits one destructor round for them);
+ * a destroy later than that frees the struct but no block. A NULL heap means
+ * the calling thread's own heap. */
 typedef struct coral_heap_s coral_heap_t;
 CORAL_API coral_heap_t *coral_heap_new(void);
 CORAL_API void coral_heap_destroy(coral_heap_t *heap);

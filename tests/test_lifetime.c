@@ -20,6 +20,7 @@
 
 #include "check.h"
 #include "coralloc.h"
+#include "stats_json.h"
 #include "testutil.h"
 
 /* Threads of this process (entries of /proc/self/task). */
@@ -254,7 +255,12 @@ static int stuck_waiting;
 static bool stuck_release;
 
 static void stuck_destructor(void *value) {
-    (void)value;
+    /* A thread with user heaps runs coralloc's cleanup in the second round
+     * of destructors: this one blocks in that round, after it. */
+    if (value != &stuck_key) {
+        pthread_setspecific(stuck_key, &stuck_key);
+        return;
+    }
     pthread_mutex_lock(&stuck_lock);
     stuck_waiting++;
     pthread_cond_broadcast(&stuck_cond);
@@ -267,7 +273,7 @@ static void *park_heap_and_stick(void *arg) {
     coral_heap_t *heap = coral_heap_new();
     CHECK(heap != NULL);
     free(coral_heap_malloc(heap, 32));
-    pthread_setspecific(stuck_key, heap); /* its destructor runs after the heap is parked */
+    pthread_setspecific(stuck_key, heap); /* its destructor blocks after the heap is parked */
     return NULL;
 }
 
@@ -319,8 +325,17 @@ static void case_parked_heaps_reaped(void) {
 static pthread_key_t fork_late_key;
 static int fork_late_status = -1;
 
+static __thread bool fork_late_rearmed;
+
 static void fork_then_destroy(void *value) {
     coral_heap_t *heap = value;
+    /* A thread with user heaps runs coralloc's cleanup in the second round
+     * of destructors: this one forks in that round, after it. */
+    if (!fork_late_rearmed) {
+        fork_late_rearmed = true;
+        pthread_setspecific(fork_late_key, heap);
+        return;
+    }
     pid_t pid = fork();
     CHECK(pid >= 0);
     if (pid == 0) {
@@ -455,6 +470,33 @@ static void case_exit_watch_fd_limit(void) {
               status);
 }
 
+/* A user heap destroyed by a key destructor that runs after coralloc's
+ * (same round): its pages go back at once, as on any destroy, instead of
+ * being abandoned with the thread and kept by blocks nobody will free. */
+enum { FILL_BLOCKS = 20000, FILL_SIZE = 64 };
+
+static void *heap_filled_then_dropped(void *arg) {
+    (void)arg;
+    coral_heap_t *heap = coral_heap_new();
+    CHECK(heap != NULL);
+    for (int i = 0; i < FILL_BLOCKS; i++) memset(coral_heap_malloc(heap, FILL_SIZE), i, FILL_SIZE);
+    pthread_setspecific(late_key, heap);
+    return NULL;
+}
+
+static void case_heap_freed_late(void) {
+    free(opaque(malloc(16))); /* coralloc's key first */
+    CHECK_EQ(pthread_key_create(&late_key, late_destroy), 0);
+    long long before = stats_get("page_bytes");
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, heap_filled_then_dropped, NULL), 0);
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    long long grown = stats_get("page_bytes") - before;
+    CHECK_MSG(grown < (long long)FILL_BLOCKS * FILL_SIZE,
+              "a heap destroyed after its thread's other destructors still holds %lld KiB of pages",
+              grown >> 10);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_lifetime CASE\n");
@@ -469,6 +511,7 @@ int main(int argc, char **argv) {
         {"key_destructor_rounds", case_key_destructor_rounds},
         {"heap_after_exit", case_heap_after_exit},
         {"heap_destroyed_late", case_heap_destroyed_late},
+        {"heap_freed_late", case_heap_freed_late},
         {"child_exit_heap", case_child_exit_heap},
         {"parked_heaps_reaped", case_parked_heaps_reaped},
         {"child_destroys_parked", case_child_destroys_parked},

@@ -30,6 +30,9 @@ typedef struct coral_thread_s {
     coral_thread_segments_t segments;
     coral_heap_t *heap_default;
     coral_list_t heaps; /* every heap of the thread, through heap->thread_link */
+    /* Set by the thread's first exit-cleanup call when it waited a
+     * destructor round for its user heaps (thread.c, thread_done). */
+    bool exit_deferred;
 } coral_thread_t;
 
 /* Per size class block counts (CORAL_STATS builds): written by the owner

@@ -354,11 +354,32 @@ coral_heap_t *coral_thread_init(void) {
     return heap;
 }
 
+/* Whether the thread holds heaps besides its own (coral_heap_new). */
+static bool thread_has_user_heaps(const coral_thread_t *thread) {
+    return thread->heaps.first != thread->heaps.last;
+}
+
+/* A user heap destroyed by a later destructor of this round (a pthread key
+ * made after coralloc's, or a Rust thread_local in one) frees its pages at
+ * once only while the thread's cleanup has not run. So a thread that holds
+ * user heaps sets its key again and cleans up in the next round: glibc calls
+ * a destructor again when its value was set anew, for up to
+ * PTHREAD_DESTRUCTOR_ITERATIONS rounds. Only a thread whose first heap was
+ * made in the last round would get no next call (its pages stay unreclaimed,
+ * never unsound); one that waited cleans up in the second round, and a user
+ * heap destroyed later than that is parked (coral_heap_park_exited). */
+static bool thread_done_deferred(coral_thread_t *thread, coral_heap_t *heap) {
+    if (thread->exit_deferred || !thread_has_user_heaps(thread)) return false;
+    thread->exit_deferred = true;
+    return pthread_setspecific(thread_key, heap) == 0;
+}
+
 /* The pthread key's destructor: the thread is exiting. */
 static void thread_done(void *value) {
     coral_heap_t *heap = value;
     if (heap == NULL || heap != coral_tls_heap) return;
     coral_thread_t *thread = heap->thread;
+    if (thread_done_deferred(thread, heap)) return;
     /* From here on the thread allocates from the exit heap, also inside
      * what follows (the exit hook frees, abandonment may start the purge
      * thread): nothing can make a page of the heaps being abandoned. Frees

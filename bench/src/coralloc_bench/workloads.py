@@ -120,6 +120,17 @@ def _threads(mode: str, factor: int, quick_starts: int, extra: Sequence[object])
     return _a(make(quick_starts), make(quick_starts * FULL))
 
 
+def _sizes(mode: str, quick_total: int, extra: Sequence[object],
+           rounds: int = 1) -> Dict[str, ArgsFn]:
+    # sizes.c: the same number of blocks allocated whatever the thread count.
+    def make(total: int) -> ArgsFn:
+        def f(t: int) -> List[str]:
+            return _s("--mode", mode, "--threads", t, "--rounds", rounds,
+                      "--ops", max(1000, total // (t * rounds)), *extra)
+        return f
+    return _a(make(quick_total), make(quick_total * FULL))
+
+
 def _fixed(quick: Sequence[object], full: Sequence[object]) -> Dict[str, ArgsFn]:
     return _a(lambda t: _s(*quick), lambda t: _s(*full))
 
@@ -318,6 +329,19 @@ WORKLOADS: List[Workload] = [
                  "restarted every 50,000 blocks of 16-1024 B", "threads",
                  _threads("ring", mult, 5_000_000, ["--work", 50_000]),
                  thread_factor=mult, profiles=FULL_ONLY))),
+    # size mixes and migrations of the field's suite (sizes.c)
+    Workload("sizes-random", "sizes", "random sizes of 16-16000 B, log-uniform, 1000 blocks per "
+             "thread, 1 freed block in 16 handed to another thread (rptest's shape)",
+             "sizes", _sizes("random", 6_400_000, ["--slots", 1000, "--min", 16, "--max", 16000,
+                                                   "--cross", 16]), thread_factor=1),
+    Workload("sizes-pareto", "sizes", "Pareto-distributed sizes of 16 B-64 KiB, 1000 blocks per "
+             "thread, each thread its own (alloc-test's shape)",
+             "sizes", _sizes("pareto", 12_000_000, ["--slots", 1000, "--min", 16, "--max", 65536,
+                                                   "--cross", 0]), thread_factor=1),
+    Workload("sizes-migrate", "sizes", "power-of-two sizes of 16 B-64 KiB migrating between "
+             "threads through a shared table, threads restarted every phase (mstress's shape)",
+             "sizes", _sizes("migrate", 2_000_000, ["--slots", 4000, "--max", 65536], rounds=10),
+             thread_factor=1),
     # 10. strings / json
     Workload("json", "json", "JSON build, print, parse, flatten, compare (small strings)",
              "json", _fixed(["--docs", 240, "--nodes", 2000], ["--docs", 480, "--nodes", 2000])),

@@ -318,14 +318,16 @@ pub unsafe fn free_bulk(ptrs: &mut [*mut c_void]) {
 /// allocate from it, reset or destroy it, so `Heap` is neither `Send` nor
 /// `Sync`. Any thread may read and write its blocks.
 ///
-/// A `Heap` in a `thread_local!` is destroyed when its thread exits, with
-/// everything in it: on glibc, Rust runs `thread_local!` destructors before
-/// coralloc's own thread-exit cleanup (a pthread key destructor), so the heap
-/// is whole when it is dropped (tests/thread_local_heap.rs). Do not drop a
-/// `Heap` from a pthread key destructor of your own, nor keep one in a
-/// `thread_local!` on a target where Rust runs thread-local destructors from
-/// a pthread key (without glibc's `__cxa_thread_atexit_impl`, e.g. musl):
-/// coralloc's cleanup may run first, and the handle is then stale.
+/// A `Heap` in a `thread_local!`, or dropped by a pthread key destructor of
+/// your own, is destroyed when its thread exits, with everything in it: Rust
+/// runs `thread_local!` destructors (glibc's `__cxa_thread_atexit_impl`)
+/// before any pthread key destructor, and coralloc's thread-exit cleanup
+/// (a key destructor) waits one destructor round while its thread holds user
+/// heaps, so key destructors made after coralloc's own also find the heap
+/// whole (tests/thread_local_heap.rs). A heap dropped later than that (a key
+/// destructor that runs in the third round or after) is still sound: the
+/// drop frees no block at once, its blocks stay valid and are returned only
+/// when freed one by one.
 ///
 /// ```compile_fail
 /// fn is_send<T: Send>() {}

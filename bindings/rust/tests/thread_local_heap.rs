@@ -4,12 +4,11 @@
 //!
 //! On glibc, `thread_local!` destructors run (`__call_tls_dtors`) before
 //! any pthread key destructor, coralloc's thread-exit cleanup among them: the
-//! heap is destroyed while its thread's coralloc state is whole, and the
-//! first test passes. Dropping a heap *after* that cleanup (a pthread key
-//! destructor of a key made after coralloc's; `thread_local!` itself on
-//! targets where Rust keeps thread-locals in pthread keys) needs a guarantee
-//! from the C side that coralloc does not give yet: the second test, ignored
-//! until it does (issue 34; see its report).
+//! heap is destroyed while its thread's coralloc state is whole: the first
+//! test. The second drops the heap from a pthread key destructor of a key
+//! made after coralloc's (as `thread_local!` does on targets where Rust keeps
+//! thread-locals in pthread keys): coralloc's cleanup waits one destructor
+//! round while the thread holds user heaps, so the drop still frees them.
 use coralloc::Heap;
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::Mutex;
@@ -72,13 +71,11 @@ unsafe extern "C" fn drop_heap(value: *mut c_void) {
     drop(unsafe { Box::from_raw(value as *mut Heap) });
 }
 
-/// A heap dropped by a pthread key destructor that runs after coralloc's
-/// own: glibc runs the keys' destructors in the order the keys were made, and
-/// coralloc made its key at its start-up, before this one. What it needs from
-/// coralloc: a user heap's handle stays valid until the heap is destroyed,
-/// whenever its thread's cleanup ran (see the issue 34 report).
+/// A heap dropped by a pthread key destructor that comes after coralloc's
+/// own in the same round: glibc runs the keys' destructors in the order the
+/// keys were made, and coralloc made its key at its start-up, before this
+/// one. The drop frees the heap's pages at once.
 #[test]
-#[ignore = "coralloc abandons a user heap's pages at its thread's exit; a later destroy by that thread is safe (issue 35) but frees no page at once (issue 34)"]
 fn a_heap_dropped_after_coralloc_thread_cleanup() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     drop(Heap::new()); // coralloc is started: its key is made before ours

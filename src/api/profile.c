@@ -511,8 +511,13 @@ static void proxies_install(coral_heap_t *heap, proxies_t *ph) {
     }
 }
 
+/* The calling thread's own heap once profiled: its exit (the heap layer
+ * has switched coral_tls_heap to the empty heap by then) finds it here. */
+static __thread coral_heap_t *thread_heap __attribute__((tls_model("initial-exec")));
+
 void coral_profile_heap_start(coral_heap_t *heap) {
-    heap->no_direct = true;   /* direct[] is ours: all coral_page_empty now */
+    heap->no_direct = true; /* direct[] is ours: all coral_page_empty now */
+    if (heap->is_default) thread_heap = heap;
     if (CORAL_SECURE) return; /* every malloc takes the slow path (its checks are there) */
     proxies_t *ph = heap->profile != NULL ? heap->profile : proxies_get();
     if (ph == NULL) return; /* no memory: every malloc takes the slow path */
@@ -553,11 +558,16 @@ static void proxy_return(proxies_t *ph, unsigned q) {
     }
 }
 
+void coral_profile_heap_flush(coral_heap_t *heap) {
+    proxies_t *ph = heap->profile;
+    if (ph == NULL) return;
+    for (unsigned q = 1; q < PROXY_CLASSES; q++) proxy_return(ph, q);
+}
+
 void coral_profile_heap_stop(coral_heap_t *heap, bool pages_live) {
     proxies_t *ph = heap->profile;
     if (ph == NULL) return;
-    if (pages_live)
-        for (unsigned q = 1; q < PROXY_CLASSES; q++) proxy_return(ph, q);
+    if (pages_live) coral_profile_heap_flush(heap);
     for (size_t w = 0; w < CORAL_DIRECT_COUNT; w++) heap->direct[w] = &coral_page_empty;
     heap->profile = NULL;
     proxies_put(ph);
@@ -613,8 +623,9 @@ void *coral_profile_refilled(coral_heap_t *heap, unsigned cls, void *p, size_t s
 
 /* The thread exits (before its heaps are abandoned): every batch back. */
 static void profile_thread_exit(void) {
-    coral_heap_t *self = coral_tls_heap;
-    if (self == &coral_heap_empty) return;
+    coral_heap_t *self = thread_heap;
+    if (self == NULL) return;
+    thread_heap = NULL;
     for (coral_link_t *l = self->thread->heaps.first; l != NULL; l = l->next)
         coral_profile_heap_stop(coral_container_of(l, coral_heap_t, thread_link), true);
 }
@@ -738,8 +749,26 @@ static void write_process_profile(void) {
     errno = saved;
 }
 
+static int exact_add(void *block, size_t block_size, size_t usable, void *arg) {
+    (void)block;
+    (void)block_size;
+    coral_profile_exact_t *t = arg;
+    t->blocks++;
+    t->bytes += usable;
+    return 0;
+}
+
 static void profile_at_exit(void) {
-    if (coral_option(CORAL_OPT_PROFILE_LEAKS)) coral_profile_report_leaks();
+    if (coral_option(CORAL_OPT_PROFILE_LEAKS)) {
+        /* Beside the estimate, the exact figure of the exiting thread's heap. */
+        coral_profile_exact_t exact = {0, 0};
+        bool walked = false;
+        if (thread_heap != NULL) { /* (no bulk cache while profiling: its batches only) */
+            coral_profile_heap_flush(thread_heap);
+            walked = coral_heap_walk(thread_heap, exact_add, &exact) == 0;
+        }
+        coral_profile_report_leaks(walked ? &exact : NULL);
+    }
     write_process_profile();
 }
 

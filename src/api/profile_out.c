@@ -697,7 +697,7 @@ static void site_frames_text(symbolizer_t *z, const coral_profile_site_t *s, cha
     out[n] = '\0';
 }
 
-void coral_profile_report_leaks(void) {
+void coral_profile_report_leaks(const coral_profile_exact_t *exact) {
     symbolizer_t z;
     sites_t sites = {0};
     symbolizer_init(&z);
@@ -715,6 +715,10 @@ void coral_profile_report_leaks(void) {
                   "~%lld bytes in ~%lld blocks still live at exit, from %zu sites",
                   (long long)coral_profile_rate(), (long long)rounded(bytes),
                   (long long)rounded(objects), live_sites);
+    if (exact != NULL)
+        coral_message("  exactly: %llu blocks, %llu usable bytes live in the exiting thread's own "
+                      "heap (a walk of its pages)",
+                      exact->blocks, exact->bytes);
     /* The largest sites first: LEAK_SITES rounds of picking the largest
      * not printed yet (its inuse_bytes set to -1 once printed). */
     for (int k = 0; k < LEAK_SITES; k++) {

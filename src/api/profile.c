@@ -165,6 +165,10 @@ typedef struct live_bucket_s {
 static site_bucket_t sites[SITE_BUCKETS];
 static live_bucket_t live[LIVE_BUCKETS];
 static _Atomic(size_t) site_count;
+/* The site buckets that hold a site (bit set under the bucket's lock when
+ * its first site comes, never cleared: sites are never freed), so that a
+ * dump reads those only, not every bucket's page. */
+static _Atomic(uint64_t) sites_used[SITE_BUCKETS / 64];
 
 /* Counting filters, so that the free of a block of a flagged page that was
  * not sampled (most of them) returns at once, with no lock and no system
@@ -221,6 +225,9 @@ static coral_profile_site_t *site_add(const uintptr_t *pcs, uint32_t depth, doub
         memcpy(s->pcs, pcs, depth * sizeof *pcs);
         s->next = b->first;
         b->first = s;
+        size_t i = (size_t)(b - sites);
+        atomic_fetch_or_explicit(&sites_used[i / 64], (uint64_t)1 << (i % 64),
+                                 memory_order_relaxed);
         atomic_fetch_add_explicit(&site_count, 1, memory_order_relaxed);
     }
     if (s != NULL) {
@@ -249,6 +256,12 @@ size_t coral_profile_site_count(void) {
 void coral_profile_sites_visit(coral_profile_site_fn fn, void *arg) {
     coral_profile_site_t copy;
     for (size_t i = 0; i < SITE_BUCKETS; i++) {
+        if (i % 64 == 0 && atomic_load_explicit(&sites_used[i / 64], memory_order_relaxed) == 0) {
+            i += 63; /* (a site added meanwhile may be missed, as by any dump) */
+            continue;
+        }
+        if (!(atomic_load_explicit(&sites_used[i / 64], memory_order_relaxed) >> (i % 64) & 1))
+            continue;
         if (!crit_enter()) return; /* (never: dumps wait for the section's end) */
         spin_lock(&sites[i].lock);
         for (coral_profile_site_t *s = sites[i].first; s != NULL; s = s->next) {

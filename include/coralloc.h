@@ -103,7 +103,27 @@ CORAL_API CORAL_MALLOC_ATTR void *coral_heap_calloc(coral_heap_t *heap, size_t n
 CORAL_API void *coral_heap_realloc(coral_heap_t *heap, void *p, size_t size);
 CORAL_API void coral_heap_free(coral_heap_t *heap, void *p);
 
-/* True when p points into memory coralloc manages. */
+/* coral_heap_visit: fn(block, block_size, usable, arg) for every block in
+ * use in heap (NULL: the calling thread's own heap; a user heap must be the
+ * calling thread's, as for coral_heap_malloc): block is what malloc
+ * returned (an allocation aligned to more than 64 KiB: the start of the
+ * span it lies in), block_size the bytes it takes in the heap, usable what
+ * malloc_usable_size says of it. The blocks are the ones in use when the
+ * call starts, all noted before fn is first called (in memory of coralloc's
+ * own, not from malloc), so fn may call anything, coralloc's functions too:
+ * allocate (a block fn allocates is not visited), free, realloc or write
+ * the blocks. A block freed before its turn (by fn or another thread) is
+ * visited all the same: fn must not touch its memory then. fn returns 0 to
+ * go on; anything else stops the walk, and coral_heap_visit returns it.
+ * Returns 0 once every block was visited, or -1 with errno ENOMEM (no
+ * memory for the list; fn not called). Not visited: the secure build's
+ * malloc(0) slots (no heap's); a block that another thread freed into its
+ * own bulk cache (coral_free_bulk) is, until that cache gives it back. */
+typedef int (*coral_block_visit_fn)(void *block, size_t block_size, size_t usable, void *arg);
+CORAL_API int coral_heap_visit(coral_heap_t *heap, coral_block_visit_fn fn, void *arg);
+
+/* True when p points into memory coralloc manages. */ /* True when p points into memory coralloc
+                                                          manages. */
 CORAL_API int coral_owns(const void *p);
 
 /* Return memory the process is not using to the OS: pending purges are done

@@ -646,6 +646,17 @@ void coral_heap_free(coral_heap_t *heap, void *p) {
     coral_free_inline(p);
 }
 
+int coral_heap_visit(coral_heap_t *heap, coral_block_visit_fn fn, void *arg) {
+    heap = heap_of_caller(heap, "coral_heap_visit");
+    if (heap == &coral_heap_empty) return 0; /* the thread never allocated */
+    /* Blocks the thread holds apart from their pages' lists go back first:
+     * its bulk cache's (freed blocks), the profiler's batches (never
+     * handed out). */
+    coral_bulk_cache_flush_own();
+    if (coral_profile_on) coral_profile_heap_flush(heap);
+    return coral_heap_walk(heap, fn, arg);
+}
+
 /* ---- testing ---------------------------------------------------------------------------- */
 
 void coral_test_advance_clock(unsigned long long ms) { coral_clock_advance((uint64_t)ms); }

@@ -51,6 +51,11 @@ void *coral_malloc_aligned_in(coral_heap_t *heap, size_t size, size_t alignment,
 /* The calling thread's heap, set up now if it was not; NULL: no memory. */
 coral_heap_t *coral_heap_ready(void);
 
+/* coral_heap_visit's walk (heap_visit.c), heap set up or the empty heap:
+ * the blocks its pages hold apart from their free lists (the caller gives
+ * back the bulk cache's and the profiler's batches first). */
+int coral_heap_walk(coral_heap_t *heap, coral_block_visit_fn fn, void *arg);
+
 /* ---- the fast paths ------------------------------------------------------------ */
 
 /* A block of size bytes (at most CORAL_DIRECT_MAX_SIZE) off the free list

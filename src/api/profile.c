@@ -165,6 +165,10 @@ typedef struct live_bucket_s {
 static site_bucket_t sites[SITE_BUCKETS];
 static live_bucket_t live[LIVE_BUCKETS];
 static _Atomic(size_t) site_count;
+/* The site buckets that hold a site (bit set under the bucket's lock when
+ * its first site comes, never cleared: sites are never freed), so that a
+ * dump reads those only, not every bucket's page. */
+static _Atomic(uint64_t) sites_used[SITE_BUCKETS / 64];
 
 /* Counting filters, so that the free of a block of a flagged page that was
  * not sampled (most of them) returns at once, with no lock and no system
@@ -221,6 +225,9 @@ static coral_profile_site_t *site_add(const uintptr_t *pcs, uint32_t depth, doub
         memcpy(s->pcs, pcs, depth * sizeof *pcs);
         s->next = b->first;
         b->first = s;
+        size_t i = (size_t)(b - sites);
+        atomic_fetch_or_explicit(&sites_used[i / 64], (uint64_t)1 << (i % 64),
+                                 memory_order_relaxed);
         atomic_fetch_add_explicit(&site_count, 1, memory_order_relaxed);
     }
     if (s != NULL) {
@@ -249,6 +256,12 @@ size_t coral_profile_site_count(void) {
 void coral_profile_sites_visit(coral_profile_site_fn fn, void *arg) {
     coral_profile_site_t copy;
     for (size_t i = 0; i < SITE_BUCKETS; i++) {
+        if (i % 64 == 0 && atomic_load_explicit(&sites_used[i / 64], memory_order_relaxed) == 0) {
+            i += 63; /* (a site added meanwhile may be missed, as by any dump) */
+            continue;
+        }
+        if (!(atomic_load_explicit(&sites_used[i / 64], memory_order_relaxed) >> (i % 64) & 1))
+            continue;
         if (!crit_enter()) return; /* (never: dumps wait for the section's end) */
         spin_lock(&sites[i].lock);
         for (coral_profile_site_t *s = sites[i].first; s != NULL; s = s->next) {
@@ -511,8 +524,13 @@ static void proxies_install(coral_heap_t *heap, proxies_t *ph) {
     }
 }
 
+/* The calling thread's own heap once profiled: its exit (the heap layer
+ * has switched coral_tls_heap to the empty heap by then) finds it here. */
+static __thread coral_heap_t *thread_heap __attribute__((tls_model("initial-exec")));
+
 void coral_profile_heap_start(coral_heap_t *heap) {
-    heap->no_direct = true;   /* direct[] is ours: all coral_page_empty now */
+    heap->no_direct = true; /* direct[] is ours: all coral_page_empty now */
+    if (heap->is_default) thread_heap = heap;
     if (CORAL_SECURE) return; /* every malloc takes the slow path (its checks are there) */
     proxies_t *ph = heap->profile != NULL ? heap->profile : proxies_get();
     if (ph == NULL) return; /* no memory: every malloc takes the slow path */
@@ -553,11 +571,16 @@ static void proxy_return(proxies_t *ph, unsigned q) {
     }
 }
 
+void coral_profile_heap_flush(coral_heap_t *heap) {
+    proxies_t *ph = heap->profile;
+    if (ph == NULL) return;
+    for (unsigned q = 1; q < PROXY_CLASSES; q++) proxy_return(ph, q);
+}
+
 void coral_profile_heap_stop(coral_heap_t *heap, bool pages_live) {
     proxies_t *ph = heap->profile;
     if (ph == NULL) return;
-    if (pages_live)
-        for (unsigned q = 1; q < PROXY_CLASSES; q++) proxy_return(ph, q);
+    if (pages_live) coral_profile_heap_flush(heap);
     for (size_t w = 0; w < CORAL_DIRECT_COUNT; w++) heap->direct[w] = &coral_page_empty;
     heap->profile = NULL;
     proxies_put(ph);
@@ -613,8 +636,9 @@ void *coral_profile_refilled(coral_heap_t *heap, unsigned cls, void *p, size_t s
 
 /* The thread exits (before its heaps are abandoned): every batch back. */
 static void profile_thread_exit(void) {
-    coral_heap_t *self = coral_tls_heap;
-    if (self == &coral_heap_empty) return;
+    coral_heap_t *self = thread_heap;
+    if (self == NULL) return;
+    thread_heap = NULL;
     for (coral_link_t *l = self->thread->heaps.first; l != NULL; l = l->next)
         coral_profile_heap_stop(coral_container_of(l, coral_heap_t, thread_link), true);
 }
@@ -738,8 +762,26 @@ static void write_process_profile(void) {
     errno = saved;
 }
 
+static int exact_add(void *block, size_t block_size, size_t usable, void *arg) {
+    (void)block;
+    (void)block_size;
+    coral_profile_exact_t *t = arg;
+    t->blocks++;
+    t->bytes += usable;
+    return 0;
+}
+
 static void profile_at_exit(void) {
-    if (coral_option(CORAL_OPT_PROFILE_LEAKS)) coral_profile_report_leaks();
+    if (coral_option(CORAL_OPT_PROFILE_LEAKS)) {
+        /* Beside the estimate, the exact figure of the exiting thread's heap. */
+        coral_profile_exact_t exact = {0, 0};
+        bool walked = false;
+        if (thread_heap != NULL) { /* (no bulk cache while profiling: its batches only) */
+            coral_profile_heap_flush(thread_heap);
+            walked = coral_heap_walk(thread_heap, exact_add, &exact) == 0;
+        }
+        coral_profile_report_leaks(walked ? &exact : NULL);
+    }
     write_process_profile();
 }
 

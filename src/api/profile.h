@@ -53,6 +53,9 @@ void coral_profile_heap_start(coral_heap_t *heap);
 /* The heap's batches go: back to their pages when pages_live (the thread
  * exits), or dropped with the pages (destroy, reset). */
 void coral_profile_heap_stop(coral_heap_t *heap, bool pages_live);
+/* The heap's batches go back to their pages (their blocks free there
+ * again); the next allocation of each class takes a new one. */
+void coral_profile_heap_flush(coral_heap_t *heap);
 /* The default build: the pop of a batch class missed (its batch is used
  * up): batch_done counts it (before the refill takes a block); then p, of
  * class cls for a request of size bytes, taken instead, is counted, maybe
@@ -95,7 +98,11 @@ void coral_profile_sites_visit(coral_profile_site_fn fn, void *arg);
  * handler. */
 int coral_profile_write(const char *path);
 /* profile_out.c: the leak report (sites with sampled blocks still live) to
- * stderr. */
-void coral_profile_report_leaks(void);
+ * stderr, with the exact totals of the exiting thread's heap when known
+ * (exact not NULL: coral_heap_visit's). */
+typedef struct coral_profile_exact_s {
+    unsigned long long blocks, bytes;
+} coral_profile_exact_t;
+void coral_profile_report_leaks(const coral_profile_exact_t *exact);
 
 #endif /* CORAL_PROFILE_H */

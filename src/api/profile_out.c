@@ -118,6 +118,7 @@ typedef struct mapping_s {
     int file;    /* index in the symbolizer's files, or -1 */
     uint64_t id; /* in the profile, from 1; 0: not written */
     bool has_functions;
+    bool used; /* a location lies in it: written (the program's is, always) */
 } mapping_t;
 
 /* The whole of a file that stat cannot size (/proc), into b. */
@@ -529,6 +530,7 @@ static uint64_t location_id(writer_t *w, uintptr_t ret) {
     const char *name = function_at(&w->z, addr, &m, &len);
     uint64_t func = name != NULL ? function_id(w, name, len) : 0;
     if (m != NULL && name != NULL) m->has_functions = true;
+    if (m != NULL) m->used = true;
     pb_uint(&w->sub, 1, id);
     if (m != NULL) pb_uint(&w->sub, 2, m->id);
     pb_uint(&w->sub, 3, addr);
@@ -541,7 +543,9 @@ static uint64_t location_id(writer_t *w, uintptr_t ret) {
 }
 
 /* Mappings of code: the program's file first (pprof takes the first
- * mapping for the main binary), then the others, ids from 1. */
+ * mapping for the main binary), then the others, ids from 1. Written (and
+ * their files opened, for the build ID) are the program's and those a
+ * location lies in. */
 static void mapping_ids(writer_t *w) {
     char exe[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe);
@@ -553,6 +557,7 @@ static void mapping_ids(writer_t *w) {
             bool is_exe = n > 0 && same_path(m->path, m->path_len, exe, (size_t)n);
             if (pass == 0 && !is_exe) continue;
             m->id = next++;
+            m->used = is_exe;
         }
     }
 }
@@ -563,7 +568,7 @@ static void write_mappings(writer_t *w) {
     for (uint64_t id = 1; id <= count; id++) {
         for (size_t i = 0; i < w->z.nmaps; i++) {
             mapping_t *m = map_at(&w->z, i);
-            if (m->id != id) continue;
+            if (m->id != id || !m->used) continue; /* (no location: its file not opened) */
             elf_file_t *f = file_of(&w->z, m);
             pb_uint(&w->sub, 1, m->id);
             pb_uint(&w->sub, 2, m->start);
@@ -637,8 +642,10 @@ static int write_file(const char *path, const buf_t *b) {
 int coral_profile_write(const char *path) {
     writer_t *w = coral_os_map(sizeof(writer_t));
     if (w == NULL) return errno = ENOMEM, -1;
-    symbolizer_init(&w->z);
     coral_profile_sites_visit(site_collect, &w->sites);
+    /* No sample (a short process, at the default rate most): no location,
+     * so no mapping to write, and no file of the process's to read. */
+    if (w->sites.n != 0) symbolizer_init(&w->z);
     size_t frames = 0;
     for (size_t i = 0; i < w->sites.n; i++) frames += site_at(&w->sites, i)->depth;
     int rc = -1;
@@ -697,7 +704,7 @@ static void site_frames_text(symbolizer_t *z, const coral_profile_site_t *s, cha
     out[n] = '\0';
 }
 
-void coral_profile_report_leaks(void) {
+void coral_profile_report_leaks(const coral_profile_exact_t *exact) {
     symbolizer_t z;
     sites_t sites = {0};
     symbolizer_init(&z);
@@ -715,6 +722,10 @@ void coral_profile_report_leaks(void) {
                   "~%lld bytes in ~%lld blocks still live at exit, from %zu sites",
                   (long long)coral_profile_rate(), (long long)rounded(bytes),
                   (long long)rounded(objects), live_sites);
+    if (exact != NULL)
+        coral_message("  exactly: %llu blocks, %llu usable bytes live in the exiting thread's own "
+                      "heap (a walk of its pages)",
+                      exact->blocks, exact->bytes);
     /* The largest sites first: LEAK_SITES rounds of picking the largest
      * not printed yet (its inuse_bytes set to -1 once printed). */
     for (int k = 0; k < LEAK_SITES; k++) {

@@ -448,12 +448,24 @@ void coral_heap_abandon(coral_heap_t *heap) {
         heap->queues[q].first = heap->queues[q].last = NULL;
     }
     for (size_t w = 0; w < CORAL_DIRECT_COUNT; w++) heap->direct[w] = &coral_page_empty;
-    /* A user heap's huge blocks outlive it: they stop pointing at it. */
+    /* The heap's huge blocks outlive it: they stop pointing at it. */
     coral_huge_lists_lock();
     for (coral_link_t *l = heap->huge_blocks.first; l != NULL; l = l->next)
         atomic_store_explicit(&coral_container_of(l, coral_segment_t, link)->pages[0].owner, NULL,
                               memory_order_relaxed);
     heap->huge_blocks.first = heap->huge_blocks.last = NULL;
+    coral_huge_lists_unlock();
+}
+
+void coral_heap_pages_visit(coral_heap_t *heap, coral_heap_page_fn fn, void *arg) {
+    for (unsigned q = 0; q < CORAL_QUEUE_COUNT; q++)
+        for (coral_link_t *l = heap->queues[q].first; l != NULL; l = l->next)
+            fn(coral_container_of(l, coral_page_t, link), arg);
+    /* Any thread may free a huge block: its free unlinks it under the
+     * lock before the segment goes, so fn runs under the lock. */
+    coral_huge_lists_lock();
+    for (coral_link_t *l = heap->huge_blocks.first; l != NULL; l = l->next)
+        fn(&coral_container_of(l, coral_segment_t, link)->pages[0], arg);
     coral_huge_lists_unlock();
 }
 

@@ -57,7 +57,8 @@ struct coral_heap_s {
     bool no_direct;
     struct coral_profile_heap_s *profile; /* the profiler's state (api/profile.c) */
     uint32_t heartbeat;                   /* slow-path calls, for periodic work */
-    /* A user heap's huge blocks (through seg->link), for coral_heap_destroy:
+    /* The heap's huge blocks (through seg->link), for coral_heap_destroy and
+     * coral_heap_visit:
      * any thread's free unlinks one, hence a lock. It is one lock for every
      * heap's list (coral_huge_lists_lock), not one in the heap: a free reads
      * the block's owner under it, and a heap struct can be gone (its thread
@@ -150,6 +151,11 @@ coral_heap_t *coral_heap_create(void);
 /* A user heap's pages and huge blocks are freed, live blocks and all; the
  * heap is forgotten (destroy) or made empty again (reset). */
 void coral_heap_free_all(coral_heap_t *heap, bool keep);
+/* fn on every page of the heap (owner): its class pages, full pages,
+ * large pages, and its huge blocks' descriptors (those under the huge-list
+ * lock: fn must take no lock and free nothing). */
+typedef void (*coral_heap_page_fn)(coral_page_t *page, void *arg);
+void coral_heap_pages_visit(coral_heap_t *heap, coral_heap_page_fn fn, void *arg);
 /* Work done now and then on the slow paths: start the purge thread when it
  * is wanted, and purge from this thread every 256th time. */
 CORAL_INLINE void coral_heap_periodic_work(coral_heap_t *heap) {
@@ -231,7 +237,7 @@ size_t coral_huge_usable(coral_segment_t *seg, const void *p);
  * request of size bytes (its usable size is the difference). */
 size_t coral_huge_block_end(size_t offset, size_t size);
 void coral_huge_free(coral_segment_t *seg);
-/* The lock of every user heap's huge-block list and of the huge blocks'
+/* The lock of every heap's huge-block list and of the huge blocks'
  * owner field (pages[0].owner of a huge segment): held by whoever links,
  * unlinks or detaches one. A fork takes it (thread.c). */
 void coral_huge_lists_lock(void);

@@ -21,7 +21,7 @@
 
 static size_t align_up(size_t x, size_t a) { return (x + a - 1) & ~(a - 1); }
 
-/* Every user heap's huge-block list, and the owner field of every huge
+/* Every heap's huge-block list, and the owner field of every huge
  * block (heap.h). Held only around list and owner updates and a huge
  * block's move (mremap), never while waiting for another lock. */
 static pthread_mutex_t huge_lists_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -361,14 +361,13 @@ static void *huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool 
     coral_heap_count(heap, allocs, CORAL_CLASS_LARGE, 1);
     if (zero && got.dirty > offset)
         memset(page->start, 0, got.dirty - offset < size ? got.dirty - offset : size);
-    /* A user heap keeps a list of its huge blocks, for coral_heap_destroy. */
-    atomic_store_explicit(&page->owner, NULL, memory_order_relaxed);
-    if (!heap->is_default) {
-        coral_huge_lists_lock();
-        atomic_store_explicit(&page->owner, &heap->owner, memory_order_relaxed);
-        coral_list_push_front(&heap->huge_blocks, &seg->link);
-        coral_huge_lists_unlock();
-    }
+    /* Every heap keeps a list of its huge blocks: for coral_heap_destroy,
+     * and for coral_heap_visit (a thread's own heap too, until its thread
+     * exits: abandonment detaches them). */
+    coral_huge_lists_lock();
+    atomic_store_explicit(&page->owner, &heap->owner, memory_order_relaxed);
+    coral_list_push_front(&heap->huge_blocks, &seg->link);
+    coral_huge_lists_unlock();
     return page->start;
 }
 
@@ -400,7 +399,7 @@ void coral_huge_free(coral_segment_t *seg) {
         coral_misuse("double free detected: huge block %p was already free", (void *)page->start);
         return;
     }
-    /* A user heap's block: off its list. (An owner found NULL without the
+    /* A block still listed by its heap: off its list. (An owner found NULL without the
      * lock stays NULL: it is set only before the block is handed out.) The
      * owner is read again under the lock:
      * the heap's thread may be exiting (which detaches its blocks under
@@ -441,7 +440,7 @@ static void huge_shrink(coral_segment_t *seg, size_t total) {
 }
 
 /* Move the first `old` bytes of seg's mapping onto `to` (whatever `to` held
- * there is dropped). A user heap's list of huge blocks links the segment by
+ * there is dropped). A heap's list of huge blocks links the segment by
  * address: it is relinked under the heap's lock, which a free of another of
  * its blocks takes to unlink that one. */
 static coral_segment_t *huge_move(coral_segment_t *seg, coral_segment_t *to, size_t old) {

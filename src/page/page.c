@@ -637,23 +637,31 @@ void coral_page_release_span(coral_page_t *page) {
     coral_span_free(page);
 }
 
+uint32_t coral_page_live_blocks(coral_page_t *page, uint64_t live[CORAL_PAGE_LIVE_WORDS]) {
+    if (page->class_idx == CORAL_CLASS_LARGE) { /* one block: freed if used or pushed remotely */
+        live[0] = page->used != 0 && !coral_page_all_free(page);
+        return 1;
+    }
+    coral_page_take_remote(page);
+    uint32_t n = page->capacity;
+    for (uint32_t w = 0; w < (n + 63) / 64; w++) live[w] = ~(uint64_t)0;
+    if (n % 64 != 0) live[n / 64] = ((uint64_t)1 << (n % 64)) - 1;
+    const coral_block_t *lists[2] = {page->free, page->local_free};
+    for (size_t l = 0; l < 2; l++)
+        for (const coral_block_t *b = lists[l]; b != NULL; b = coral_block_next(b)) {
+            size_t i = (size_t)((const uint8_t *)b - page->start) / page->block_size;
+            live[i / 64] &= ~((uint64_t)1 << (i % 64));
+        }
+    return n;
+}
+
 #if CORAL_VALGRIND
 void coral_page_valgrind_forget(coral_page_t *page) {
     if (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED) return;
-    if (page->class_idx == CORAL_CLASS_LARGE) {
-        if (page->used != 0) VALGRIND_FREELIKE_BLOCK(page->start, 0);
-        return;
-    }
-    coral_page_take_remote(page);
-    uint8_t free_seen[4096 / 8] = {0}; /* a page has at most 4096 blocks */
-    coral_block_t *lists[2] = {page->free, page->local_free};
-    for (size_t l = 0; l < 2; l++)
-        for (coral_block_t *b = lists[l]; b != NULL; b = coral_block_next(b)) {
-            size_t i = (size_t)((uint8_t *)b - page->start) / page->block_size;
-            free_seen[i / 8] |= (uint8_t)(1u << (i % 8));
-        }
-    for (size_t i = 0; i < page->capacity; i++)
-        if (!(free_seen[i / 8] & (1u << (i % 8))))
+    uint64_t live[CORAL_PAGE_LIVE_WORDS];
+    uint32_t n = coral_page_live_blocks(page, live);
+    for (uint32_t i = 0; i < n; i++)
+        if (live[i / 64] >> (i % 64) & 1)
             VALGRIND_FREELIKE_BLOCK(page->start + i * page->block_size, 0);
 }
 #else

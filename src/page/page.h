@@ -685,6 +685,14 @@ CORAL_INLINE void coral_secure_large_out(coral_page_t *page) {
     *coral_mark_word(page, page->start) = coral_canary_of(page, page->start);
 }
 
+/* Owner: which blocks of the page are in use, as bits (block i: bit i % 64
+ * of live[i / 64]), over the blocks carved so far (returned: the bits
+ * written). The remote-freed blocks are taken first; a block the owner
+ * holds apart from the page's lists (a batch, a cache: the layers above)
+ * counts as in use. A large page: its one block. */
+#define CORAL_PAGE_LIVE_WORDS (4096 / 64) /* a page has at most 4096 blocks */
+uint32_t coral_page_live_blocks(coral_page_t *page, uint64_t live[CORAL_PAGE_LIVE_WORDS]);
+
 /* CORAL_VALGRIND builds: a user heap frees its pages whole (destroy,
  * reset): memcheck is told every block of the page still in use is freed.
  * (Blocks of aligned allocations inside a block are left out: memcheck

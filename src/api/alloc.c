@@ -176,7 +176,7 @@ static void owner_free(coral_page_t *page, void *p) {
     }
     if (CORAL_FREED_MARKS && page->slice_count != 0 &&
         !(coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED) && coral_page_is_block_start(page, p) &&
-        coral_freed_mark_seen(page, p) && owner_free_is_double(page, p)) {
+        coral_freed_mark_seen(p) && owner_free_is_double(page, p)) {
         coral_misuse("double free detected: block %p of %zu bytes was already free", p,
                      page->block_size);
         return;
@@ -245,7 +245,7 @@ static const char *block_problem(coral_segment_t *seg, const void *p) {
     if (owner &&
         (size_t)((const uint8_t *)p - page->start) >= (size_t)page->capacity * page->block_size)
         return "a block never handed out";
-    if (owner && coral_freed_mark_seen(page, (coral_block_t *)p) &&
+    if (owner && coral_freed_mark_seen((const coral_block_t *)p) &&
         owner_free_is_double(page, (void *)p))
         return "a freed block";
     return NULL;

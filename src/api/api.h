@@ -142,9 +142,13 @@ void coral_secure_free_checked(coral_segment_t *seg, coral_page_t *slice, void *
 CORAL_INLINE void coral_free_push_local(coral_page_t *page, coral_block_t *block) {
     coral_count_frees(page->class_idx, 1);
     coral_page_push_free(page, block);
-    if (coral_unlikely(--page->used == 0) && coral_heap_retire_when_empty(page))
+    /* The default build's fast path frees no block larger than a slice
+     * (page.h, "block starts": X is 0), so none too big to keep. */
+    if (coral_unlikely(--page->used == 0) &&
+        (CORAL_START_CHECK ? page->link.prev != NULL : coral_heap_retire_when_empty(page)))
         coral_heap_page_retire(page);
 }
+_Static_assert(CORAL_SLICE_SIZE <= CORAL_KEEP_EMPTY_MAX_BLOCK, "the fast path keeps what it frees");
 
 /* free() of p, a pointer into the first chunk of seg (slice: its slice
  * descriptor), by any thread. One compare says the calling thread owns the
@@ -160,8 +164,7 @@ CORAL_INLINE void coral_free_in_segment(coral_segment_t *seg, coral_page_t *slic
     coral_block_t *block = p;
     if (coral_likely(coral_slice_tid_flags(slice) == coral_thread_id()) &&
         coral_likely(coral_block_start_fast(slice, p)) &&
-        coral_likely(CORAL_FREED_MARKS ? !coral_freed_mark_seen(slice, block)
-                                       : block != slice->free)) {
+        coral_likely(CORAL_FREED_MARKS ? !coral_freed_mark_seen(block) : block != slice->free)) {
         coral_free_push_local(slice, block);
         return;
     }

@@ -86,14 +86,13 @@
 
 coral_page_t coral_page_empty; /* free == NULL forever */
 
-/* The default build: a new multiplier and freed mark for the page
- * (page.h, "block starts and freed marks"), at init and whenever every
- * block is free again, so that no mark left in its memory is likely the
- * page's: j drawn from the secret, kept in epoch for other threads. */
-static void page_new_freed_mark(coral_page_t *page) {
+/* The default build: a new block-start multiplier for the page (page.h,
+ * "block starts and freed marks"), at init and whenever every block is
+ * free again: j drawn from the secret, kept in epoch for other threads. */
+static void page_new_start_mul(coral_page_t *page) {
     if (CORAL_SECURE) return;
     page->epoch = coral_secure_next_epoch();
-    page->owner_start_mul = coral_page_freed_mark(page);
+    page->owner_start_mul = coral_page_start_mul(page);
 }
 
 void coral_page_init(coral_page_t *page, coral_page_owner_t *owner, bool user_heap, unsigned cls,
@@ -116,7 +115,7 @@ void coral_page_init(coral_page_t *page, coral_page_owner_t *owner, bool user_he
         page->epoch = coral_secure_next_epoch();
         page->owner_canary = coral_canary_with(page->epoch, NULL);
     } else {
-        page_new_freed_mark(page);
+        page_new_start_mul(page);
     }
     coral_page_set_capacity(page, 0);
     page->link.next = page->link.prev = NULL;
@@ -280,7 +279,7 @@ void coral_page_reset_empty(coral_page_t *page) {
     page->local_free = NULL;
     page->free_is_zero = 0;
     page->is_fresh = 0;
-    page_new_freed_mark(page);
+    page_new_start_mul(page);
     coral_page_set_capacity(page, 0);
 }
 
@@ -311,12 +310,9 @@ static const coral_block_t *block_set_add_list(block_set_t *set, const coral_pag
 
 /* Whether a block taken off thread_free still holds the freed mark its
  * push wrote: nothing clears it while the block is free but malloc
- * handing it out. (A large page's block may have changed size in place:
- * its owner's mark and the one other threads compute then differ.) */
-static bool taken_block_marked(const coral_page_t *page, coral_block_t *block) {
-    if (!CORAL_FREED_MARKS) return true;
-    uint64_t word = *coral_block_mark_word(block);
-    return word == page->owner_start_mul || word == coral_page_freed_mark(page);
+ * handing it out. */
+static bool taken_block_marked(coral_block_t *block) {
+    return !CORAL_FREED_MARKS || coral_freed_mark_seen(block);
 }
 
 static CORAL_COLD void taken_block_live(const coral_page_t *page, const void *block) {
@@ -341,7 +337,7 @@ static coral_block_t *thread_free_check(coral_page_t *page, coral_block_t *head,
     coral_block_t *tail = head;
     for (uint32_t i = 0; i < count; i++) {
         if (!block_set_add(set, page, tail)) thread_free_overflow(page, tail);
-        if (!taken_block_marked(page, tail)) taken_block_live(page, tail);
+        if (!taken_block_marked(tail)) taken_block_live(page, tail);
         if (i + 1 < count) tail = coral_block_next(tail);
     }
     return tail;
@@ -583,7 +579,7 @@ coral_block_t *coral_page_freed_block(const coral_page_t *page, void *p) {
 
 void coral_page_free_remote(coral_page_t *page, void *p) {
     coral_block_t *block = coral_page_freed_block(page, p);
-    if (block != NULL) push_remote(page, block, block, 1, coral_remote_mark_swap(page, block));
+    if (block != NULL) push_remote(page, block, block, 1, coral_remote_mark_swap(block));
 }
 
 /* A remote freer pushes its block (state FREEING) before it lists the page

@@ -173,23 +173,36 @@ CORAL_INLINE uintptr_t coral_tf_pushed(uintptr_t tf, const coral_block_t *head, 
  * 0 < r < d it is at least M (2^42 and more, d being at most 4 MiB) and
  * never wraps ((reserved + 1) * e < 2^40 < M), so above X. Checked for
  * every class, large size and span by tests/test_block_starts.c
- * (ctest block_starts).
+ * (ctest block_starts). A page whose blocks are larger than a slice has
+ * X = 0 (coral_page_set_capacity): its first block, the only one in its
+ * head slice, is freed through the slow path, which applies the rule that
+ * retires such a page when it empties (coral_heap_retire_when_empty); the
+ * fast path then asks only whether the page heads its queue.
  *
- * Freed marks: every block the program frees gets M, the page's freed
- * mark, in its second word; malloc clears the word when it hands the
- * block out. So a free that finds the mark may be a double free, however
- * many frees came between: the owner then checks the page's lists
+ * Freed marks: every block the program frees gets CORAL_FREED_MARK in its
+ * second word; malloc clears the word when it hands the block out. So a
+ * free that finds the mark may be a double free, however many frees came
+ * between: the owner then checks the page's lists
  * (coral_page_holds_free: bounded by the page's blocks) and reports only a
  * block it finds there, so the program's own data never causes a false
- * report, only a walk. Another thread computes M from the line it reads
- * (block_size, and j in epoch) and swaps it in (one atomic exchange: of two
- * frees of a block, in any order or at the same moment, one sees the
- * other's mark) and, when the word held it already, pushes with SUSPECT:
- * the owner then checks the list it takes against its own lists. The
- * secure build has its own freed mark at the block's end (secure.c); a
- * CORAL_VALGRIND build keeps freed blocks inaccessible and walks every
- * list (SUSPECT always). */
+ * report, only a walk. The mark is a constant, an immediate in the free
+ * fast path's compare and store (no load): being secret would buy nothing
+ * but protection against a program that plants it to make its frees walk;
+ * a mark left in a span's memory by an earlier page is harmless, as a
+ * live block never holds it (malloc cleared it) and a never-handed-out
+ * block fails the start test, or, carved again, is on the free list (its
+ * free is then a double free). Another thread swaps the mark in (one
+ * atomic exchange: of two frees of a block, in any order or at the same
+ * moment, one sees the other's mark) and, when the word held it already,
+ * pushes with SUSPECT: the owner then checks the list it takes against its
+ * own lists. The secure build has its own freed mark at the block's end
+ * (secure.c); a CORAL_VALGRIND build keeps freed blocks inaccessible and
+ * walks every list (SUSPECT always). */
 #define CORAL_FREED_MARKS (!CORAL_SECURE && !CORAL_VALGRIND)
+/* Sign-extended from 32 bits (an immediate operand), with the high half
+ * all ones: no pointer, no small number, not zero (calloc's test,
+ * coral_block_is_zero, reads the word). */
+#define CORAL_FREED_MARK ((uint64_t)0xffffffffc0a1fdeeull)
 /* The default and valgrind builds check every block start on the free fast
  * path (below); the secure build checks its canary there instead. */
 #define CORAL_START_CHECK (!CORAL_SECURE)
@@ -204,21 +217,23 @@ CORAL_INLINE uint64_t coral_block_start_mul_of(size_t d, uint32_t j) {
     return UINT64_MAX / d + 1 + j;
 }
 
-/* The page's M, its freed mark, from the line any thread reads (page init
- * wrote block_size and epoch: j is epoch's low 16 bits). A large page
- * whose block grew or shrank in place gives another value: its remote
- * frees then miss a mark, never find a false one. */
-CORAL_INLINE uint64_t coral_page_freed_mark(const coral_page_t *page) {
+/* The page's M from the line any thread reads (page init wrote block_size
+ * and epoch: j is epoch's low 16 bits). A large page whose block grew or
+ * shrank in place gives another value than owner_start_mul: its owner
+ * never uses this one. */
+CORAL_INLINE uint64_t coral_page_start_mul(const coral_page_t *page) {
     return coral_block_start_mul_of(page->block_size, (page->epoch & 0xffffu) + 1);
 }
 
-/* X for the first n blocks of the page (owner). */
+/* X for the first n blocks of the page (owner); 0, for the free fast
+ * path, for blocks larger than a slice (above). */
 CORAL_INLINE uint64_t coral_page_carved_x(const coral_page_t *page, uint32_t n) {
 #if CORAL_SECURE
     (void)page;
     (void)n;
     return 0;
 #else
+    if (page->block_size > CORAL_SLICE_SIZE) return 0;
     return (uint64_t)n * ((uint64_t)page->block_size * page->owner_start_mul);
 #endif
 }
@@ -242,14 +257,14 @@ CORAL_INLINE bool coral_block_start_fast(const coral_page_t *slice, const void *
                                   (uintptr_t)p & (CORAL_SLICE_SIZE - 1));
 }
 
-/* Owner: block freed (its mark written: word 1). */
-CORAL_INLINE void coral_freed_mark_set(const coral_page_t *page, coral_block_t *block) {
-    if (CORAL_FREED_MARKS) *coral_block_mark_word(block) = page->owner_start_mul;
+/* Block freed (its mark written: word 1). */
+CORAL_INLINE void coral_freed_mark_set(coral_block_t *block) {
+    if (CORAL_FREED_MARKS) *coral_block_mark_word(block) = CORAL_FREED_MARK;
 }
 
-/* Owner: does block hold the page's freed mark? */
-CORAL_INLINE bool coral_freed_mark_seen(const coral_page_t *page, coral_block_t *block) {
-    return CORAL_FREED_MARKS && *coral_block_mark_word(block) == page->owner_start_mul;
+/* Does block hold the freed mark? */
+CORAL_INLINE bool coral_freed_mark_seen(const coral_block_t *block) {
+    return CORAL_FREED_MARKS && ((const uint64_t *)(const void *)block)[1] == CORAL_FREED_MARK;
 }
 
 /* A block handed out: its mark cleared. */
@@ -260,11 +275,11 @@ CORAL_INLINE void coral_freed_mark_clear(coral_block_t *block) {
 /* Any thread but the owner, about to push block: the mark swapped in;
  * SUSPECT when it was there already (a double free, or the program's data:
  * the owner tells them apart). */
-CORAL_INLINE uintptr_t coral_remote_mark_swap(const coral_page_t *page, coral_block_t *block) {
+CORAL_INLINE uintptr_t coral_remote_mark_swap(coral_block_t *block) {
     if (!CORAL_FREED_MARKS) return CORAL_VALGRIND ? CORAL_TF_SUSPECT : 0;
-    uint64_t mark = coral_page_freed_mark(page);
-    uint64_t old = __atomic_exchange_n(coral_block_mark_word(block), mark, __ATOMIC_RELAXED);
-    return old == mark ? CORAL_TF_SUSPECT : 0;
+    uint64_t old =
+        __atomic_exchange_n(coral_block_mark_word(block), CORAL_FREED_MARK, __ATOMIC_RELAXED);
+    return old == CORAL_FREED_MARK ? CORAL_TF_SUSPECT : 0;
 }
 
 /* The page layer's view of a page's owner: where remote freers post the
@@ -403,7 +418,7 @@ CORAL_INLINE void coral_block_set_next(coral_block_t *block, coral_block_t *next
  * build, the list is no longer zero; the secure build never marks a list
  * zero: its carved blocks hold their fill and freed mark, page.c.) */
 CORAL_INLINE void coral_page_push_free(coral_page_t *page, coral_block_t *block) {
-    coral_freed_mark_set(page, block);
+    coral_freed_mark_set(block);
     coral_block_set_next(block, page->free);
     page->free = block;
     if (!CORAL_SECURE && !CORAL_FREED_MARKS) page->free_is_zero = 0;
@@ -456,7 +471,7 @@ CORAL_INLINE bool coral_page_free_remote_quick(coral_page_t *page, void *p, uint
                        coral_tf_list(tf) == (coral_block_t *)p))
         return false;
     coral_block_t *block = p;
-    *suspect = coral_remote_mark_swap(page, block) | CORAL_TF_MARKED;
+    *suspect = coral_remote_mark_swap(block) | CORAL_TF_MARKED;
     coral_block_set_next(block, coral_tf_list(tf));
     uintptr_t next = coral_tf_pushed(tf, block, count, *suspect & CORAL_TF_SUSPECT, state);
     return coral_likely(atomic_compare_exchange_strong_explicit(

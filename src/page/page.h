@@ -410,6 +410,30 @@ CORAL_INLINE void coral_block_set_next(coral_block_t *block, coral_block_t *next
 #endif
 }
 
+/* The first block of the page whose head descriptor is `page` (a page of
+ * a normal segment), from the descriptor's address: no load. */
+CORAL_INLINE uint8_t *coral_page_start_of(const coral_page_t *page) {
+    coral_segment_t *seg = coral_ptr_segment(page);
+    return coral_segment_base(seg) + (size_t)(page - seg->pages) * CORAL_SLICE_SIZE;
+}
+
+/* Owner, taking block off one of page's lists to hand it out: the link
+ * after it. In the secure build it must lead to one of the page's blocks
+ * or end the list (coral_fatal otherwise), so a forged link is never
+ * handed out, nor made the list's head, outside its page: a page holds
+ * blocks of one class, each checked for its fill when handed out. */
+CORAL_INLINE coral_block_t *coral_page_next(const coral_page_t *page, const coral_block_t *block) {
+    coral_block_t *next = coral_block_next(block);
+#if CORAL_SECURE
+    size_t offset = (size_t)((uint8_t *)next - coral_page_start_of(page));
+    if (coral_unlikely(offset > page->owner_last_block) && next != NULL)
+        coral_bad_link(block, (uintptr_t)next);
+#else
+    (void)page;
+#endif
+    return next;
+}
+
 /* Owner: a block it freed, pushed on `free`, where the next malloc of its
  * class takes it again (page.c says why). The caller counts it out of
  * `used`. A list marked zero stays so: free_is_zero says that every block
@@ -531,10 +555,12 @@ uint32_t coral_secure_next_epoch(void);
 #define CORAL_CARVE_WINDOW 4u
 coral_block_t *coral_secure_carve(uint8_t *first, uint32_t n, size_t block_size,
                                   coral_block_t *rest);
-/* malloc(0): a slot of an inaccessible region (NULL when every slot is
- * taken: the caller then gives a plain block); whether p is such a slot;
- * free one (false when p is none). */
-void *coral_zero_slot_alloc(void);
+/* malloc(0) and every other zero-size request: a slot of an
+ * inaccessible region, aligned to `alignment` (NULL when no such slot is
+ * left, or alignment is above the region's 4 MiB: the caller then gives a
+ * plain block); whether p is such a slot; free one (false when p is
+ * none). */
+void *coral_zero_slot_alloc(size_t alignment);
 bool coral_is_zero_slot(const void *p);
 bool coral_zero_slot_free(void *p);
 /* The slow half of the checks below (secure.c): p is not a block start
@@ -546,8 +572,10 @@ CORAL_COLD void *coral_secure_write_after_free(const coral_page_t *page, const u
 
 #if CORAL_SECURE
 /* Written once by coral_secure_init; read-only afterwards. Every byte of
- * the canary key is in 0x80..0xfe and even. */
+ * the canary key is in 0x80..0xfe and even; the page key is a second
+ * secret, from which a page's 32-bit epoch is spread over 64 bits. */
 extern __attribute__((visibility("hidden"))) uint64_t coral_canary_key;
+extern __attribute__((visibility("hidden"))) uint64_t coral_page_key;
 #endif
 
 /* A canary's bytes are all in 0x80..0xfe, even: never NUL, an ASCII
@@ -559,10 +587,25 @@ extern __attribute__((visibility("hidden"))) uint64_t coral_canary_key;
 #define CORAL_CANARY_EVEN 0xfefefefefefefefeull
 #define CORAL_CANARY_VARY 0x7e7e7e7e7e7e7e7eull
 
+/* A page's 64-bit key from its 32-bit epoch: a mix keyed by the secret
+ * page key, so that every byte of a canary varies from page to page, and
+ * one page's canaries (read by an over-read) tell nothing of another's:
+ * its 48 varying bits are a fresh guess (tests/test_secure.c checks the
+ * spread). */
+CORAL_INLINE uint64_t coral_page_key_of(uint32_t epoch) {
+#if CORAL_SECURE
+    uint64_t z = ((uint64_t)epoch ^ coral_page_key) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 31)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 29);
+#else
+    return epoch;
+#endif
+}
+
 /* The canary of the block at `block` of a page whose epoch is `epoch`. */
 CORAL_INLINE uint64_t coral_canary_with(uint32_t epoch, const void *block) {
 #if CORAL_SECURE
-    return coral_canary_key ^ (((uintptr_t)block ^ epoch) & CORAL_CANARY_VARY);
+    return coral_canary_key ^ (((uintptr_t)block ^ coral_page_key_of(epoch)) & CORAL_CANARY_VARY);
 #else
     (void)epoch;
     return (uintptr_t)block;
@@ -579,8 +622,11 @@ CORAL_INLINE uint64_t coral_owner_canary_of(const coral_page_t *page, const void
     return page->owner_canary ^ ((uintptr_t)block & CORAL_CANARY_VARY);
 }
 
-/* A freed mark is the block's canary made odd: never a canary. */
-CORAL_INLINE uint64_t coral_freed_mark_of(uint64_t canary) { return canary | 1; }
+/* A freed mark is the block's canary with all 48 bits that vary (bits 1-6
+ * of each byte) flipped: no change of fewer than 48 bits (a bit flip, a
+ * byte written) turns a freed block back into a live one, and its bytes
+ * keep a canary's form (0x80..0xfe, even: no ASCII, NUL or fill byte). */
+CORAL_INLINE uint64_t coral_freed_mark_of(uint64_t canary) { return canary ^ CORAL_CANARY_VARY; }
 
 /* The word after the usable bytes of the block at `block`. */
 CORAL_INLINE uint64_t *coral_mark_word(const coral_page_t *page, void *block) {
@@ -607,11 +653,12 @@ CORAL_INLINE void coral_secure_fill(const coral_page_t *page, uint8_t *block) {
  * block above 16 bytes; word 3 the fill in one above 32 bytes, the mark in
  * a 32-byte one. What word 3 must hold is a select, not a branch: the
  * sizes a program asks for need follow no pattern a branch predictor could
- * learn. (A 16-byte block, requests of up to 8 bytes, has no fill: that
- * branch stays.) The words read are the block's first 32 bytes. */
+ * learn. (A 16-byte block, requests of up to 8 bytes, has no fill: its
+ * word 1 is its mark, checked in that branch.) The words read are the
+ * block's first 32 bytes. */
 CORAL_INLINE bool coral_secure_fill_intact(size_t bs, const uint8_t *block, uint64_t canary) {
-    if (bs <= 16) return true;
     const uint64_t *w = (const uint64_t *)(const void *)block;
+    if (bs <= 16) return w[1] == coral_freed_mark_of(canary);        /* (no fill: its mark) */
     uint64_t small = (uint64_t)0 - (uint64_t)(bs <= CORAL_FILL_END); /* all ones: 32 bytes */
     uint64_t word3 = CORAL_FILL_WORD ^ ((CORAL_FILL_WORD ^ coral_freed_mark_of(canary)) & small);
     return ((w[1] ^ CORAL_FILL_WORD) | (w[2] ^ CORAL_FILL_WORD) | (w[3] ^ word3)) == 0;

@@ -471,6 +471,7 @@ static void heap_release_all(coral_heap_t *heap) {
     for (unsigned q = 0; q < CORAL_QUEUE_COUNT; q++)
         while (heap->queues[q].first != NULL) {
             if (CORAL_VALGRIND) coral_page_valgrind_forget(coral_queue_first(heap, q));
+            if (CORAL_SECURE) coral_page_check_live_canaries(coral_queue_first(heap, q));
             page_release(coral_queue_first(heap, q));
         }
     /* The blocks are detached (owner NULL) under the lock: a free of one in

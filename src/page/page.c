@@ -633,24 +633,30 @@ void coral_page_release_span(coral_page_t *page) {
     coral_span_free(page);
 }
 
-#if CORAL_VALGRIND
-void coral_page_valgrind_forget(coral_page_t *page) {
-    if (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED) return;
+void coral_page_each_live(coral_page_t *page, void (*fn)(coral_page_t *page, uint8_t *block)) {
     if (page->class_idx == CORAL_CLASS_LARGE) {
-        if (page->used != 0) VALGRIND_FREELIKE_BLOCK(page->start, 0);
+        if (page->used != 0) fn(page, page->start);
         return;
     }
     coral_page_take_remote(page);
-    uint8_t free_seen[4096 / 8] = {0}; /* a page has at most 4096 blocks */
-    coral_block_t *lists[2] = {page->free, page->local_free};
-    for (size_t l = 0; l < 2; l++)
-        for (coral_block_t *b = lists[l]; b != NULL; b = coral_block_next(b)) {
-            size_t i = (size_t)((uint8_t *)b - page->start) / page->block_size;
-            free_seen[i / 8] |= (uint8_t)(1u << (i % 8));
-        }
+    block_set_t *free_seen = &(block_set_t){{0}};
+    if (block_set_add_list(free_seen, page, page->free, page->reserved) != NULL ||
+        block_set_add_list(free_seen, page, page->local_free, page->reserved) != NULL)
+        return; /* lists that hold a block twice: the live ones are unknown */
     for (size_t i = 0; i < page->capacity; i++)
-        if (!(free_seen[i / 8] & (1u << (i % 8))))
-            VALGRIND_FREELIKE_BLOCK(page->start + i * page->block_size, 0);
+        if (!(free_seen->bits[i / 64] & ((uint64_t)1 << (i % 64))))
+            fn(page, page->start + i * page->block_size);
+}
+
+#if CORAL_VALGRIND
+static void valgrind_forget_block(coral_page_t *page, uint8_t *block) {
+    (void)page;
+    VALGRIND_FREELIKE_BLOCK(block, 0);
+}
+
+void coral_page_valgrind_forget(coral_page_t *page) {
+    if (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED) return;
+    coral_page_each_live(page, valgrind_forget_block);
 }
 #else
 void coral_page_valgrind_forget(coral_page_t *page) { (void)page; }

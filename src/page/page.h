@@ -747,6 +747,15 @@ CORAL_INLINE void coral_secure_large_out(coral_page_t *page) {
     *coral_mark_word(page, page->start) = coral_canary_of(page, page->start);
 }
 
+/* Owner: fn(page, block) for every block of the page handed out and not
+ * freed (its remote-freed blocks taken first; none when its lists hold a
+ * block twice, which the secure build reports when it links them). */
+void coral_page_each_live(coral_page_t *page, void (*fn)(coral_page_t *page, uint8_t *block));
+/* The secure build: a user heap frees its pages whole (destroy, reset):
+ * the canary of every block still in use is checked first (a heap
+ * overflow is reported, coral_misuse, as a free would). */
+void coral_page_check_live_canaries(coral_page_t *page);
+
 /* CORAL_VALGRIND builds: a user heap frees its pages whole (destroy,
  * reset): memcheck is told every block of the page still in use is freed.
  * (Blocks of aligned allocations inside a block are left out: memcheck

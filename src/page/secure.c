@@ -110,6 +110,19 @@ bool coral_secure_check_slow(coral_page_t *page, void *p, bool release) {
     return true;
 }
 
+static void check_live_canary(coral_page_t *page, uint8_t *block) {
+    if (*coral_mark_word(page, block) == coral_canary_of(page, block)) return;
+    coral_misuse("heap overflow detected: block %p of %zu bytes was written past its end (found "
+                 "when its heap was destroyed or reset)",
+                 (void *)block, page->block_size - CORAL_CANARY_SIZE);
+}
+
+void coral_page_check_live_canaries(coral_page_t *page) {
+    /* (A page of aligned large blocks may hold its block past start.) */
+    if (CORAL_SECURE && !(coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED))
+        coral_page_each_live(page, check_live_canary);
+}
+
 /* ---- fresh blocks in a random order ------------------------------------------------
  * Each block of a carve step is drawn uniformly from the window: the
  * CORAL_CARVE_WINDOW lowest blocks of the step not linked yet (fewer only

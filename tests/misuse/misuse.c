@@ -284,6 +284,18 @@ static void forge_link(void) {
     if (got == victim) memset(got, 'x', 8); /* two live blocks overlap */
 }
 
+/* A block of a first-class heap (coralloc's own calls: exit 3 without
+ * them) overflowed by one byte, never freed: the heap destroyed. */
+static void overflow_heap_destroy(void) {
+    void *(*heap_new)(void) = (void *(*)(void))c23_call("coral_heap_new");
+    void *(*heap_malloc)(void *, size_t) = (void *(*)(void *, size_t))c23_call("coral_heap_malloc");
+    void (*heap_destroy)(void *) = (void (*)(void *))c23_call("coral_heap_destroy");
+    void *heap = heap_new();
+    char *p = launder(heap_malloc(heap, 100));
+    memset(p, 'A', malloc_usable_size(p) + 1);
+    heap_destroy(heap);
+}
+
 /* Zero-size aligned requests: a byte written to what they return. */
 static void aligned_alloc0_write(void) { *(volatile char *)launder(aligned_alloc(64, 0)) = 1; }
 static void posix_memalign0_write(void) {
@@ -488,6 +500,7 @@ static const misuse_case_t cases[] = {
     {"aligned-alloc0-write", aligned_alloc0_write},
     {"posix-memalign0-write", posix_memalign0_write},
     {"memalign0-write", memalign0_write},
+    {"overflow-heap-destroy", overflow_heap_destroy},
 };
 
 int main(int argc, char **argv) {

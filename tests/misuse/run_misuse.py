@@ -127,6 +127,8 @@ EXPECT.update({
                               ("crashed", "an inaccessible slot")),
     "memalign0-write": (("ran on", "a zero-size request is a 16-byte block"),
                         ("crashed", "an inaccessible slot")),
+    "overflow-heap-destroy": (("ran on", "no canary in the default build"),
+                              ("aborted", "heap overflow detected")),
 })
 BUILDS = ("default", "secure")
 # Damage found later, with no call to undo: these abort in both modes.

@@ -248,7 +248,8 @@ static const char *block_problem(coral_segment_t *seg, const void *p) {
     }
     coral_page_t *page = coral_segment_page_of(seg, p);
     if (page->slice_count == 0) return "in no page in use: double free?";
-    if (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED) return NULL;
+    if (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED)
+        return (const uint8_t *)p == coral_page_large_block(page) ? NULL : "not a block's start";
     if (!coral_page_is_block_start(page, p)) return "not a block's start";
     if (page->class_idx == CORAL_CLASS_LARGE && page->used == 0) return "a freed large block";
     bool owner = atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == coral_thread_id();

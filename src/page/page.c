@@ -108,6 +108,7 @@ void coral_page_init(coral_page_t *page, coral_page_owner_t *owner, bool user_he
     page->free_is_zero = 0;
     page->class_idx = (uint8_t)cls;
     page->block_size = block_size;
+    page->aligned_slices = 0;
     if (CORAL_SECURE) page->owner_block_size = block_size;
     /* (A span holds at least one block: reserved >= 1.) */
     page->owner_last_block = (uint32_t)((size_t)(page->reserved - 1) * block_size);
@@ -565,8 +566,11 @@ coral_block_t *coral_page_freed_block(const coral_page_t *page, void *p) {
         coral_page_invalid_free(p, "in no page in use: double free?");
         return NULL;
     }
-    if (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED)
-        return (coral_block_t *)coral_page_block_start(page, p);
+    if (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED) {
+        if ((uint8_t *)p == coral_page_large_block(page)) return (coral_block_t *)page->start;
+        coral_page_invalid_free(p, "inside a block, not its start");
+        return NULL;
+    }
     if (!coral_page_is_block_start(page, p)) {
         size_t offset = (size_t)((uint8_t *)p - page->start);
         coral_page_invalid_free(p, offset < (size_t)page->reserved * page->block_size

@@ -356,6 +356,11 @@ void coral_page_wait_notice_done(coral_page_t *page);
 CORAL_COLD void coral_page_invalid_free(const void *p, const char *why);
 /* The start of the block that p points into. */
 uint8_t *coral_page_block_start(const coral_page_t *page, const void *p);
+/* Where a large page's one block starts, the pointer its free must be
+ * given: start, or past it for an alignment above a slice. */
+CORAL_INLINE uint8_t *coral_page_large_block(const coral_page_t *page) {
+    return page->start + (size_t)page->aligned_slices * CORAL_SLICE_SIZE;
+}
 /* Owner: give the page's span back to its segment (orphan listing, a purge
  * in progress and the populate policy's measure settled first). */
 void coral_page_release_span(coral_page_t *page);

@@ -82,7 +82,9 @@ void *coral_secure_write_after_free(const coral_page_t *page, const uint8_t *blo
 bool coral_secure_check_slow(coral_page_t *page, void *p, bool release) {
     uint8_t *block = coral_page_block_start(page, p);
     size_t usable = page->block_size - CORAL_CANARY_SIZE;
-    if (block != (uint8_t *)p && !(coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED)) {
+    if ((coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED)
+            ? (uint8_t *)p != coral_page_large_block(page)
+            : block != (uint8_t *)p) {
         coral_misuse("invalid pointer %p (inside a block of %zu bytes, not its start)", p, usable);
         return false;
     }

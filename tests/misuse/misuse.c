@@ -296,6 +296,13 @@ static void overflow_heap_destroy(void) {
     heap_destroy(heap);
 }
 
+/* A large block allocated with an alignment above 64 KiB, freed 4 KiB
+ * inside. */
+static void interior_large_aligned(void) {
+    char *p = launder(aligned_alloc(256 * KiB, 600 * KiB));
+    free(p + 4096);
+}
+
 /* Zero-size aligned requests: a byte written to what they return. */
 static void aligned_alloc0_write(void) { *(volatile char *)launder(aligned_alloc(64, 0)) = 1; }
 static void posix_memalign0_write(void) {
@@ -501,6 +508,7 @@ static const misuse_case_t cases[] = {
     {"posix-memalign0-write", posix_memalign0_write},
     {"memalign0-write", memalign0_write},
     {"overflow-heap-destroy", overflow_heap_destroy},
+    {"free-interior-large-aligned", interior_large_aligned},
 };
 
 int main(int argc, char **argv) {

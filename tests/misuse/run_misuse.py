@@ -127,6 +127,7 @@ EXPECT.update({
                               ("crashed", "an inaccessible slot")),
     "memalign0-write": (("ran on", "a zero-size request is a 16-byte block"),
                         ("crashed", "an inaccessible slot")),
+    "free-interior-large-aligned": (("aborted", "not its start"), ("aborted", "not its start")),
     "overflow-heap-destroy": (("ran on", "no canary in the default build"),
                               ("aborted", "heap overflow detected")),
 })

@@ -268,17 +268,23 @@ static void double_free_bitflip(void) {
 
 /* The attack on the secure build's links: b's link, read after its free,
  * gives the list key (link = next ^ key ^ b, next being a); a link forged
- * with it to a live block of another class, then two mallocs of b's
+ * with it to a live block of another class (whose first word, the
+ * attacker's data, encodes the end of the list), then two mallocs of b's
  * class. With no encoding (the default build, glibc's other scheme) the
  * forged link is the victim's address, or garbage. */
 static void forge_link(void) {
-    uintptr_t a = (uintptr_t)launder(malloc(8)), b = (uintptr_t)malloc(8);
+    uintptr_t a, b;
+    do { /* two blocks of one 64 KiB slice: one page, so b's link is a */
+        a = (uintptr_t)launder(malloc(8));
+        b = (uintptr_t)malloc(8);
+    } while ((a >> 16) != (b >> 16));
     char *victim = malloc(200);
     memset(victim, 'v', 200);
     free((void *)a);
     free((void *)b);
     uintptr_t key = *(volatile uintptr_t *)b ^ a ^ b;
     *(volatile uintptr_t *)b = (uintptr_t)victim ^ key ^ b;
+    *(volatile uintptr_t *)victim = key ^ (uintptr_t)victim; /* a link that ends the list */
     sink = malloc(8);
     char *got = malloc(8);
     if (got == victim) memset(got, 'x', 8); /* two live blocks overlap */

@@ -43,7 +43,7 @@ static void *enomem(void) {
 CORAL_INLINE void *page_pop(coral_heap_t *heap, coral_page_t *page, unsigned cls, size_t size,
                             bool zero) {
     coral_block_t *block = page->free;
-    page->free = coral_page_next(page, block);
+    page->free = coral_block_next(block);
     page->used++;
     coral_heap_count(heap, allocs, cls, 1);
     if (CORAL_SECURE)

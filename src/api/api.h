@@ -64,7 +64,7 @@ CORAL_INLINE coral_block_t *coral_pop_direct(coral_heap_t *heap, size_t size,
     *pagep = page;
     coral_block_t *block = page->free;
     if (coral_unlikely(block == NULL)) return NULL;
-    page->free = coral_page_next(page, block);
+    page->free = coral_block_next(block);
     page->used++;
     coral_heap_count(heap, allocs, page->class_idx, 1);
     return block;

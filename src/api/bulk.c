@@ -63,15 +63,14 @@ static inline bool ascending(const void *a, const void *b, const void *c, const 
 
 /* ---- coral_malloc_bulk -------------------------------------------------------- */
 
-/* Blocks of *list (one of page's) into out[0..want), taken off the list;
- * how many. */
-static size_t take_list(const coral_page_t *page, coral_block_t **list, void **out, size_t want) {
+/* Blocks of *list into out[0..want), taken off the list; how many. */
+static size_t take_list(coral_block_t **list, void **out, size_t want) {
     coral_block_t *block = *list;
     size_t got = 0;
     while (block != NULL && got < want) {
         out[got++] = block;
         if (BULK_HINTS) __builtin_prefetch(hint_of(block), 0, 3);
-        coral_block_t *next = coral_page_next(page, block);
+        coral_block_t *next = coral_block_next(block);
         coral_freed_mark_clear(block); /* handed out */
         block = next;
     }
@@ -103,9 +102,9 @@ static bool page_can_serve(const coral_page_t *page) {
 
 /* Up to want blocks of page into out[]: free list, local_free, uncarved. */
 static size_t take_from_page(coral_page_t *page, void **out, size_t want) {
-    size_t got = take_list(page, &page->free, out, want);
+    size_t got = take_list(&page->free, out, want);
     if (got < want && page->local_free != NULL)
-        got += take_list(page, &page->local_free, out + got, want - got);
+        got += take_list(&page->local_free, out + got, want - got);
     if (got < want && page->capacity < page->reserved)
         got += take_uncarved(page, out + got, want - got);
     page->used += (uint32_t)got;

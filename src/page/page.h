@@ -422,23 +422,6 @@ CORAL_INLINE uint8_t *coral_page_start_of(const coral_page_t *page) {
     return coral_segment_base(seg) + (size_t)(page - seg->pages) * CORAL_SLICE_SIZE;
 }
 
-/* Owner, taking block off one of page's lists to hand it out: the link
- * after it. In the secure build it must lead to one of the page's blocks
- * or end the list (coral_fatal otherwise), so a forged link is never
- * handed out, nor made the list's head, outside its page: a page holds
- * blocks of one class, each checked for its fill when handed out. */
-CORAL_INLINE coral_block_t *coral_page_next(const coral_page_t *page, const coral_block_t *block) {
-    coral_block_t *next = coral_block_next(block);
-#if CORAL_SECURE
-    size_t offset = (size_t)((uint8_t *)next - coral_page_start_of(page));
-    if (coral_unlikely(offset > page->owner_last_block) && next != NULL)
-        coral_bad_link(block, (uintptr_t)next);
-#else
-    (void)page;
-#endif
-    return next;
-}
-
 /* Owner: a block it freed, pushed on `free`, where the next malloc of its
  * class takes it again (page.c says why). The caller counts it out of
  * `used`. A list marked zero stays so: free_is_zero says that every block
@@ -571,8 +554,9 @@ bool coral_zero_slot_free(void *p);
 /* The slow half of the checks below (secure.c): p is not a block start
  * (an aligned block, or a misuse), or its mark is not its canary. */
 bool coral_secure_check_slow(coral_page_t *page, void *p, bool release);
-/* Reports a write after free (fatal): never returns, though not declared
- * so, so that the malloc fast path can reach it by a tail call. */
+/* Reports a block handed out of a page it is not in (a forged link), else
+ * a write after free (fatal): never returns, though not declared so, so
+ * that the malloc fast path can reach it by a tail call. */
 CORAL_COLD void *coral_secure_write_after_free(const coral_page_t *page, const uint8_t *block);
 
 #if CORAL_SECURE
@@ -727,7 +711,9 @@ CORAL_INLINE bool coral_secure_free_fast(coral_page_t *slice, void *p) {
 }
 
 /* A block of a size class just popped off `page`'s free list by its
- * owner: a write after free is reported (fatal), the canary written over
+ * owner: a block outside the page (a link forged or overwritten: the
+ * decode kept it in the segment only) or a write after free is reported
+ * (fatal), the canary written over
  * the mark, the first `zero` bytes cleared. Every block on a free list has
  * its fill (free and the carve write it, and a page's memory is returned
  * to the OS only once its lists are gone), so the check reads the
@@ -739,7 +725,9 @@ CORAL_INLINE bool coral_secure_free_fast(coral_page_t *slice, void *p) {
 CORAL_INLINE void *coral_secure_small_out(coral_page_t *page, void *p, size_t zero) {
     size_t bs = page->owner_block_size;
     uint64_t canary = coral_owner_canary_of(page, p);
-    if (coral_unlikely(!coral_secure_fill_intact(bs, p, canary)))
+    size_t offset = (size_t)((uint8_t *)p - coral_page_start_of(page));
+    if (coral_unlikely(offset > page->owner_last_block) ||
+        coral_unlikely(!coral_secure_fill_intact(bs, p, canary)))
         return coral_secure_write_after_free(page, p);
     *(uint64_t *)(void *)((uint8_t *)p + bs - CORAL_CANARY_SIZE) = canary;
     if (zero != 0) memset(p, 0, zero);

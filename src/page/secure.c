@@ -68,6 +68,10 @@ void coral_bad_link(const coral_block_t *block, uintptr_t next) {
 }
 
 void *coral_secure_write_after_free(const coral_page_t *page, const uint8_t *block) {
+    if ((size_t)(block - coral_page_start_of(page)) > page->owner_last_block)
+        coral_fatal("free list corrupted: a page of %zu-byte blocks was to hand out %p, outside "
+                    "it (a link forged or overwritten after a free)",
+                    page->block_size, (const void *)block);
     size_t end = page->block_size - CORAL_CANARY_SIZE;
     if (end > CORAL_FILL_END) end = CORAL_FILL_END;
     size_t at = sizeof(coral_block_t);

@@ -8,7 +8,11 @@
  *              WINDOW places is drawn often, and two fresh heaps hand their
  *              blocks out in two different orders.
  * The random checks fail when the randomization is removed (blocks in
- * address order); the window check fails when it spreads wider. */
+ * address order); the window check fails when it spreads wider.
+ *   - page keys: the canaries (the word after a block's usable bytes) of
+ *              blocks of distinct pages, the address folded out, differ in
+ *              both halves: a page's key spans all 64 bits (issue 33: it
+ *              was 32 bits, and the high halves were all equal). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,7 +89,32 @@ static void test_order(size_t size, unsigned n) {
     CHECK_MSG(memcmp(rank, again, sizeof rank) != 0, "size %zu: two heaps, the same order", size);
 }
 
+/* Bits 1-6 of each byte: what the page and the address change in a canary
+ * (CORAL_CANARY_VARY, src/page/page.h). */
+#define CANARY_VARY 0x7e7e7e7e7e7e7e7eull
+#define PAGES 6
+
+static void test_page_keys(void) {
+    static const size_t sizes[PAGES] = {8, 40, 100, 300, 700, 2000}; /* six classes */
+    uint64_t key[PAGES];
+    for (int i = 0; i < PAGES; i++) {
+        uint8_t *p = coral_malloc(sizes[i]);
+        CHECK_NOT_NULL(p);
+        uint64_t canary;
+        memcpy(&canary, p + coral_malloc_usable_size(p), sizeof canary);
+        key[i] = canary ^ ((uintptr_t)p & CANARY_VARY);
+    }
+    for (int i = 0; i < PAGES; i++)
+        for (int k = 0; k < i; k++) {
+            CHECK_MSG((uint32_t)(key[i] >> 32) != (uint32_t)(key[k] >> 32),
+                      "pages %d and %d: the canaries' high halves share their key", k, i);
+            CHECK_MSG((uint32_t)key[i] != (uint32_t)key[k],
+                      "pages %d and %d: the canaries' low halves share their key", k, i);
+        }
+}
+
 int main(void) {
+    test_page_keys();
     /* Blocks of 16 to 208 bytes: a page (a 64 KiB slice) holds more than
      * BLOCKS; of 1 KiB, 64. */
     static const size_t sizes[] = {8, 24, 56, 120, 200};

@@ -176,7 +176,7 @@ static void owner_free(coral_page_t *page, void *p) {
     }
     if (CORAL_FREED_MARKS && page->slice_count != 0 &&
         !(coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED) && coral_page_is_block_start(page, p) &&
-        coral_freed_mark_seen(page, p) && owner_free_is_double(page, p)) {
+        coral_freed_mark_seen(p) && owner_free_is_double(page, p)) {
         coral_misuse("double free detected: block %p of %zu bytes was already free", p,
                      page->block_size);
         return;
@@ -226,6 +226,16 @@ static size_t usable_size_of(coral_segment_t *seg, const void *p) {
     return (size_t)(block + page->block_size - CORAL_CANARY_SIZE - (const uint8_t *)p);
 }
 
+/* The secure build: a block start whose mark word holds its freed mark is
+ * free (any thread can tell: page.h), one that holds neither the mark nor
+ * its canary was overflowed. */
+static const char *secure_block_problem(coral_page_t *page, const void *p) {
+    uint64_t canary = coral_canary_of(page, p), mark = *coral_mark_word(page, (void *)p);
+    if (coral_likely(mark == canary)) return NULL;
+    if (mark == coral_freed_mark_of(canary)) return "a freed block";
+    return "its canary was overwritten: a heap overflow";
+}
+
 /* What free would say of p, a pointer into seg, without freeing it: NULL
  * when p is a live block's start (or a pointer into an aligned block),
  * else why not. Any thread: a block another thread owns is not checked
@@ -238,16 +248,18 @@ static const char *block_problem(coral_segment_t *seg, const void *p) {
     }
     coral_page_t *page = coral_segment_page_of(seg, p);
     if (page->slice_count == 0) return "in no page in use: double free?";
-    if (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED) return NULL;
+    if (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED)
+        return (const uint8_t *)p == coral_page_large_block(page) ? NULL : "not a block's start";
     if (!coral_page_is_block_start(page, p)) return "not a block's start";
     if (page->class_idx == CORAL_CLASS_LARGE && page->used == 0) return "a freed large block";
     bool owner = atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == coral_thread_id();
     if (owner &&
         (size_t)((const uint8_t *)p - page->start) >= (size_t)page->capacity * page->block_size)
         return "a block never handed out";
-    if (owner && coral_freed_mark_seen(page, (coral_block_t *)p) &&
+    if (owner && coral_freed_mark_seen((const coral_block_t *)p) &&
         owner_free_is_double(page, (void *)p))
         return "a freed block";
+    if (CORAL_SECURE) return secure_block_problem(page, p);
     return NULL;
 }
 
@@ -299,32 +311,38 @@ void *coral_calloc(size_t n, size_t size) {
     return coral_heap_calloc_inline(coral_tls_heap, n, size);
 }
 
-/* Whether size fits the block p (NULL fits any). */
-static bool sized_free_fits(void *p, size_t size) {
+/* Whether size fits the block p (NULL fits any); call names the call. */
+static bool sized_free_fits(void *p, size_t size, const char *call) {
     if (p == NULL) return true;
-    size_t usable = checked_usable_size(p, "free()");
+    size_t usable = checked_usable_size(p, call);
     if (coral_likely(size <= usable)) return true;
     if (usable == 0 && !coral_is_zero_slot(p)) return false; /* reported */
-    coral_misuse("free_sized(%p, %zu): the block has only %zu bytes", p, size, usable);
+    coral_misuse("%s(%p, %zu): the block has only %zu bytes", call, p, size, usable);
     return false;
 }
 
-void coral_free_sized(void *p, size_t size) {
-    if (sized_free_fits(p, size)) coral_free_inline(p);
+void coral_free_sized_checked(void *p, size_t size, const char *call) {
+    if (sized_free_fits(p, size, call)) coral_free_inline(p);
+}
+
+void coral_free_sized(void *p, size_t size) { coral_free_sized_inline(p, size, "free_sized"); }
+
+void coral_free_aligned_sized_as(void *p, size_t alignment, size_t size, const char *call) {
+    if (coral_unlikely(((uintptr_t)p & (alignment - 1)) != 0)) {
+        coral_misuse("%s(%p): not aligned to %zu", call, p, alignment);
+        return;
+    }
+    if (sized_free_fits(p, size, call)) coral_free_inline(p);
 }
 
 void coral_free_aligned_sized(void *p, size_t alignment, size_t size) {
-    if (coral_unlikely(((uintptr_t)p & (alignment - 1)) != 0)) {
-        coral_misuse("free_aligned_sized(%p): not aligned to %zu", p, alignment);
-        return;
-    }
-    coral_free_sized(p, size);
+    coral_free_aligned_sized_as(p, alignment, size, "free_aligned_sized");
 }
 
 /* ---- the secure build ------------------------------------------------------------------ */
 
 void *coral_secure_alloc_zero(coral_heap_t *heap) {
-    void *slot = coral_zero_slot_alloc();
+    void *slot = coral_zero_slot_alloc(CORAL_ALIGNMENT);
     if (slot != NULL) return slot;
     return coral_malloc_generic(CORAL_CANARY_SIZE, heap, false); /* every slot is taken: a block */
 }
@@ -334,7 +352,7 @@ void coral_secure_free_checked(coral_segment_t *seg, coral_page_t *slice, void *
         coral_page_t *page = coral_slice_head(slice);
         if (page->slice_count != 0 && !coral_secure_page_check(page, p, true)) return;
     }
-    coral_free_in_segment(seg, slice, p);
+    coral_free_in_segment(seg, slice, p, 0, NULL);
 }
 
 /* ---- CORAL_VALGRIND builds ------------------------------------------------------------- */
@@ -388,6 +406,10 @@ static void *aligned_checked(coral_heap_t *heap, size_t size, size_t alignment, 
     if (CORAL_VALGRIND)
         return valgrind_told(aligned_plain(heap, size, alignment, false), size, zero);
     if (!CORAL_SECURE) return aligned_plain(heap, size, alignment, zero);
+    if (size == 0) { /* an inaccessible slot, as malloc(0) gives */
+        void *slot = coral_zero_slot_alloc(alignment);
+        if (slot != NULL) return slot;
+    }
     /* (Checked and given its canary where its block was taken: page.h.) */
     void *p = aligned_plain(heap, coral_secure_inner_size(size), alignment, false);
     if (p != NULL && zero) memset(p, 0, size);

@@ -142,14 +142,25 @@ void coral_free_unusual(coral_segment_t *seg, coral_page_t *slice, void *p);
  * (alloc.c): the checks that name the misuse, then the free. */
 void coral_secure_free_checked(coral_segment_t *seg, coral_page_t *slice, void *p);
 
+/* A free told the block's size (size > 0: free_sized, C++'s sized
+ * deletes; `call` names it) that its fast path did not take: the block
+ * checked (a size above its usable bytes is a misuse), then freed. */
+void coral_free_sized_checked(void *p, size_t size, const char *call);
+/* free_aligned_sized as `call` names it (C++'s aligned deletes). */
+void coral_free_aligned_sized_as(void *p, size_t alignment, size_t size, const char *call);
+
 /* The owner's free of block, a block of page: pushed on free, so the
  * next malloc of the class reuses it (coral_page_push_free). */
 CORAL_INLINE void coral_free_push_local(coral_page_t *page, coral_block_t *block) {
     coral_count_frees(page->class_idx, 1);
     coral_page_push_free(page, block);
-    if (coral_unlikely(--page->used == 0) && coral_heap_retire_when_empty(page))
+    /* The default build's fast path frees no block larger than a slice
+     * (page.h, "block starts": X is 0), so none too big to keep. */
+    if (coral_unlikely(--page->used == 0) &&
+        (CORAL_START_CHECK ? page->link.prev != NULL : coral_heap_retire_when_empty(page)))
         coral_heap_page_retire(page);
 }
+_Static_assert(CORAL_SLICE_SIZE <= CORAL_KEEP_EMPTY_MAX_BLOCK, "the fast path keeps what it frees");
 
 /* free() of p, a pointer into the first chunk of seg (slice: its slice
  * descriptor), by any thread. One compare says the calling thread owns the
@@ -160,38 +171,53 @@ CORAL_INLINE void coral_free_push_local(coral_page_t *page, coral_block_t *block
  * A page that becomes empty is retired unless it is the first of its
  * class queue (link.prev == NULL), which the next malloc of the class
  * would take again at once, and its blocks are small enough to keep
- * (coral_heap_retire_when_empty). */
-CORAL_INLINE void coral_free_in_segment(coral_segment_t *seg, coral_page_t *slice, void *p) {
+ * (coral_heap_retire_when_empty). A sized free (size > 0) takes the fast
+ * path when the block holds size bytes too (a block start there: its
+ * block_size); free's size is the constant 0, which every block holds. */
+CORAL_INLINE void coral_free_in_segment(coral_segment_t *seg, coral_page_t *slice, void *p,
+                                        size_t size, const char *call) {
     coral_block_t *block = p;
     if (coral_likely(coral_slice_tid_flags(slice) == coral_thread_id()) &&
         coral_likely(coral_block_start_fast(slice, p)) &&
-        coral_likely(CORAL_FREED_MARKS ? !coral_freed_mark_seen(slice, block)
-                                       : block != slice->free)) {
+        coral_likely(CORAL_FREED_MARKS ? !coral_freed_mark_seen(block) : block != slice->free) &&
+        coral_likely(size <= slice->block_size)) {
         coral_free_push_local(slice, block);
         return;
     }
-    coral_free_unusual(seg, slice, p);
+    if (size != 0)
+        coral_free_sized_checked(p, size, call);
+    else
+        coral_free_unusual(seg, slice, p);
 }
 
 /* The same in the secure build: the owner's free of a block whose checks
  * pass (page.h) is pushed at once; every other free (another thread's,
  * a flagged slice, a misuse) takes the checked path. */
-CORAL_INLINE void coral_secure_free_in_segment(coral_segment_t *seg, coral_page_t *slice, void *p) {
+CORAL_INLINE void coral_secure_free_in_segment(coral_segment_t *seg, coral_page_t *slice, void *p,
+                                               size_t size, const char *call) {
     if (coral_likely(coral_slice_tid_flags(slice) == coral_thread_id()) &&
+        coral_likely(size <= slice->owner_block_size - CORAL_CANARY_SIZE) &&
         coral_likely(coral_secure_free_fast(slice, p))) {
         coral_free_push_local(slice, p);
         return;
     }
-    coral_secure_free_checked(seg, slice, p);
+    if (size != 0)
+        coral_free_sized_checked(p, size, call);
+    else
+        coral_secure_free_checked(seg, slice, p);
 }
 
-CORAL_INLINE void coral_free_inline(void *p) {
+/* free() of p, or, with size > 0, a sized free (`call` names it). */
+CORAL_INLINE void coral_free_sized_inline(void *p, size_t size, const char *call) {
     if (CORAL_VALGRIND && p != NULL) CORAL_VG(VALGRIND_FREELIKE_BLOCK(p, 0));
     uintptr_t a = (uintptr_t)p, chunk = coral_opaque(a >> CORAL_SEGMENT_SHIFT);
     /* NULL lands here too: the first 4 MiB of the address space is never a
      * segment. */
     if (coral_unlikely(coral_map_kind_of_chunk(chunk) != CORAL_MAP_SEGMENT)) {
-        coral_free_slow(p);
+        if (size != 0)
+            coral_free_sized_checked(p, size, call);
+        else
+            coral_free_slow(p);
         return;
     }
     /* The segment from the chunk number the map was indexed with. */
@@ -203,9 +229,11 @@ CORAL_INLINE void coral_free_inline(void *p) {
     /* The secure build checks the block (page.h); a misuse reported on
      * the checked path (with CORALLOC_ON_ERROR=warn) leaves it alone. */
     if (CORAL_SECURE)
-        coral_secure_free_in_segment(seg, slice, p);
+        coral_secure_free_in_segment(seg, slice, p, size, call);
     else
-        coral_free_in_segment(seg, slice, p);
+        coral_free_in_segment(seg, slice, p, size, call);
 }
+
+CORAL_INLINE void coral_free_inline(void *p) { coral_free_sized_inline(p, 0, NULL); }
 
 #endif /* CORAL_API_H */

@@ -85,7 +85,13 @@ static size_t take_uncarved(coral_page_t *page, void **out, size_t want) {
     if (got > want) got = want;
     size_t bs = page->block_size;
     uint8_t *block = page->start + (size_t)page->capacity * bs;
-    for (size_t i = 0; i < got; i++, block += bs) out[i] = block;
+    /* Blocks of a span used before may hold a freed mark its earlier
+     * blocks left (page.h); a fresh span's are zero, left untouched. */
+    bool clear = CORAL_FREED_MARKS && !page->is_fresh;
+    for (size_t i = 0; i < got; i++, block += bs) {
+        out[i] = block;
+        if (clear) coral_freed_mark_clear((coral_block_t *)block);
+    }
     coral_page_set_capacity(page, page->capacity + (uint32_t)got);
     return got;
 }
@@ -245,12 +251,11 @@ typedef struct runs_s {
     coral_page_t *page[OPEN_RUNS];
     coral_block_t *tail[OPEN_RUNS];
     /* The default build's checks of each block (page.h): page[r]'s start,
-     * block-start multiplier, end of its blocks and freed mark. */
+     * block-start multiplier and end of its blocks. */
     uint8_t *start[OPEN_RUNS];
     uint64_t start_mul[OPEN_RUNS];
     uint64_t starts_x[OPEN_RUNS]; /* the bound of the products of its block starts */
-    uint64_t mark[OPEN_RUNS];
-    coral_bulk_cache_t *cache; /* the thread's bulk cache, taken; NULL: none this call */
+    coral_bulk_cache_t *cache;    /* the thread's bulk cache, taken; NULL: none this call */
     int64_t cache_room; /* bytes it may still take (put_cls's open entries not counted yet) */
     bool cache_full;    /* it ran out of room */
     /* The put cursor: blocks of class put_cls (0: none) go to put, which
@@ -371,11 +376,10 @@ static CORAL_NOINLINE void run_refuse(runs_t *runs, void *p) {
  * all its blocks (a large page: its one block). */
 static void run_open_checks(runs_t *runs, size_t r, const coral_page_t *page, bool owned) {
     runs->start[r] = page->start;
-    runs->mark[r] = owned ? page->owner_start_mul : coral_page_freed_mark(page);
-    runs->start_mul[r] = runs->mark[r];
+    runs->start_mul[r] = owned ? page->owner_start_mul : coral_page_start_mul(page);
     uint32_t blocks = page->class_idx == CORAL_CLASS_LARGE ? 1 : page->reserved;
-    runs->starts_x[r] = owned ? page->owner_carved_x
-                              : (uint64_t)blocks * ((uint64_t)page->block_size * runs->mark[r]);
+    runs->starts_x[r] = (uint64_t)(owned ? page->capacity : blocks) *
+                        ((uint64_t)page->block_size * runs->start_mul[r]);
 }
 
 /* Does run r take p: a block start of its page, without the freed mark? */
@@ -383,12 +387,14 @@ CORAL_INLINE bool run_accepts(const runs_t *runs, size_t r, const void *p) {
     if (!CORAL_FREED_MARKS) return true;
     size_t offset = (size_t)((const uint8_t *)p - runs->start[r]);
     return coral_block_start_test(runs->start_mul[r], runs->starts_x[r], offset) &&
-           ((const uint64_t *)p)[1] != runs->mark[r];
+           !coral_freed_mark_seen(p);
 }
 
 /* p taken by run r: its freed mark written. */
 CORAL_INLINE void run_mark(const runs_t *runs, size_t r, void *p) {
-    if (CORAL_FREED_MARKS) ((uint64_t *)p)[1] = runs->mark[r];
+    (void)runs;
+    (void)r;
+    coral_freed_mark_set(p);
 }
 
 /* The calling thread's class page of a slice, or NULL when the ordinary

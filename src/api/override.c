@@ -35,6 +35,27 @@ EXPORT void free_aligned_sized(void *p, size_t alignment, size_t size) {
     coral_free_aligned_sized(p, alignment, size);
 }
 
+/* C++'s sized and aligned deletes, by their mangled names: libstdc++'s
+ * would call free() and drop what they are told, so a size larger than
+ * the block, or a pointer not aligned as asked, would go unseen. new is
+ * libstdc++'s (it calls malloc, which is ours); libcoralloc.a's
+ * override_new.cc defines both for static links. */
+#define CXX_DELETE "operator delete"
+EXPORT void _ZdlPvm(void *p, size_t n) { coral_free_sized_inline(p, n, CXX_DELETE); }
+EXPORT void _ZdaPvm(void *p, size_t n) { coral_free_sized_inline(p, n, CXX_DELETE); }
+EXPORT void _ZdlPvSt11align_val_t(void *p, size_t al) {
+    coral_free_aligned_sized_as(p, al, 0, CXX_DELETE);
+}
+EXPORT void _ZdaPvSt11align_val_t(void *p, size_t al) {
+    coral_free_aligned_sized_as(p, al, 0, CXX_DELETE);
+}
+EXPORT void _ZdlPvmSt11align_val_t(void *p, size_t n, size_t al) {
+    coral_free_aligned_sized_as(p, al, n, CXX_DELETE);
+}
+EXPORT void _ZdaPvmSt11align_val_t(void *p, size_t n, size_t al) {
+    coral_free_aligned_sized_as(p, al, n, CXX_DELETE);
+}
+
 /* glibc's internal names, which some programs and libraries call: second
  * names of the functions above. */
 #define ALIAS(name) __attribute__((alias(#name), visibility("default")))

@@ -1,5 +1,6 @@
 // C++ operators new and delete, for programs that link libcoralloc.a.
-// (Under LD_PRELOAD, libstdc++'s operators call malloc/free, which are ours.)
+// (Under LD_PRELOAD, libstdc++'s new and plain delete call malloc/free,
+// which are ours; the sized and aligned deletes are override.c's.)
 #include <cerrno>
 #include <cstddef>
 #include <new>
@@ -60,27 +61,15 @@ void *operator new[](std::size_t n, std::align_val_t al, const std::nothrow_t &)
     return new_aligned_nothrow(n, al);
 }
 
+// (The sized ones are defined in override.c, which the compiler cannot see.)
+#pragma GCC diagnostic ignored "-Wsized-deallocation"
 void operator delete(void *p) noexcept { coral_free(p); }
 void operator delete[](void *p) noexcept { coral_free(p); }
 void operator delete(void *p, const std::nothrow_t &) noexcept { coral_free(p); }
 void operator delete[](void *p, const std::nothrow_t &) noexcept { coral_free(p); }
-// Sized and aligned deletes check what they are told, as free_sized and
-// free_aligned_sized do: a size larger than the block, or a pointer not
-// aligned as asked, is a misuse (one line, abort).
-void operator delete(void *p, std::size_t n) noexcept { coral_free_sized(p, n); }
-void operator delete[](void *p, std::size_t n) noexcept { coral_free_sized(p, n); }
-void operator delete(void *p, std::align_val_t al) noexcept {
-    coral_free_aligned_sized(p, static_cast<std::size_t>(al), 0);
-}
-void operator delete[](void *p, std::align_val_t al) noexcept {
-    coral_free_aligned_sized(p, static_cast<std::size_t>(al), 0);
-}
-void operator delete(void *p, std::size_t n, std::align_val_t al) noexcept {
-    coral_free_aligned_sized(p, static_cast<std::size_t>(al), n);
-}
-void operator delete[](void *p, std::size_t n, std::align_val_t al) noexcept {
-    coral_free_aligned_sized(p, static_cast<std::size_t>(al), n);
-}
+// The sized and aligned deletes (which check what they are told, as
+// free_sized and free_aligned_sized do) are in override.c, by their mangled
+// names, for the shared library too; the nothrow aligned ones here.
 void operator delete(void *p, std::align_val_t al, const std::nothrow_t &) noexcept {
     coral_free_aligned_sized(p, static_cast<std::size_t>(al), 0);
 }

@@ -128,11 +128,12 @@ bool coral_heap_keeps_empty_page(const coral_page_t *page) {
 void coral_heap_page_retire(coral_page_t *page) {
     if (coral_heap_keeps_empty_page(page)) return;
     if (coral_page_notice_pending(page)) return;
-    if (page->class_idx == CORAL_CLASS_LARGE) coral_purger_start_ahead((int64_t)page->block_size);
+    /* The end of a free, a safe point: the purge thread starts, if the
+     * span released brings the backlog to its threshold, before the
+     * release, so that pthread_create's allocations cannot take the span
+     * (a second free of a block of it then finds it in no page). */
+    coral_purger_start_ahead((int64_t)page_span_bytes(page));
     page_release(page);
-    /* The end of a free: a safe point to start the purge thread if the
-     * release left memory to purge. */
-    coral_purger_start_if_wanted();
 }
 
 /* Owner: collect the page (walking no list), and tell whether every block
@@ -482,6 +483,7 @@ static void heap_release_all(coral_heap_t *heap) {
     for (unsigned q = 0; q < CORAL_QUEUE_COUNT; q++)
         while (heap->queues[q].first != NULL) {
             if (CORAL_VALGRIND) coral_page_valgrind_forget(coral_queue_first(heap, q));
+            if (CORAL_SECURE) coral_page_check_live_canaries(coral_queue_first(heap, q));
             page_release(coral_queue_first(heap, q));
         }
     /* The blocks are detached (owner NULL) under the lock: a free of one in

@@ -194,6 +194,7 @@ void *coral_heap_malloc_large(coral_heap_t *heap, size_t size, size_t alignment,
     if (alignment > CORAL_SLICE_SIZE) {
         p = (uint8_t *)align_up((uintptr_t)p, alignment);
         if (p != page->start) {
+            page->aligned_slices = (uint16_t)((size_t)(p - page->start) / CORAL_SLICE_SIZE);
             coral_slice_set_flags(page, coral_slice_flags(page) | CORAL_PAGE_HAS_ALIGNED);
         }
     }

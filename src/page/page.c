@@ -86,14 +86,13 @@
 
 coral_page_t coral_page_empty; /* free == NULL forever */
 
-/* The default build: a new multiplier and freed mark for the page
- * (page.h, "block starts and freed marks"), at init and whenever every
- * block is free again, so that no mark left in its memory is likely the
- * page's: j drawn from the secret, kept in epoch for other threads. */
-static void page_new_freed_mark(coral_page_t *page) {
+/* The default build: a new block-start multiplier for the page (page.h,
+ * "block starts and freed marks"), at init and whenever every block is
+ * free again: j drawn from the secret, kept in epoch for other threads. */
+static void page_new_start_mul(coral_page_t *page) {
     if (CORAL_SECURE) return;
     page->epoch = coral_secure_next_epoch();
-    page->owner_start_mul = coral_page_freed_mark(page);
+    page->owner_start_mul = coral_page_start_mul(page);
 }
 
 void coral_page_init(coral_page_t *page, coral_page_owner_t *owner, bool user_heap, unsigned cls,
@@ -109,6 +108,7 @@ void coral_page_init(coral_page_t *page, coral_page_owner_t *owner, bool user_he
     page->free_is_zero = 0;
     page->class_idx = (uint8_t)cls;
     page->block_size = block_size;
+    page->aligned_slices = 0;
     if (CORAL_SECURE) page->owner_block_size = block_size;
     /* (A span holds at least one block: reserved >= 1.) */
     page->owner_last_block = (uint32_t)((size_t)(page->reserved - 1) * block_size);
@@ -116,7 +116,7 @@ void coral_page_init(coral_page_t *page, coral_page_owner_t *owner, bool user_he
         page->epoch = coral_secure_next_epoch();
         page->owner_canary = coral_canary_with(page->epoch, NULL);
     } else {
-        page_new_freed_mark(page);
+        page_new_start_mul(page);
     }
     coral_page_set_capacity(page, 0);
     page->link.next = page->link.prev = NULL;
@@ -280,7 +280,7 @@ void coral_page_reset_empty(coral_page_t *page) {
     page->local_free = NULL;
     page->free_is_zero = 0;
     page->is_fresh = 0;
-    page_new_freed_mark(page);
+    page_new_start_mul(page);
     coral_page_set_capacity(page, 0);
 }
 
@@ -311,12 +311,9 @@ static const coral_block_t *block_set_add_list(block_set_t *set, const coral_pag
 
 /* Whether a block taken off thread_free still holds the freed mark its
  * push wrote: nothing clears it while the block is free but malloc
- * handing it out. (A large page's block may have changed size in place:
- * its owner's mark and the one other threads compute then differ.) */
-static bool taken_block_marked(const coral_page_t *page, coral_block_t *block) {
-    if (!CORAL_FREED_MARKS) return true;
-    uint64_t word = *coral_block_mark_word(block);
-    return word == page->owner_start_mul || word == coral_page_freed_mark(page);
+ * handing it out. */
+static bool taken_block_marked(coral_block_t *block) {
+    return !CORAL_FREED_MARKS || coral_freed_mark_seen(block);
 }
 
 static CORAL_COLD void taken_block_live(const coral_page_t *page, const void *block) {
@@ -341,7 +338,7 @@ static coral_block_t *thread_free_check(coral_page_t *page, coral_block_t *head,
     coral_block_t *tail = head;
     for (uint32_t i = 0; i < count; i++) {
         if (!block_set_add(set, page, tail)) thread_free_overflow(page, tail);
-        if (!taken_block_marked(page, tail)) taken_block_live(page, tail);
+        if (!taken_block_marked(tail)) taken_block_live(page, tail);
         if (i + 1 < count) tail = coral_block_next(tail);
     }
     return tail;
@@ -569,8 +566,11 @@ coral_block_t *coral_page_freed_block(const coral_page_t *page, void *p) {
         coral_page_invalid_free(p, "in no page in use: double free?");
         return NULL;
     }
-    if (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED)
-        return (coral_block_t *)coral_page_block_start(page, p);
+    if (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED) {
+        if ((uint8_t *)p == coral_page_large_block(page)) return (coral_block_t *)page->start;
+        coral_page_invalid_free(p, "inside a block, not its start");
+        return NULL;
+    }
     if (!coral_page_is_block_start(page, p)) {
         size_t offset = (size_t)((uint8_t *)p - page->start);
         coral_page_invalid_free(p, offset < (size_t)page->reserved * page->block_size
@@ -583,7 +583,7 @@ coral_block_t *coral_page_freed_block(const coral_page_t *page, void *p) {
 
 void coral_page_free_remote(coral_page_t *page, void *p) {
     coral_block_t *block = coral_page_freed_block(page, p);
-    if (block != NULL) push_remote(page, block, block, 1, coral_remote_mark_swap(page, block));
+    if (block != NULL) push_remote(page, block, block, 1, coral_remote_mark_swap(block));
 }
 
 /* A remote freer pushes its block (state FREEING) before it lists the page
@@ -643,26 +643,32 @@ uint32_t coral_page_live_blocks(coral_page_t *page, uint64_t live[CORAL_PAGE_LIV
         return 1;
     }
     coral_page_take_remote(page);
+    block_set_t *free_seen = &(block_set_t){{0}};
+    if (block_set_add_list(free_seen, page, page->free, page->reserved) != NULL ||
+        block_set_add_list(free_seen, page, page->local_free, page->reserved) != NULL)
+        return 0; /* lists that hold a block twice: the live ones are unknown */
     uint32_t n = page->capacity;
-    for (uint32_t w = 0; w < (n + 63) / 64; w++) live[w] = ~(uint64_t)0;
-    if (n % 64 != 0) live[n / 64] = ((uint64_t)1 << (n % 64)) - 1;
-    const coral_block_t *lists[2] = {page->free, page->local_free};
-    for (size_t l = 0; l < 2; l++)
-        for (const coral_block_t *b = lists[l]; b != NULL; b = coral_block_next(b)) {
-            size_t i = (size_t)((const uint8_t *)b - page->start) / page->block_size;
-            live[i / 64] &= ~((uint64_t)1 << (i % 64));
-        }
+    for (uint32_t w = 0; w < (n + 63) / 64; w++) live[w] = ~free_seen->bits[w];
+    if (n % 64 != 0) live[n / 64] &= ((uint64_t)1 << (n % 64)) - 1;
     return n;
 }
 
-#if CORAL_VALGRIND
-void coral_page_valgrind_forget(coral_page_t *page) {
-    if (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED) return;
+void coral_page_each_live(coral_page_t *page, void (*fn)(coral_page_t *page, uint8_t *block)) {
     uint64_t live[CORAL_PAGE_LIVE_WORDS];
     uint32_t n = coral_page_live_blocks(page, live);
     for (uint32_t i = 0; i < n; i++)
-        if (live[i / 64] >> (i % 64) & 1)
-            VALGRIND_FREELIKE_BLOCK(page->start + i * page->block_size, 0);
+        if (live[i / 64] >> (i % 64) & 1) fn(page, page->start + (size_t)i * page->block_size);
+}
+
+#if CORAL_VALGRIND
+static void valgrind_forget_block(coral_page_t *page, uint8_t *block) {
+    (void)page;
+    VALGRIND_FREELIKE_BLOCK(block, 0);
+}
+
+void coral_page_valgrind_forget(coral_page_t *page) {
+    if (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED) return;
+    coral_page_each_live(page, valgrind_forget_block);
 }
 #else
 void coral_page_valgrind_forget(coral_page_t *page) { (void)page; }

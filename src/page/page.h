@@ -173,23 +173,36 @@ CORAL_INLINE uintptr_t coral_tf_pushed(uintptr_t tf, const coral_block_t *head, 
  * 0 < r < d it is at least M (2^42 and more, d being at most 4 MiB) and
  * never wraps ((reserved + 1) * e < 2^40 < M), so above X. Checked for
  * every class, large size and span by tests/test_block_starts.c
- * (ctest block_starts).
+ * (ctest block_starts). A page whose blocks are larger than a slice has
+ * X = 0 (coral_page_set_capacity): its first block, the only one in its
+ * head slice, is freed through the slow path, which applies the rule that
+ * retires such a page when it empties (coral_heap_retire_when_empty); the
+ * fast path then asks only whether the page heads its queue.
  *
- * Freed marks: every block the program frees gets M, the page's freed
- * mark, in its second word; malloc clears the word when it hands the
- * block out. So a free that finds the mark may be a double free, however
- * many frees came between: the owner then checks the page's lists
+ * Freed marks: every block the program frees gets CORAL_FREED_MARK in its
+ * second word; malloc clears the word when it hands the block out. So a
+ * free that finds the mark may be a double free, however many frees came
+ * between: the owner then checks the page's lists
  * (coral_page_holds_free: bounded by the page's blocks) and reports only a
  * block it finds there, so the program's own data never causes a false
- * report, only a walk. Another thread computes M from the line it reads
- * (block_size, and j in epoch) and swaps it in (one atomic exchange: of two
- * frees of a block, in any order or at the same moment, one sees the
- * other's mark) and, when the word held it already, pushes with SUSPECT:
- * the owner then checks the list it takes against its own lists. The
- * secure build has its own freed mark at the block's end (secure.c); a
- * CORAL_VALGRIND build keeps freed blocks inaccessible and walks every
- * list (SUSPECT always). */
+ * report, only a walk. The mark is a constant, an immediate in the free
+ * fast path's compare and store (no load): being secret would buy nothing
+ * but protection against a program that plants it to make its frees walk;
+ * a mark left in a span's memory by an earlier page is harmless, as a
+ * live block never holds it (malloc cleared it) and a never-handed-out
+ * block fails the start test, or, carved again, is on the free list (its
+ * free is then a double free). Another thread swaps the mark in (one
+ * atomic exchange: of two frees of a block, in any order or at the same
+ * moment, one sees the other's mark) and, when the word held it already,
+ * pushes with SUSPECT: the owner then checks the list it takes against its
+ * own lists. The secure build has its own freed mark at the block's end
+ * (secure.c); a CORAL_VALGRIND build keeps freed blocks inaccessible and
+ * walks every list (SUSPECT always). */
 #define CORAL_FREED_MARKS (!CORAL_SECURE && !CORAL_VALGRIND)
+/* Sign-extended from 32 bits (an immediate operand), with the high half
+ * all ones: no pointer, no small number, not zero (calloc's test,
+ * coral_block_is_zero, reads the word). */
+#define CORAL_FREED_MARK ((uint64_t)0xffffffffc0a1fdeeull)
 /* The default and valgrind builds check every block start on the free fast
  * path (below); the secure build checks its canary there instead. */
 #define CORAL_START_CHECK (!CORAL_SECURE)
@@ -204,21 +217,23 @@ CORAL_INLINE uint64_t coral_block_start_mul_of(size_t d, uint32_t j) {
     return UINT64_MAX / d + 1 + j;
 }
 
-/* The page's M, its freed mark, from the line any thread reads (page init
- * wrote block_size and epoch: j is epoch's low 16 bits). A large page
- * whose block grew or shrank in place gives another value: its remote
- * frees then miss a mark, never find a false one. */
-CORAL_INLINE uint64_t coral_page_freed_mark(const coral_page_t *page) {
+/* The page's M from the line any thread reads (page init wrote block_size
+ * and epoch: j is epoch's low 16 bits). A large page whose block grew or
+ * shrank in place gives another value than owner_start_mul: its owner
+ * never uses this one. */
+CORAL_INLINE uint64_t coral_page_start_mul(const coral_page_t *page) {
     return coral_block_start_mul_of(page->block_size, (page->epoch & 0xffffu) + 1);
 }
 
-/* X for the first n blocks of the page (owner). */
+/* X for the first n blocks of the page (owner); 0, for the free fast
+ * path, for blocks larger than a slice (above). */
 CORAL_INLINE uint64_t coral_page_carved_x(const coral_page_t *page, uint32_t n) {
 #if CORAL_SECURE
     (void)page;
     (void)n;
     return 0;
 #else
+    if (page->block_size > CORAL_SLICE_SIZE) return 0;
     return (uint64_t)n * ((uint64_t)page->block_size * page->owner_start_mul);
 #endif
 }
@@ -242,14 +257,14 @@ CORAL_INLINE bool coral_block_start_fast(const coral_page_t *slice, const void *
                                   (uintptr_t)p & (CORAL_SLICE_SIZE - 1));
 }
 
-/* Owner: block freed (its mark written: word 1). */
-CORAL_INLINE void coral_freed_mark_set(const coral_page_t *page, coral_block_t *block) {
-    if (CORAL_FREED_MARKS) *coral_block_mark_word(block) = page->owner_start_mul;
+/* Block freed (its mark written: word 1). */
+CORAL_INLINE void coral_freed_mark_set(coral_block_t *block) {
+    if (CORAL_FREED_MARKS) *coral_block_mark_word(block) = CORAL_FREED_MARK;
 }
 
-/* Owner: does block hold the page's freed mark? */
-CORAL_INLINE bool coral_freed_mark_seen(const coral_page_t *page, coral_block_t *block) {
-    return CORAL_FREED_MARKS && *coral_block_mark_word(block) == page->owner_start_mul;
+/* Does block hold the freed mark? */
+CORAL_INLINE bool coral_freed_mark_seen(const coral_block_t *block) {
+    return CORAL_FREED_MARKS && ((const uint64_t *)(const void *)block)[1] == CORAL_FREED_MARK;
 }
 
 /* A block handed out: its mark cleared. */
@@ -260,11 +275,11 @@ CORAL_INLINE void coral_freed_mark_clear(coral_block_t *block) {
 /* Any thread but the owner, about to push block: the mark swapped in;
  * SUSPECT when it was there already (a double free, or the program's data:
  * the owner tells them apart). */
-CORAL_INLINE uintptr_t coral_remote_mark_swap(const coral_page_t *page, coral_block_t *block) {
+CORAL_INLINE uintptr_t coral_remote_mark_swap(coral_block_t *block) {
     if (!CORAL_FREED_MARKS) return CORAL_VALGRIND ? CORAL_TF_SUSPECT : 0;
-    uint64_t mark = coral_page_freed_mark(page);
-    uint64_t old = __atomic_exchange_n(coral_block_mark_word(block), mark, __ATOMIC_RELAXED);
-    return old == mark ? CORAL_TF_SUSPECT : 0;
+    uint64_t old =
+        __atomic_exchange_n(coral_block_mark_word(block), CORAL_FREED_MARK, __ATOMIC_RELAXED);
+    return old == CORAL_FREED_MARK ? CORAL_TF_SUSPECT : 0;
 }
 
 /* The page layer's view of a page's owner: where remote freers post the
@@ -341,6 +356,11 @@ void coral_page_wait_notice_done(coral_page_t *page);
 CORAL_COLD void coral_page_invalid_free(const void *p, const char *why);
 /* The start of the block that p points into. */
 uint8_t *coral_page_block_start(const coral_page_t *page, const void *p);
+/* Where a large page's one block starts, the pointer its free must be
+ * given: start, or past it for an alignment above a slice. */
+CORAL_INLINE uint8_t *coral_page_large_block(const coral_page_t *page) {
+    return page->start + (size_t)page->aligned_slices * CORAL_SLICE_SIZE;
+}
 /* Owner: give the page's span back to its segment (orphan listing, a purge
  * in progress and the populate policy's measure settled first). */
 void coral_page_release_span(coral_page_t *page);
@@ -395,6 +415,13 @@ CORAL_INLINE void coral_block_set_next(coral_block_t *block, coral_block_t *next
 #endif
 }
 
+/* The first block of the page whose head descriptor is `page` (a page of
+ * a normal segment), from the descriptor's address: no load. */
+CORAL_INLINE uint8_t *coral_page_start_of(const coral_page_t *page) {
+    coral_segment_t *seg = coral_ptr_segment(page);
+    return coral_segment_base(seg) + (size_t)(page - seg->pages) * CORAL_SLICE_SIZE;
+}
+
 /* Owner: a block it freed, pushed on `free`, where the next malloc of its
  * class takes it again (page.c says why). The caller counts it out of
  * `used`. A list marked zero stays so: free_is_zero says that every block
@@ -403,7 +430,7 @@ CORAL_INLINE void coral_block_set_next(coral_block_t *block, coral_block_t *next
  * build, the list is no longer zero; the secure build never marks a list
  * zero: its carved blocks hold their fill and freed mark, page.c.) */
 CORAL_INLINE void coral_page_push_free(coral_page_t *page, coral_block_t *block) {
-    coral_freed_mark_set(page, block);
+    coral_freed_mark_set(block);
     coral_block_set_next(block, page->free);
     page->free = block;
     if (!CORAL_SECURE && !CORAL_FREED_MARKS) page->free_is_zero = 0;
@@ -456,7 +483,7 @@ CORAL_INLINE bool coral_page_free_remote_quick(coral_page_t *page, void *p, uint
                        coral_tf_list(tf) == (coral_block_t *)p))
         return false;
     coral_block_t *block = p;
-    *suspect = coral_remote_mark_swap(page, block) | CORAL_TF_MARKED;
+    *suspect = coral_remote_mark_swap(block) | CORAL_TF_MARKED;
     coral_block_set_next(block, coral_tf_list(tf));
     uintptr_t next = coral_tf_pushed(tf, block, count, *suspect & CORAL_TF_SUSPECT, state);
     return coral_likely(atomic_compare_exchange_strong_explicit(
@@ -516,23 +543,28 @@ uint32_t coral_secure_next_epoch(void);
 #define CORAL_CARVE_WINDOW 4u
 coral_block_t *coral_secure_carve(uint8_t *first, uint32_t n, size_t block_size,
                                   coral_block_t *rest);
-/* malloc(0): a slot of an inaccessible region (NULL when every slot is
- * taken: the caller then gives a plain block); whether p is such a slot;
- * free one (false when p is none). */
-void *coral_zero_slot_alloc(void);
+/* malloc(0) and every other zero-size request: a slot of an
+ * inaccessible region, aligned to `alignment` (NULL when no such slot is
+ * left, or alignment is above the region's 4 MiB: the caller then gives a
+ * plain block); whether p is such a slot; free one (false when p is
+ * none). */
+void *coral_zero_slot_alloc(size_t alignment);
 bool coral_is_zero_slot(const void *p);
 bool coral_zero_slot_free(void *p);
 /* The slow half of the checks below (secure.c): p is not a block start
  * (an aligned block, or a misuse), or its mark is not its canary. */
 bool coral_secure_check_slow(coral_page_t *page, void *p, bool release);
-/* Reports a write after free (fatal): never returns, though not declared
- * so, so that the malloc fast path can reach it by a tail call. */
+/* Reports a block handed out of a page it is not in (a forged link), else
+ * a write after free (fatal): never returns, though not declared so, so
+ * that the malloc fast path can reach it by a tail call. */
 CORAL_COLD void *coral_secure_write_after_free(const coral_page_t *page, const uint8_t *block);
 
 #if CORAL_SECURE
 /* Written once by coral_secure_init; read-only afterwards. Every byte of
- * the canary key is in 0x80..0xfe and even. */
+ * the canary key is in 0x80..0xfe and even; the page key is a second
+ * secret, from which a page's 32-bit epoch is spread over 64 bits. */
 extern __attribute__((visibility("hidden"))) uint64_t coral_canary_key;
+extern __attribute__((visibility("hidden"))) uint64_t coral_page_key;
 #endif
 
 /* A canary's bytes are all in 0x80..0xfe, even: never NUL, an ASCII
@@ -544,10 +576,25 @@ extern __attribute__((visibility("hidden"))) uint64_t coral_canary_key;
 #define CORAL_CANARY_EVEN 0xfefefefefefefefeull
 #define CORAL_CANARY_VARY 0x7e7e7e7e7e7e7e7eull
 
+/* A page's 64-bit key from its 32-bit epoch: a mix keyed by the secret
+ * page key, so that every byte of a canary varies from page to page, and
+ * one page's canaries (read by an over-read) tell nothing of another's:
+ * its 48 varying bits are a fresh guess (tests/test_secure.c checks the
+ * spread). */
+CORAL_INLINE uint64_t coral_page_key_of(uint32_t epoch) {
+#if CORAL_SECURE
+    uint64_t z = ((uint64_t)epoch ^ coral_page_key) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 31)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 29);
+#else
+    return epoch;
+#endif
+}
+
 /* The canary of the block at `block` of a page whose epoch is `epoch`. */
 CORAL_INLINE uint64_t coral_canary_with(uint32_t epoch, const void *block) {
 #if CORAL_SECURE
-    return coral_canary_key ^ (((uintptr_t)block ^ epoch) & CORAL_CANARY_VARY);
+    return coral_canary_key ^ (((uintptr_t)block ^ coral_page_key_of(epoch)) & CORAL_CANARY_VARY);
 #else
     (void)epoch;
     return (uintptr_t)block;
@@ -564,8 +611,11 @@ CORAL_INLINE uint64_t coral_owner_canary_of(const coral_page_t *page, const void
     return page->owner_canary ^ ((uintptr_t)block & CORAL_CANARY_VARY);
 }
 
-/* A freed mark is the block's canary made odd: never a canary. */
-CORAL_INLINE uint64_t coral_freed_mark_of(uint64_t canary) { return canary | 1; }
+/* A freed mark is the block's canary with all 48 bits that vary (bits 1-6
+ * of each byte) flipped: no change of fewer than 48 bits (a bit flip, a
+ * byte written) turns a freed block back into a live one, and its bytes
+ * keep a canary's form (0x80..0xfe, even: no ASCII, NUL or fill byte). */
+CORAL_INLINE uint64_t coral_freed_mark_of(uint64_t canary) { return canary ^ CORAL_CANARY_VARY; }
 
 /* The word after the usable bytes of the block at `block`. */
 CORAL_INLINE uint64_t *coral_mark_word(const coral_page_t *page, void *block) {
@@ -592,11 +642,12 @@ CORAL_INLINE void coral_secure_fill(const coral_page_t *page, uint8_t *block) {
  * block above 16 bytes; word 3 the fill in one above 32 bytes, the mark in
  * a 32-byte one. What word 3 must hold is a select, not a branch: the
  * sizes a program asks for need follow no pattern a branch predictor could
- * learn. (A 16-byte block, requests of up to 8 bytes, has no fill: that
- * branch stays.) The words read are the block's first 32 bytes. */
+ * learn. (A 16-byte block, requests of up to 8 bytes, has no fill: its
+ * word 1 is its mark, checked in that branch.) The words read are the
+ * block's first 32 bytes. */
 CORAL_INLINE bool coral_secure_fill_intact(size_t bs, const uint8_t *block, uint64_t canary) {
-    if (bs <= 16) return true;
     const uint64_t *w = (const uint64_t *)(const void *)block;
+    if (bs <= 16) return w[1] == coral_freed_mark_of(canary);        /* (no fill: its mark) */
     uint64_t small = (uint64_t)0 - (uint64_t)(bs <= CORAL_FILL_END); /* all ones: 32 bytes */
     uint64_t word3 = CORAL_FILL_WORD ^ ((CORAL_FILL_WORD ^ coral_freed_mark_of(canary)) & small);
     return ((w[1] ^ CORAL_FILL_WORD) | (w[2] ^ CORAL_FILL_WORD) | (w[3] ^ word3)) == 0;
@@ -660,7 +711,9 @@ CORAL_INLINE bool coral_secure_free_fast(coral_page_t *slice, void *p) {
 }
 
 /* A block of a size class just popped off `page`'s free list by its
- * owner: a write after free is reported (fatal), the canary written over
+ * owner: a block outside the page (a link forged or overwritten: the
+ * decode kept it in the segment only) or a write after free is reported
+ * (fatal), the canary written over
  * the mark, the first `zero` bytes cleared. Every block on a free list has
  * its fill (free and the carve write it, and a page's memory is returned
  * to the OS only once its lists are gone), so the check reads the
@@ -672,7 +725,9 @@ CORAL_INLINE bool coral_secure_free_fast(coral_page_t *slice, void *p) {
 CORAL_INLINE void *coral_secure_small_out(coral_page_t *page, void *p, size_t zero) {
     size_t bs = page->owner_block_size;
     uint64_t canary = coral_owner_canary_of(page, p);
-    if (coral_unlikely(!coral_secure_fill_intact(bs, p, canary)))
+    size_t offset = (size_t)((uint8_t *)p - coral_page_start_of(page));
+    if (coral_unlikely(offset > page->owner_last_block) ||
+        coral_unlikely(!coral_secure_fill_intact(bs, p, canary)))
         return coral_secure_write_after_free(page, p);
     *(uint64_t *)(void *)((uint8_t *)p + bs - CORAL_CANARY_SIZE) = canary;
     if (zero != 0) memset(p, 0, zero);
@@ -687,11 +742,19 @@ CORAL_INLINE void coral_secure_large_out(coral_page_t *page) {
 
 /* Owner: which blocks of the page are in use, as bits (block i: bit i % 64
  * of live[i / 64]), over the blocks carved so far (returned: the bits
- * written). The remote-freed blocks are taken first; a block the owner
- * holds apart from the page's lists (a batch, a cache: the layers above)
- * counts as in use. A large page: its one block. */
+ * written; 0 when its lists hold a block twice, which the secure build
+ * reports when it links them: the live ones are then unknown). The
+ * remote-freed blocks are taken first; a block the owner holds apart from
+ * the page's lists (a batch, a cache: the layers above) counts as in use.
+ * A large page: its one block. */
 #define CORAL_PAGE_LIVE_WORDS (4096 / 64) /* a page has at most 4096 blocks */
 uint32_t coral_page_live_blocks(coral_page_t *page, uint64_t live[CORAL_PAGE_LIVE_WORDS]);
+/* Owner: fn(page, block) for every block coral_page_live_blocks finds. */
+void coral_page_each_live(coral_page_t *page, void (*fn)(coral_page_t *page, uint8_t *block));
+/* The secure build: a user heap frees its pages whole (destroy, reset):
+ * the canary of every block still in use is checked first (a heap
+ * overflow is reported, coral_misuse, as a free would). */
+void coral_page_check_live_canaries(coral_page_t *page);
 
 /* CORAL_VALGRIND builds: a user heap frees its pages whole (destroy,
  * reset): memcheck is told every block of the page still in use is freed.

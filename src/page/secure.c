@@ -12,17 +12,19 @@
  * handed out; read-only afterwards. */
 uintptr_t coral_list_key;
 uint64_t coral_canary_key;
+uint64_t coral_page_key;
 /* Seeds the pages' epochs, the default build's freed-mark keys and the
  * carves' orders; 0 until drawn (the secure build draws it at start-up, the
  * default build at its first page). */
 static _Atomic(uint64_t) epoch_key;
 
 void coral_secure_init(void) {
-    uint64_t keys[3];
+    uint64_t keys[4];
     coral_os_random(keys, sizeof keys);
     coral_list_key = (uintptr_t)keys[0];
     coral_canary_key = (keys[1] | CORAL_CANARY_HIGH) & CORAL_CANARY_EVEN; /* (page.h) */
     atomic_store_explicit(&epoch_key, keys[2] | 1, memory_order_relaxed);
+    coral_page_key = keys[3];
 }
 
 /* The secret, drawn by the first caller (two threads racing keep the
@@ -66,6 +68,10 @@ void coral_bad_link(const coral_block_t *block, uintptr_t next) {
 }
 
 void *coral_secure_write_after_free(const coral_page_t *page, const uint8_t *block) {
+    if ((size_t)(block - coral_page_start_of(page)) > page->owner_last_block)
+        coral_fatal("free list corrupted: a page of %zu-byte blocks was to hand out %p, outside "
+                    "it (a link forged or overwritten after a free)",
+                    page->block_size, (const void *)block);
     size_t end = page->block_size - CORAL_CANARY_SIZE;
     if (end > CORAL_FILL_END) end = CORAL_FILL_END;
     size_t at = sizeof(coral_block_t);
@@ -80,13 +86,25 @@ void *coral_secure_write_after_free(const coral_page_t *page, const uint8_t *blo
 bool coral_secure_check_slow(coral_page_t *page, void *p, bool release) {
     uint8_t *block = coral_page_block_start(page, p);
     size_t usable = page->block_size - CORAL_CANARY_SIZE;
-    if (block != (uint8_t *)p && !(coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED)) {
+    if ((coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED)
+            ? (uint8_t *)p != coral_page_large_block(page)
+            : block != (uint8_t *)p) {
         coral_misuse("invalid pointer %p (inside a block of %zu bytes, not its start)", p, usable);
         return false;
     }
     uint64_t canary = coral_canary_of(page, block), *mark = coral_mark_word(page, block);
-    if (*mark == coral_freed_mark_of(canary)) {
+    uint64_t freed = coral_freed_mark_of(canary);
+    if (*mark == freed) {
         coral_misuse("double free detected: block %p of %zu bytes was already free", p, usable);
+        return false;
+    }
+    /* A few bits from the freed mark (48 from the canary; data written
+     * over it is as far from both, an ASCII byte 1 bit at least from each
+     * of their bytes): a freed block whose mark a stray write changed. */
+    if (__builtin_popcountll(*mark ^ freed) < 8) {
+        coral_misuse("double free detected: block %p of %zu bytes was already free (and written "
+                     "after its free: its freed mark changed)",
+                     p, usable);
         return false;
     }
     if (*mark != canary) {
@@ -96,6 +114,19 @@ bool coral_secure_check_slow(coral_page_t *page, void *p, bool release) {
     }
     if (release) coral_secure_mark_freed(page, block, canary);
     return true;
+}
+
+static void check_live_canary(coral_page_t *page, uint8_t *block) {
+    if (*coral_mark_word(page, block) == coral_canary_of(page, block)) return;
+    coral_misuse("heap overflow detected: block %p of %zu bytes was written past its end (found "
+                 "when its heap was destroyed or reset)",
+                 (void *)block, page->block_size - CORAL_CANARY_SIZE);
+}
+
+void coral_page_check_live_canaries(coral_page_t *page) {
+    /* (A page of aligned large blocks may hold its block past start.) */
+    if (CORAL_SECURE && !(coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED))
+        coral_page_each_live(page, check_live_canary);
 }
 
 /* ---- fresh blocks in a random order ------------------------------------------------
@@ -175,9 +206,23 @@ static uint8_t *zero_region_get(void) {
     return (uint8_t *)r;
 }
 
-void *coral_zero_slot_alloc(void) {
+/* A slot whose address is a multiple of alignment (above the slot size,
+ * at most the region's): every step-th slot, the first free one. */
+static void *zero_slot_alloc_aligned(uint8_t *region, size_t alignment) {
+    size_t step = alignment / ZERO_SLOT_SIZE;
+    for (size_t slot = 0; slot < ZERO_SLOTS; slot += step) {
+        uint64_t bit = (uint64_t)1 << (slot % 64);
+        if (atomic_load_explicit(&zero_bits[slot / 64], memory_order_relaxed) & bit) continue;
+        if (!(atomic_fetch_or_explicit(&zero_bits[slot / 64], bit, memory_order_relaxed) & bit))
+            return region + slot * ZERO_SLOT_SIZE;
+    }
+    return NULL;
+}
+
+void *coral_zero_slot_alloc(size_t alignment) {
     uint8_t *region = zero_region_get();
-    if (region == NULL) return NULL;
+    if (region == NULL || alignment > CORAL_SEGMENT_SIZE) return NULL;
+    if (alignment > ZERO_SLOT_SIZE) return zero_slot_alloc_aligned(region, alignment);
     size_t start = atomic_load_explicit(&zero_cursor, memory_order_relaxed);
     for (size_t k = 0; k < ZERO_WORDS; k++) {
         size_t w = (start + k) % ZERO_WORDS;
@@ -216,7 +261,10 @@ bool coral_zero_slot_free(void *p) {
     return true;
 }
 #else
-void *coral_zero_slot_alloc(void) { return NULL; }
+void *coral_zero_slot_alloc(size_t alignment) {
+    (void)alignment;
+    return NULL;
+}
 bool coral_is_zero_slot(const void *p) {
     (void)p;
     return false;

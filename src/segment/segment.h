@@ -153,10 +153,11 @@ typedef struct coral_page_s {
      * released (page/page.c). */
     _Atomic(uint8_t) delayed_listed;
     _Atomic(uint8_t) orphan_listed;
-    /* The remote generation (page/page.c, "Remote marks"): written only by
-     * the owner, before each CAS that takes thread_free's list (release);
-     * read by remote freers after they load thread_free (acquire). */
-    _Atomic(uint16_t) remote_gen;
+    /* A large page whose block was allocated with an alignment above a
+     * slice (CORAL_PAGE_HAS_ALIGNED): the block starts this many slices
+     * after start (coral_page_large_block), 0 otherwise. Written by the
+     * owner before the block is handed out; any thread reads it. */
+    uint16_t aligned_slices;
 } coral_page_t;
 
 _Static_assert(sizeof(coral_page_t) == 128, "slice descriptors are 128 bytes");

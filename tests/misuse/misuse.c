@@ -236,6 +236,88 @@ static void usable_after_free(void) {
     sink = (void *)malloc_usable_size(p);
 }
 
+/* C++'s sized deletes, as a C++ program calls them: the first definition
+ * in the process (a preloaded allocator's, else libstdc++'s, loaded here
+ * as a C++ program has it; exit 3 without one). */
+static void *cxx_call(const char *name) {
+    if (dlopen("libstdc++.so.6", RTLD_NOW | RTLD_GLOBAL) == NULL) exit(3);
+    return c23_call(name);
+}
+
+static void cxx_sized_delete_mismatch(void) {
+    void (*sized_delete)(void *, size_t) = (void (*)(void *, size_t))cxx_call("_ZdlPvm");
+    sized_delete(launder(malloc(32)), 4096);
+}
+
+static void cxx_aligned_sized_delete_mismatch(void) {
+    void (*aligned_delete)(void *, size_t, size_t) =
+        (void (*)(void *, size_t, size_t))cxx_call("_ZdlPvmSt11align_val_t");
+    aligned_delete(launder(aligned_alloc(64, 64)), 4096, 64);
+}
+
+/* The secure build's freed mark lies in the word after the usable bytes:
+ * one bit of it flipped after the free (a stray write), then the block
+ * freed again. */
+static void double_free_bitflip(void) {
+    unsigned char *p = launder(malloc(100));
+    size_t usable = malloc_usable_size(p);
+    free(p);
+    p[usable] ^= 1;
+    free(p);
+}
+
+/* The attack on the secure build's links: b's link, read after its free,
+ * gives the list key (link = next ^ key ^ b, next being a); a link forged
+ * with it to a live block of another class (whose first word, the
+ * attacker's data, encodes the end of the list), then two mallocs of b's
+ * class. With no encoding (the default build, glibc's other scheme) the
+ * forged link is the victim's address, or garbage. */
+static void forge_link(void) {
+    uintptr_t a, b;
+    do { /* two blocks of one 64 KiB slice: one page, so b's link is a */
+        a = (uintptr_t)launder(malloc(8));
+        b = (uintptr_t)malloc(8);
+    } while ((a >> 16) != (b >> 16));
+    char *victim = malloc(200);
+    memset(victim, 'v', 200);
+    free((void *)a);
+    free((void *)b);
+    uintptr_t key = *(volatile uintptr_t *)b ^ a ^ b;
+    *(volatile uintptr_t *)b = (uintptr_t)victim ^ key ^ b;
+    *(volatile uintptr_t *)victim = key ^ (uintptr_t)victim; /* a link that ends the list */
+    sink = malloc(8);
+    char *got = malloc(8);
+    if (got == victim) memset(got, 'x', 8); /* two live blocks overlap */
+}
+
+/* A block of a first-class heap (coralloc's own calls: exit 3 without
+ * them) overflowed by one byte, never freed: the heap destroyed. */
+static void overflow_heap_destroy(void) {
+    void *(*heap_new)(void) = (void *(*)(void))c23_call("coral_heap_new");
+    void *(*heap_malloc)(void *, size_t) = (void *(*)(void *, size_t))c23_call("coral_heap_malloc");
+    void (*heap_destroy)(void *) = (void (*)(void *))c23_call("coral_heap_destroy");
+    void *heap = heap_new();
+    char *p = launder(heap_malloc(heap, 100));
+    memset(p, 'A', malloc_usable_size(p) + 1);
+    heap_destroy(heap);
+}
+
+/* A large block allocated with an alignment above 64 KiB, freed 4 KiB
+ * inside. */
+static void interior_large_aligned(void) {
+    char *p = launder(aligned_alloc(256 * KiB, 600 * KiB));
+    free(p + 4096);
+}
+
+/* Zero-size aligned requests: a byte written to what they return. */
+static void aligned_alloc0_write(void) { *(volatile char *)launder(aligned_alloc(64, 0)) = 1; }
+static void posix_memalign0_write(void) {
+    void *p = NULL;
+    if (posix_memalign(&p, 32, 0) != 0) exit(1);
+    *(volatile char *)launder(p) = 1;
+}
+static void memalign0_write(void) { *(volatile char *)launder(memalign(4096, 0)) = 1; }
+
 static void *free_plus16_in_thread(void *p) {
     free((char *)p + 16);
     return NULL;
@@ -424,6 +506,15 @@ static const misuse_case_t cases[] = {
     {"malloc0-read", malloc0_read},
     {"free-sized-mismatch", sized_mismatch},
     {"free-aligned-sized-mismatch", aligned_sized_mismatch},
+    {"cxx-sized-delete-mismatch", cxx_sized_delete_mismatch},
+    {"cxx-aligned-sized-delete-mismatch", cxx_aligned_sized_delete_mismatch},
+    {"double-free-bitflip", double_free_bitflip},
+    {"forge-link", forge_link},
+    {"aligned-alloc0-write", aligned_alloc0_write},
+    {"posix-memalign0-write", posix_memalign0_write},
+    {"memalign0-write", memalign0_write},
+    {"overflow-heap-destroy", overflow_heap_destroy},
+    {"free-interior-large-aligned", interior_large_aligned},
 };
 
 int main(int argc, char **argv) {

@@ -240,7 +240,7 @@ static const char *secure_block_problem(coral_page_t *page, const void *p) {
  * when p is a live block's start (or a pointer into an aligned block),
  * else why not. Any thread: a block another thread owns is not checked
  * against its freed mark (its owner's lists cannot be read here). */
-static const char *block_problem(coral_segment_t *seg, const void *p) {
+CORAL_INLINE const char *block_problem(coral_segment_t *seg, const void *p) {
     if (seg->kind == CORAL_SEGMENT_HUGE) {
         coral_page_t *page = &seg->pages[0];
         if (page->used == 0) return "a huge block already freed";

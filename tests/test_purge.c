@@ -28,7 +28,9 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -80,11 +82,18 @@ static int child_background(void) {
     size_t peak = rss_mib();
     CHECK_GE(peak, before + 200);
     release();
+    /* Past the delay the burst is still within the demand window (4
+     * delays): the program used it lately, so it is kept... */
     coral_test_advance_clock(100);
-    CHECK_EQ(coral_test_purge_pass(), 1); /* the purge thread runs, and did it */
+    CHECK_EQ(coral_test_purge_pass(), 1); /* the purge thread runs */
+    size_t kept = rss_mib();
+    CHECK_GE(kept, before + 150);
+    /* ...and once the window has moved past it, it goes back. */
+    coral_test_advance_clock(4 * 100 + 100);
+    CHECK_EQ(coral_test_purge_pass(), 1);
     size_t after = rss_mib();
-    printf("background purge: RSS %zu -> %zu -> %zu MiB once the delay passed\n", before, peak,
-           after);
+    printf("background purge: RSS %zu -> %zu -> %zu (delay) -> %zu MiB (window)\n", before, peak,
+           kept, after);
     CHECK_LE(after, before + 24);
     /* Purged memory reads as zero again. */
     char *p = coral_calloc(1, 4 * MiB - 100 * 1024);
@@ -111,11 +120,83 @@ static int child_big_classes(void) {
     size_t peak = rss_kib();
     CHECK_GE(peak, before + 5 * 1024);
     for (size_t i = 0; i < SIZES; i++) coral_free(blocks[i]);
-    coral_test_advance_clock(200);
+    coral_test_advance_clock(6 * 100); /* the delay and the demand window */
     CHECK_EQ(coral_test_purge_pass(), 1);
     size_t after = rss_kib();
     printf("big classes: RSS %zu -> %zu -> %zu KiB once the delay passed\n", before, peak, after);
     CHECK_LE(after, before + 1024);
+    return 0;
+}
+
+/* ---- the demand window ------------------------------------------------------------------ */
+
+/* A thread fills 32 MiB and frees it, then exits; a thread waiting to start
+ * takes the same amount once the delay has passed and a purge pass has run.
+ * The purge leaves that memory resident (the program's demand was that high
+ * within the window), so the waiting thread faults none of it in again:
+ * before the window, the pass purged the exited thread's segments from the
+ * cache and the next thread faulted in every page anew (8,192 faults). */
+enum { WINDOW_BLOCKS = 128 };
+#define WINDOW_BLOCK (256 * KiB)
+static pthread_mutex_t window_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t window_cond = PTHREAD_COND_INITIALIZER;
+static bool window_go;
+
+static void window_fill(void **blocks) {
+    for (size_t i = 0; i < WINDOW_BLOCKS; i++) {
+        blocks[i] = coral_malloc(WINDOW_BLOCK);
+        CHECK_NOT_NULL(blocks[i]);
+        memset(blocks[i], 9, WINDOW_BLOCK);
+    }
+}
+
+static void *window_leaver(void *arg) {
+    (void)arg;
+    void *blocks[WINDOW_BLOCKS];
+    window_fill(blocks);
+    for (size_t i = 0; i < WINDOW_BLOCKS; i++) coral_free(blocks[i]);
+    return NULL;
+}
+
+static long thread_minor_faults(void) {
+    struct rusage ru;
+    CHECK_EQ(getrusage(RUSAGE_THREAD, &ru), 0);
+    return ru.ru_minflt;
+}
+
+static void *window_taker(void *arg) {
+    pthread_mutex_lock(&window_lock);
+    while (!window_go) pthread_cond_wait(&window_cond, &window_lock);
+    pthread_mutex_unlock(&window_lock);
+    long before = thread_minor_faults();
+    void *blocks[WINDOW_BLOCKS];
+    window_fill(blocks);
+    *(long *)arg = thread_minor_faults() - before;
+    for (size_t i = 0; i < WINDOW_BLOCKS; i++) coral_free(blocks[i]);
+    return NULL;
+}
+
+static int child_window(void) {
+    coral_free(coral_malloc(1));
+    long faults = -1;
+    pthread_t taker, leaver;
+    CHECK_EQ(pthread_create(&taker, NULL, window_taker, &faults), 0);
+    CHECK_EQ(pthread_create(&leaver, NULL, window_leaver, NULL), 0);
+    CHECK_EQ(pthread_join(leaver, NULL), 0);
+    long long purged = stats_os_bytes("purge");
+    coral_test_advance_clock(100); /* the leaver's memory is due */
+    CHECK_EQ(coral_test_purge_pass(), 1);
+    long long purged_now = stats_os_bytes("purge") - purged;
+    pthread_mutex_lock(&window_lock);
+    window_go = true;
+    pthread_cond_broadcast(&window_cond);
+    pthread_mutex_unlock(&window_lock);
+    CHECK_EQ(pthread_join(taker, NULL), 0);
+    printf("demand window: %lld KiB purged past the delay; the next thread took 32 MiB with %ld "
+           "faults\n",
+           purged_now >> 10, faults);
+    CHECK_LE(purged_now, (long long)(2 * MiB));
+    CHECK_LT(faults, 1024); /* 32 MiB faulted in anew is 8,192 */
     return 0;
 }
 
@@ -496,6 +577,7 @@ static int child_hugepages_off(void) {
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "background") == 0) return child_background();
     if (argc == 2 && strcmp(argv[1], "collect") == 0) return child_collect();
+    if (argc == 2 && strcmp(argv[1], "window") == 0) return child_window();
     if (argc == 2 && strcmp(argv[1], "big-classes") == 0) return child_big_classes();
     if (argc == 2 && strcmp(argv[1], "hugepages-dense") == 0) return child_hugepages_dense();
     if (argc == 2 && strcmp(argv[1], "hugepages-big-span") == 0) return child_hugepages_big_span();
@@ -520,6 +602,9 @@ int main(int argc, char **argv) {
     run_child("collect", co);
     static const char *const big[] = {"CORALLOC_PURGE_DELAY_MS=100", "CORALLOC_HUGE_PAGES=0", NULL};
     run_child("big-classes", big);
+    static const char *const window[] = {"CORALLOC_PURGE_DELAY_MS=100", "CORALLOC_HUGE_PAGES=0",
+                                         NULL};
+    run_child("window", window);
     run_child("thread-start", none);
     run_child("pool-kinds", held);
     run_child("pool-gather", held);

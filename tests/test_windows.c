@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -712,6 +713,42 @@ static void case_purger_watch_expired(void) {
     CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status 0x%x", status);
 }
 
+/* ---- the exit watch while main lives ------------------------------------------------------
+ * Threads that start, allocate and exit while the main thread lives: the
+ * process cannot end by its last thread's exit, so the purge thread does
+ * not walk /proc/self/task for it. Before, every exit made it walk the
+ * directory (and read each task's stat) every 5 ms for 2 s: at once after
+ * the exits, in the loop turn of its next pass. */
+
+static _Atomic(int) watch_walks;
+
+static void count_watch_walks(int point, const void *object) {
+    (void)object;
+    if (point == CORAL_TP_PURGER_WATCH) atomic_fetch_add(&watch_walks, 1);
+}
+
+static void *allocate_and_exit(void *arg) {
+    (void)arg;
+    void *p = coral_malloc(100);
+    CHECK_NOT_NULL(p);
+    coral_free(p);
+    return NULL;
+}
+
+static void case_exit_watch(void) {
+    /* 1.5 MiB freed: the purge thread starts. */
+    void *big = coral_malloc(1536 * 1024);
+    CHECK_NOT_NULL(big);
+    memset(big, 1, 1536 * 1024);
+    coral_free(big);
+    CHECK_EQ(coral_test_purge_pass(), 1);
+    coral_test_point_set(count_watch_walks);
+    for (int i = 0; i < 20; i++) join(start(allocate_and_exit, NULL));
+    CHECK_EQ(coral_test_purge_pass(), 1);
+    CHECK_EQ(coral_test_purge_pass(), 1);
+    CHECK_EQ(atomic_load(&watch_walks), 0);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_windows CASE\n");
@@ -731,6 +768,7 @@ int main(int argc, char **argv) {
         {"fork_exit_heap_notice", case_fork_exit_heap_notice},
         {"purger_watch_expired", case_purger_watch_expired},
         {"rt_notice_wait", case_rt_notice_wait},
+        {"exit_watch", case_exit_watch},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(argv[1], cases[i].name) == 0) {

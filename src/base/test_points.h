@@ -42,6 +42,9 @@ typedef enum coral_test_point_e {
     CORAL_TP_EXIT_WATCH_ENDED,
     /* bulk_cache.c: the purger took idle bulk caches and is about to flush them */
     CORAL_TP_CACHE_FLUSHING,
+    /* purge.c: the purge thread, watching for the process's last thread,
+     * is about to walk /proc/self/task */
+    CORAL_TP_PURGER_WATCH,
     CORAL_TP_COUNT
 } coral_test_point_t;
 

@@ -359,6 +359,7 @@ static void *huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool 
     coral_count(&coral_counters.huge_allocs, 1);
     coral_count(&coral_counters.huge_live, 1);
     coral_count(&coral_counters.huge_bytes, (int64_t)page->block_size);
+    coral_purge_demand_add((int64_t)page->block_size);
     coral_heap_count(heap, allocs, CORAL_CLASS_LARGE, 1);
     if (zero && got.dirty > offset)
         memset(page->start, 0, got.dirty - offset < size ? got.dirty - offset : size);
@@ -383,6 +384,7 @@ void coral_huge_release(coral_segment_t *seg) {
     seg->pages[0].used = 0;
     coral_count(&coral_counters.huge_live, -1);
     coral_count(&coral_counters.huge_bytes, -(int64_t)seg->pages[0].block_size);
+    coral_purge_demand_add(-(int64_t)seg->pages[0].block_size);
     coral_count(&coral_counters.segments, -1);
     if (CORAL_SECURE) {
         size_t size = seg->size; /* (the header is inaccessible once protected) */
@@ -510,6 +512,7 @@ void *coral_huge_realloc(coral_segment_t *seg, void *p, size_t size) {
     size_t old_size = seg->pages[0].block_size;
     int64_t delta = (int64_t)(end - offset) - (int64_t)old_size;
     coral_count(&coral_counters.huge_bytes, delta);
+    coral_purge_demand_add(delta);
     if (end > seg->huge_dirty) seg->huge_dirty = end;
     seg->pages[0].start = coral_segment_base(seg) + offset;
     seg->pages[0].block_size = end - offset;

@@ -148,6 +148,20 @@ void coral_purger_start_if_wanted(void);
 /* A free is about to leave `bytes` to purge: start the purge thread before
  * they are free if they will make it wanted (same rule: no lock held). */
 void coral_purger_start_ahead(int64_t bytes);
+/* Demand (purge.c): bytes of spans in use and huge blocks went up (> 0) or
+ * down (< 0). Called at each span or huge block taken or given back. */
+void coral_purge_demand_add(int64_t bytes);
+/* The window of demand a purge keeps resident: CORAL_PURGE_WINDOW_DELAYS
+ * purge delays. */
+#define CORAL_PURGE_WINDOW_DELAYS 4
+/* Bytes of freed memory a purge at `now` leaves resident: the peak of demand
+ * over the window less demand now (what the program used lately and will
+ * likely use again). The purge stages of free memory purge only what their
+ * resident free memory holds beyond it. */
+size_t coral_purge_keep_bytes(uint64_t now);
+/* When a purge held back by the window is looked at again: the window has
+ * moved on by one slot. */
+uint64_t coral_purge_recheck_ms(uint64_t now);
 /* A program thread is exiting (its heap is being abandoned): the purge
  * thread watches for the moment no program thread is left, and then ends
  * the process as the last thread's exit would have (purge.c). */

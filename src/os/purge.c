@@ -29,13 +29,21 @@
  * glibc does so by counting its threads, the purge thread among them. So
  * when every program thread has ended with pthread_exit (main's included),
  * the purge thread would keep the process alive forever (it blocks every
- * signal). Each exiting program thread tells it (coral_purger_thread_exiting);
- * for a while after that it looks every EXIT_WATCH_STEP_MS at the process's
- * threads (/proc/self/task, read with no allocation), and when it is the
- * only one not ended it calls exit(0), as glibc would have for the last
- * thread. A program whose last thread never allocated (so never told it)
- * is not seen: the purge thread starts only after 1 MiB was freed, which
- * such a thread has not done. */
+ * signal). Each exiting program thread tells it (coral_purger_thread_exiting).
+ * While the main thread lives the process cannot end that way, so nothing
+ * is watched: a thread other than main that exits only asks the purge
+ * thread to look once, MAIN_LOOK_MS later (one read of main's
+ * /proc/self/task/PID/stat, however many threads exit meanwhile), whether
+ * main has ended without telling (a main thread that never allocated). Once
+ * main has ended (it told, or the look found it), each exit makes the purge
+ * thread look every EXIT_WATCH_STEP_MS, for EXIT_WATCH_MS, at the
+ * process's threads (/proc/self/task, read with no allocation), and when it
+ * is the only one not ended it calls exit(0), as glibc would have for the
+ * last thread. So a program that starts and ends threads all day while main
+ * lives costs the purge thread at most one small read per MAIN_LOOK_MS,
+ * not a directory walk every 5 ms. A program whose last thread never
+ * allocated (so never told it) is not seen: the purge thread starts only
+ * after 1 MiB was freed, which such a thread has not done. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -71,6 +79,89 @@ static _Atomic(int64_t) purge_backlog; /* bytes waiting to be purged (an estimat
 #define EXIT_WATCH_STEP_MS 5
 #define EXIT_WATCH_MS 2000
 static _Atomic(uint64_t) exit_watch_until_ms; /* coral_clock_ms; 0: not watching */
+/* The main thread has ended (it told, or a look found it): set by the
+ * exiting main thread or the purge thread, cleared only in a fork's child. */
+static _Atomic(bool) main_ended;
+/* When the purge thread looks whether main has ended (0: no look asked).
+ * Set (from 0) by an exiting thread other than main with a CAS, cleared by
+ * the purge thread when it looks. */
+#define MAIN_LOOK_MS 100
+static _Atomic(uint64_t) main_look_ms;
+
+/* ---- demand: what the program uses, and its recent peak ----------------------------
+ * Freed memory is purged only when the program no longer needs it: what the
+ * peak of its demand over the last DEMAND_WINDOW says it will use again
+ * stays resident, however long each piece of it stayed free. So a program
+ * whose threads free memory and other threads take it again (threads that
+ * exit and are replaced, a pool that shrinks and grows) does not see it
+ * purged between the free and the take and faulted in again, while memory
+ * beyond that peak (a freed burst that is not repeated) goes back once it
+ * stayed unused for the purge delay.
+ *
+ * demand_now: bytes of spans in use and of huge blocks, changed by the
+ * layers above at each span or huge block taken or given back
+ * (coral_purge_demand_add: one relaxed atomic add and a clock read, next to
+ * the same events' statistics). demand_peaks: the highest demand seen in
+ * each of the last DEMAND_SLOTS slots of DEMAND_WINDOW / DEMAND_SLOTS,
+ * packed as (slot number << 40) | (peak in 4 KiB units); a slot names its
+ * number, so one from an earlier turn of the ring is seen as stale. Any
+ * thread raises a slot's peak with a CAS (never lowers it); readers take
+ * the highest peak of the slots of the window and the demand now.
+ *
+ * Exactness: between two changes demand is constant, and each change
+ * records the higher of its before and after values in the slot of its
+ * time, so the highest value of the slots within the window and of
+ * demand_now is the peak of the window (to one slot's length). */
+#define DEMAND_SLOTS 8
+#define DEMAND_SLOT_SHIFT 40
+#define DEMAND_UNITS_MASK (((uint64_t)1 << DEMAND_SLOT_SHIFT) - 1)
+#define DEMAND_NUMBER_MASK (((uint64_t)1 << (64 - DEMAND_SLOT_SHIFT)) - 1)
+static _Atomic(int64_t) demand_now;
+static _Atomic(uint64_t) demand_peaks[DEMAND_SLOTS];
+
+/* The window's slot length (0: no window, purge as soon as due). */
+static uint64_t demand_slot_ms(void) {
+    return (uint64_t)coral_option(CORAL_OPT_PURGE_DELAY_MS) * CORAL_PURGE_WINDOW_DELAYS /
+           DEMAND_SLOTS;
+}
+
+static void demand_note_peak(int64_t level, uint64_t slot_ms) {
+    uint64_t number = (coral_clock_ms() / slot_ms) & DEMAND_NUMBER_MASK;
+    uint64_t units = level > 0 ? (uint64_t)level >> 12 : 0;
+    if (units > DEMAND_UNITS_MASK) units = DEMAND_UNITS_MASK;
+    _Atomic(uint64_t) *slot = &demand_peaks[number % DEMAND_SLOTS];
+    uint64_t old = atomic_load_explicit(slot, memory_order_relaxed);
+    uint64_t want = number << DEMAND_SLOT_SHIFT | units;
+    while ((old >> DEMAND_SLOT_SHIFT) != number || (old & DEMAND_UNITS_MASK) < units)
+        if (atomic_compare_exchange_weak_explicit(slot, &old, want, memory_order_relaxed,
+                                                  memory_order_relaxed))
+            return;
+}
+
+void coral_purge_demand_add(int64_t bytes) {
+    int64_t before = atomic_fetch_add_explicit(&demand_now, bytes, memory_order_relaxed);
+    uint64_t slot_ms = demand_slot_ms();
+    if (slot_ms != 0) demand_note_peak(bytes > 0 ? before + bytes : before, slot_ms);
+}
+
+size_t coral_purge_keep_bytes(uint64_t now) {
+    uint64_t slot_ms = demand_slot_ms();
+    int64_t level = atomic_load_explicit(&demand_now, memory_order_relaxed);
+    if (slot_ms == 0 || level < 0) return 0;
+    uint64_t number = (now / slot_ms) & DEMAND_NUMBER_MASK, peak = (uint64_t)level >> 12;
+    for (int i = 0; i < DEMAND_SLOTS; i++) {
+        uint64_t v = atomic_load_explicit(&demand_peaks[i], memory_order_relaxed);
+        uint64_t age = (number - (v >> DEMAND_SLOT_SHIFT)) & DEMAND_NUMBER_MASK;
+        if (age < DEMAND_SLOTS && (v & DEMAND_UNITS_MASK) > peak) peak = v & DEMAND_UNITS_MASK;
+    }
+    uint64_t peak_bytes = peak << 12;
+    return peak_bytes > (uint64_t)level ? (size_t)(peak_bytes - (uint64_t)level) : 0;
+}
+
+uint64_t coral_purge_recheck_ms(uint64_t now) {
+    uint64_t slot_ms = demand_slot_ms();
+    return now + (slot_ms != 0 ? slot_ms : 1);
+}
 
 /* The stages of a pass (coral_purge_stage_set). Set once each, by the
  * layer that owns what they purge, before it has anything to purge. */
@@ -149,6 +240,16 @@ struct linux_dirent64_s {
     char name[];
 };
 
+/* A task id's name in /proc/self/task (decimal), without allocating. */
+static void task_name(long id, char name[24]) {
+    char digits[24];
+    int len = 0;
+    do digits[len++] = (char)('0' + id % 10);
+    while ((id /= 10) > 0);
+    for (int i = 0; i < len; i++) name[i] = digits[len - 1 - i];
+    name[len] = 0;
+}
+
 /* Whether the calling thread is the only one of the process not ended.
  * False when /proc cannot tell. Allocates nothing (getdents64 into a
  * buffer on the stack). */
@@ -156,13 +257,7 @@ static bool only_thread_left(void) {
     int fd = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return false;
     char self[24];
-    long me = syscall(SYS_gettid);
-    int len = 0;
-    char digits[24];
-    do digits[len++] = (char)('0' + me % 10);
-    while ((me /= 10) > 0);
-    for (int i = 0; i < len; i++) self[i] = digits[len - 1 - i];
-    self[len] = 0;
+    task_name(syscall(SYS_gettid), self);
     char buf[1024] __attribute__((aligned(8)));
     bool alone = true, any = false;
     long n;
@@ -189,16 +284,44 @@ static sigset_t program_mask;
  * is the process's only one now) and on a program thread's stack size
  * (coral_purger_start_if_wanted). */
 static void purger_end_process_if_last(void) {
+    coral_test_point(CORAL_TP_PURGER_WATCH, NULL);
     if (!only_thread_left()) return;
     coral_test_point(CORAL_TP_PURGER_LAST_THREAD, NULL);
     pthread_sigmask(SIG_SETMASK, &program_mask, NULL);
     exit(0);
 }
 
-void coral_purger_thread_exiting(void) {
-    if (atomic_load_explicit(&purger_state, memory_order_acquire) != PURGER_RUNNING) return;
+/* The process's main thread (the thread group leader, tid == pid) has
+ * ended: its task is a zombie until the whole process ends. */
+static bool main_thread_ended(void) {
+    char pid[24];
+    task_name(getpid(), pid);
+    return task_ended(pid);
+}
+
+/* The purge thread: the look an exiting thread asked for is due; main
+ * found ended starts the watch. */
+static void purger_look_at_main(void) {
+    atomic_store_explicit(&main_look_ms, 0, memory_order_relaxed);
+    if (!main_thread_ended()) return;
+    atomic_store_explicit(&main_ended, true, memory_order_relaxed);
     atomic_store_explicit(&exit_watch_until_ms, coral_clock_ms() + EXIT_WATCH_MS,
                           memory_order_relaxed);
+}
+
+void coral_purger_thread_exiting(void) {
+    if (atomic_load_explicit(&purger_state, memory_order_acquire) != PURGER_RUNNING) return;
+    if (syscall(SYS_gettid) == getpid())
+        atomic_store_explicit(&main_ended, true, memory_order_relaxed);
+    if (atomic_load_explicit(&main_ended, memory_order_relaxed)) {
+        atomic_store_explicit(&exit_watch_until_ms, coral_clock_ms() + EXIT_WATCH_MS,
+                              memory_order_relaxed);
+    } else {
+        uint64_t none = 0;
+        if (atomic_load_explicit(&main_look_ms, memory_order_relaxed) != 0 ||
+            !atomic_compare_exchange_strong(&main_look_ms, &none, coral_clock_ms() + MAIN_LOOK_MS))
+            return; /* a look is asked already */
+    }
     pthread_mutex_lock(&purger_lock);
     pthread_cond_signal(&purger_cond);
     pthread_mutex_unlock(&purger_lock);
@@ -222,6 +345,8 @@ static bool purger_sleep(uint64_t next) {
             coral_test_point(CORAL_TP_EXIT_WATCH_ENDED, NULL);
         }
         uint64_t look = until != 0 ? now + EXIT_WATCH_STEP_MS : 0, wake = next;
+        uint64_t main_look = atomic_load_explicit(&main_look_ms, memory_order_relaxed);
+        if (main_look != 0 && (look == 0 || main_look < look)) look = main_look;
         if (look != 0 && (wake == 0 || look < wake)) wake = look;
         if (wake == 0)
             pthread_cond_wait(&purger_cond, &purger_lock);
@@ -240,6 +365,8 @@ static void *purger_main(void *arg) {
             atomic_store_explicit(&purger_pending, 0, memory_order_seq_cst);
             next = purge_pass(false);
         }
+        uint64_t main_look = atomic_load_explicit(&main_look_ms, memory_order_relaxed);
+        if (main_look != 0 && coral_clock_ms() >= main_look) purger_look_at_main();
         if (atomic_load_explicit(&exit_watch_until_ms, memory_order_relaxed) != 0)
             purger_end_process_if_last();
         pthread_mutex_lock(&purger_lock);
@@ -378,4 +505,7 @@ void coral_purger_postfork(bool child) {
         atomic_store_explicit(&purger_state, PURGER_OFF, memory_order_relaxed);
     atomic_store_explicit(&purger_pending, 0, memory_order_relaxed);
     atomic_store_explicit(&exit_watch_until_ms, 0, memory_order_relaxed);
+    /* The child's one thread (the forking one) is its main thread now. */
+    atomic_store_explicit(&main_ended, false, memory_order_relaxed);
+    atomic_store_explicit(&main_look_ms, 0, memory_order_relaxed);
 }

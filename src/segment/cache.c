@@ -61,6 +61,15 @@ static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static cache_region_t regions[CACHE_SLOTS]; /* regions[0, region_count) are in use */
 static size_t region_count;
 static _Atomic(size_t) cache_bytes; /* written under the lock; read as a hint */
+/* Bytes of the table's regions that may hold data (their dirty lengths):
+ * written under the lock, read by purge passes. */
+static _Atomic(int64_t) cache_dirty;
+
+/* Dirty bytes entered or left the table: the purge backlog and cache_dirty. */
+static void cache_dirty_add(int64_t bytes) {
+    atomic_store_explicit(&cache_dirty, cache_dirty + bytes, memory_order_relaxed);
+    coral_purge_backlog_add(bytes);
+}
 
 static size_t cache_limit(void) {
     return (size_t)coral_option(CORAL_OPT_SEGMENT_CACHE) * CORAL_SEGMENT_SIZE;
@@ -94,14 +103,14 @@ static size_t align_chunk(size_t x) {
 /* Regions in the table count their dirty bytes in the purge backlog. */
 static void table_remove(size_t i) {
     atomic_store_explicit(&cache_bytes, cache_bytes - regions[i].size, memory_order_relaxed);
-    coral_purge_backlog_add(-(int64_t)regions[i].dirty);
+    cache_dirty_add(-(int64_t)regions[i].dirty);
     regions[i] = regions[--region_count];
 }
 
 static void table_insert(cache_region_t r) {
     regions[region_count++] = r;
     atomic_store_explicit(&cache_bytes, cache_bytes + r.size, memory_order_relaxed);
-    coral_purge_backlog_add((int64_t)r.dirty);
+    cache_dirty_add((int64_t)r.dirty);
 }
 
 /* a directly followed by b: one region. */
@@ -209,7 +218,7 @@ static cache_region_t table_take_front(size_t i, size_t size) {
     atomic_store_explicit(&cache_bytes, cache_bytes - size, memory_order_relaxed);
     front.size = size;
     front.dirty = min_size(front.dirty, size);
-    coral_purge_backlog_add(-(int64_t)front.dirty);
+    cache_dirty_add(-(int64_t)front.dirty);
     front.headers = headers_below(front.headers, size);
     return front;
 }
@@ -374,42 +383,60 @@ bool coral_segment_cache_take_range(void *addr, size_t size) {
 
 /* ---- purging ---------------------------------------------------------------------------- */
 
-/* A dirty region due for purging (any, when force), out of the table; or
- * NULL, with *next the earliest time one will be due (unchanged if none). */
-static bool cache_take_due(uint64_t now, bool force, cache_region_t *out, uint64_t *next) {
+/* A dirty region due for purging whose dirty bytes fit in `budget` (any,
+ * when force), out of the table: the least recently freed. Else false,
+ * with *next the earliest time one will be due or, when only the budget
+ * held one back, looked at again (unchanged if none). */
+static bool cache_take_due(uint64_t now, bool force, int64_t budget, cache_region_t *out,
+                           uint64_t *next) {
     uint64_t delay = (uint64_t)coral_option(CORAL_OPT_PURGE_DELAY_MS);
-    bool found = false;
+    long pick = -1;
     pthread_mutex_lock(&cache_lock);
     for (size_t i = 0; i < region_count; i++) {
         if (regions[i].dirty == 0) continue;
         uint64_t due = regions[i].freed_ms + delay;
-        if (force || due <= now) {
-            *out = regions[i];
-            coral_segment_map_set(out->base, out->size, false); /* headers are about to go */
-            table_remove(i);
-            found = true;
-            break;
+        if (due <= now && !force && (int64_t)regions[i].dirty > budget)
+            due = coral_purge_recheck_ms(now); /* held by the demand window */
+        else if (force || due <= now) {
+            if (pick < 0 || regions[i].freed_ms < regions[pick].freed_ms) pick = (long)i;
+            continue;
         }
         if (*next == 0 || due < *next) *next = due;
+    }
+    bool found = pick >= 0;
+    if (found) {
+        *out = regions[pick];
+        coral_segment_map_set(out->base, out->size, false); /* headers are about to go */
+        table_remove((size_t)pick);
     }
     pthread_mutex_unlock(&cache_lock);
     return found;
 }
 
-/* Purge the dirty regions that stayed unused for the purge delay (all, when
- * force). Returns when the next one is due, or 0 if none waits. */
+int64_t coral_segment_cache_dirty(void) {
+    return atomic_load_explicit(&cache_dirty, memory_order_relaxed);
+}
+
+/* Purge the dirty regions that stayed unused for the purge delay, the least
+ * recently freed first, as far as the demand window lets (all, when force):
+ * a region is purged whole (one call), so one bigger than what the window
+ * leaves to purge stays. Returns when the next one is due or looked at
+ * again, or 0 if none waits. */
 uint64_t coral_segment_cache_purge(uint64_t now, bool force) {
     uint64_t next = 0;
     cache_region_t r;
+    if (atomic_load_explicit(&cache_dirty, memory_order_relaxed) == 0) return 0;
+    int64_t budget = force ? INT64_MAX : coral_segment_purge_budget(now);
     /* Each pass takes one region out; a purged region that merges with a
      * dirty neighbour on its way back is seen again. Bounded by the table. */
     for (size_t passes = 0; passes < 2 * CACHE_SLOTS; passes++) {
         if (atomic_load_explicit(&cache_bytes, memory_order_relaxed) == 0) break;
-        if (!cache_take_due(now, force, &r, &next)) break;
+        if (!cache_take_due(now, force, budget, &r, &next)) break;
         /* Up to the 2 MiB its data ends in: in huge pages, all of it is
          * resident (the region is whole chunks, so this stays inside). */
         size_t huge = (size_t)2 << 20;
         if (coral_os_purge(r.base, (r.dirty + huge - 1) & ~(huge - 1))) {
+            if (!force) budget -= (int64_t)r.dirty;
             r.dirty = 0; /* all zero now, the header too */
             r.headers = 0;
         }

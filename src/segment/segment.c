@@ -70,10 +70,29 @@ static void registry_remove(coral_segment_t *seg) {
 
 /* ---- purging free slices ------------------------------------------------------------ */
 
+/* Bytes of free slices that may hold data, in every segment in use: what
+ * the free-slices stage may purge. Changed with relaxed atomic adds at the
+ * same events as the purge backlog; read by purge passes. */
+static _Atomic(int64_t) free_dirty_bytes;
+
 /* Free slices that may hold data count in the purge backlog (os/purge.c). */
 static void backlog_add_slices(uint64_t slices, int sign) {
-    coral_purge_backlog_add(sign * (int64_t)__builtin_popcountll(slices) *
-                            (int64_t)CORAL_SLICE_SIZE);
+    int64_t bytes = sign * (int64_t)__builtin_popcountll(slices) * (int64_t)CORAL_SLICE_SIZE;
+    atomic_fetch_add_explicit(&free_dirty_bytes, bytes, memory_order_relaxed);
+    coral_purge_backlog_add(bytes);
+}
+
+int64_t coral_segment_purge_budget(uint64_t now) {
+    return atomic_load_explicit(&free_dirty_bytes, memory_order_relaxed) +
+           coral_segment_cache_dirty() - (int64_t)coral_purge_keep_bytes(now);
+}
+
+/* Slices taken into spans (> 0) or given back (< 0): the program's demand
+ * (os/purge.c), next to the statistics' gauge. */
+static void demand_add_slices(int64_t slices) {
+    int64_t bytes = slices * (int64_t)CORAL_SLICE_SIZE;
+    coral_count_gauge(&coral_counters.page_bytes, &coral_counters.page_bytes_peak, bytes);
+    coral_purge_demand_add(bytes);
 }
 
 static bool span_trylock(coral_segment_t *seg) {
@@ -100,29 +119,40 @@ static void segment_mark_purgeable(coral_segment_t *seg) {
     coral_purger_notify();
 }
 
-/* Give the free, dirty slices of seg back to the OS (madvise, in runs). */
-static void segment_purge_free(coral_segment_t *seg) {
+/* Give the free, dirty slices of seg back to the OS (madvise, a call per
+ * run of adjacent slices), as far as *budget allows: a run bigger than
+ * what is left of it stays (the demand window keeps it, os/purge.c). A
+ * run held back makes the segment due again when the window has moved
+ * on; one the kernel refused, after the delay. */
+static void segment_purge_free(coral_segment_t *seg, int64_t *budget, uint64_t now) {
     uint64_t used = atomic_load_explicit(&seg->used_slices, memory_order_relaxed);
     uint64_t dirty = atomic_load_explicit(&seg->dirty_slices, memory_order_relaxed);
     uint64_t purge = dirty & ~used & ~(uint64_t)1;
-    uint64_t left = purge;
+    uint64_t left = purge, held = 0, refused = 0;
     while (left) {
         unsigned first = (unsigned)__builtin_ctzll(left);
         uint64_t run = left >> first;
         unsigned n = run == ~(uint64_t)0 ? 64 - first : (unsigned)__builtin_ctzll(~run);
         uint64_t run_bits = n >= 64 ? ~(uint64_t)0 : ((((uint64_t)1 << n) - 1) << first);
-        if (!coral_os_purge(coral_segment_base(seg) + (size_t)first * CORAL_SLICE_SIZE,
-                            (size_t)n * CORAL_SLICE_SIZE))
-            purge &= ~run_bits; /* still dirty: purged when the segment is next due */
+        int64_t bytes = (int64_t)n * (int64_t)CORAL_SLICE_SIZE;
         left &= ~run_bits;
+        if (bytes > *budget) {
+            held |= run_bits;
+            continue;
+        }
+        if (coral_os_purge(coral_segment_base(seg) + (size_t)first * CORAL_SLICE_SIZE,
+                           (size_t)bytes))
+            *budget -= bytes;
+        else
+            refused |= run_bits;
     }
+    purge &= ~(held | refused);
     atomic_store_explicit(&seg->dirty_slices, dirty & ~purge, memory_order_relaxed);
     backlog_add_slices(purge, -1);
-    /* What the kernel refused stays dirty: due again after the delay. */
-    if ((dirty & ~used & ~(uint64_t)1) != purge) {
-        uint64_t due = coral_clock_ms() + (uint64_t)coral_option(CORAL_OPT_PURGE_DELAY_MS);
-        atomic_store_explicit(&seg->purge_due_ms, due, memory_order_relaxed);
-    }
+    uint64_t due = 0;
+    if (held) due = coral_purge_recheck_ms(now);
+    if (refused) due = now + (uint64_t)coral_option(CORAL_OPT_PURGE_DELAY_MS);
+    if (due != 0) atomic_store_explicit(&seg->purge_due_ms, due, memory_order_relaxed);
 }
 
 /* Purge every registered segment whose purge is due (all that have free
@@ -130,6 +160,8 @@ static void segment_purge_free(coral_segment_t *seg) {
  * pending, or 0 if none. Any thread may call it. */
 static uint64_t segments_purge_due(uint64_t now, bool force) {
     uint64_t next = 0;
+    /* What the free slices hold beyond what the demand window keeps. */
+    int64_t budget = force ? INT64_MAX : coral_segment_purge_budget(now);
     pthread_mutex_lock(&registry_lock);
     for (coral_link_t *l = registry.first; l != NULL; l = l->next) {
         coral_segment_t *seg = coral_container_of(l, coral_segment_t, registry_link);
@@ -140,8 +172,10 @@ static uint64_t segments_purge_due(uint64_t now, bool force) {
              * marks the segment again. */
             atomic_store_explicit(&seg->purge_due_ms, 0, memory_order_relaxed);
             atomic_thread_fence(memory_order_seq_cst); /* segment_mark_purgeable */
-            segment_purge_free(seg);
+            segment_purge_free(seg, &budget, now);
             span_unlock(seg);
+            due = atomic_load_explicit(&seg->purge_due_ms, memory_order_relaxed);
+            if (due != 0 && (next == 0 || due < next)) next = due;
             continue;
         }
         if (due <= now) due = now + 1; /* busy: try again soon */
@@ -303,8 +337,7 @@ static coral_page_t *segment_take_span(coral_segment_t *seg, size_t first, size_
     atomic_store_explicit(&seg->used_slices, used | mask, memory_order_relaxed);
     atomic_store_explicit(&seg->dirty_slices, dirty | mask, memory_order_relaxed);
     seg->used_pages++;
-    coral_count_gauge(&coral_counters.page_bytes, &coral_counters.page_bytes_peak,
-                      (int64_t)(n * CORAL_SLICE_SIZE));
+    demand_add_slices((int64_t)n);
     return page;
 }
 
@@ -405,7 +438,7 @@ void coral_span_free(coral_page_t *page) {
     uint64_t used = atomic_load_explicit(&seg->used_slices, memory_order_relaxed);
     atomic_store_explicit(&seg->used_slices, used & ~slice_mask(first, page->slice_count),
                           memory_order_relaxed);
-    coral_count(&coral_counters.page_bytes, -(int64_t)(page->slice_count * CORAL_SLICE_SIZE));
+    demand_add_slices(-(int64_t)page->slice_count);
     backlog_add_slices(slice_mask(first, page->slice_count), +1);
     page->slice_count = 0;
     page->block_size = 0;
@@ -524,7 +557,7 @@ bool coral_span_resize(coral_page_t *page, size_t slices) {
     if (slices < now) {
         atomic_store_explicit(&seg->used_slices, used & ~slice_mask(first + slices, now - slices),
                               memory_order_relaxed);
-        coral_count(&coral_counters.page_bytes, -(int64_t)((now - slices) * CORAL_SLICE_SIZE));
+        demand_add_slices(-(int64_t)(now - slices));
         backlog_add_slices(slice_mask(first + slices, now - slices), +1);
         page->slice_count = (uint16_t)slices;
         segment_mark_purgeable(seg);
@@ -539,8 +572,7 @@ bool coral_span_resize(coral_page_t *page, size_t slices) {
     atomic_store_explicit(&seg->dirty_slices, dirty | grow, memory_order_relaxed);
     span_unlock(seg);
     backlog_add_slices(dirty & grow, -1);
-    coral_count_gauge(&coral_counters.page_bytes, &coral_counters.page_bytes_peak,
-                      (int64_t)((slices - now) * CORAL_SLICE_SIZE));
+    demand_add_slices((int64_t)(slices - now));
     page->slice_count = (uint16_t)slices;
     return true;
 }

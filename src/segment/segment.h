@@ -332,6 +332,13 @@ void *coral_segment_cache_take(size_t size, size_t huge_bytes, coral_cache_got_t
 bool coral_segment_cache_take_range(void *addr, size_t size);
 /* Free chunks (bytes up to base + dirty may hold data): kept or unmapped. */
 void coral_segment_cache_put(void *base, size_t size, size_t dirty, bool header);
+/* Bytes of cached regions that may hold data. */
+int64_t coral_segment_cache_dirty(void);
+/* What a purge at `now` may return of the free memory that may hold data
+ * (free slices of segments in use, cached regions): what they hold beyond
+ * what the demand window keeps (coral_purge_keep_bytes). The stages spend
+ * it in whole runs, the cache's regions first, then free slices. */
+int64_t coral_segment_purge_budget(uint64_t now);
 /* The purge stage of the cache (registered by coral_segments_init). */
 uint64_t coral_segment_cache_purge(uint64_t now, bool force);
 void coral_segment_cache_prefork(void);

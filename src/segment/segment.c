@@ -300,12 +300,19 @@ static void segment_release(coral_segment_t *seg) {
 
 /* ---- spans of slices --------------------------------------------------------- */
 
-/* Lowest index of n consecutive free slices, or -1. Bits past 63 count as
- * used, since the shifts bring in zeros. */
-static int find_free_run(uint64_t used, size_t n) {
-    uint64_t free = ~used, run = free;
-    for (size_t i = 1; i < n && run; i++) run &= free >> i;
-    return run ? __builtin_ctzll(run) : -1;
+/* Lowest index of n consecutive free slices, or -1, preferring a run whose
+ * slices all may hold data (dirty: resident, unless the purger took them
+ * since): a span there faults nothing in, and the free slices the program
+ * does not take are the ones that stay clean (or get purged). Bits past 63
+ * count as used, since the shifts bring in zeros. */
+static int find_free_run(uint64_t used, uint64_t dirty, size_t n) {
+    uint64_t free = ~used, run = free, warm = free & dirty;
+    for (size_t i = 1; i < n && run; i++) {
+        run &= free >> i;
+        warm &= (free & dirty) >> i;
+    }
+    warm &= run;
+    return warm ? __builtin_ctzll(warm) : run ? __builtin_ctzll(run) : -1;
 }
 
 static uint64_t slice_mask(size_t first, size_t n) {
@@ -345,7 +352,9 @@ static coral_page_t *segment_take_span(coral_segment_t *seg, size_t first, size_
  * work on seg right now: then the caller looks elsewhere, never waits). */
 static coral_page_t *segment_try_span(coral_segment_t *seg, size_t n) {
     uint64_t used = atomic_load_explicit(&seg->used_slices, memory_order_relaxed);
-    int first = find_free_run(used, n);
+    /* (dirty_slices is the purger's to clear: read as a hint.) */
+    int first =
+        find_free_run(used, atomic_load_explicit(&seg->dirty_slices, memory_order_relaxed), n);
     if (first <= 0 || !span_trylock(seg)) return NULL;
     coral_page_t *page = segment_take_span(seg, (size_t)first, n);
     span_unlock(seg);

@@ -100,23 +100,27 @@ static _Atomic(uint64_t) main_look_ms;
  *
  * demand_now: bytes of spans in use and of huge blocks, changed by the
  * layers above at each span or huge block taken or given back
- * (coral_purge_demand_add: one relaxed atomic add and a clock read, next to
- * the same events' statistics). demand_peaks: the highest demand seen in
- * each of the last DEMAND_SLOTS slots of DEMAND_WINDOW / DEMAND_SLOTS,
- * packed as (slot number << 40) | (peak in 4 KiB units); a slot names its
- * number, so one from an earlier turn of the ring is seen as stale. Any
- * thread raises a slot's peak with a CAS (never lowers it); readers take
- * the highest peak of the slots of the window and the demand now.
- *
- * Exactness: between two changes demand is constant, and each change
- * records the higher of its before and after values in the slot of its
- * time, so the highest value of the slots within the window and of
- * demand_now is the peak of the window (to one slot's length). */
+ * (coral_purge_demand_add, next to the same events' statistics: a relaxed
+ * atomic add, and a load and compare against demand_high). demand_high:
+ * the highest demand since the last look, raised by any thread with a CAS
+ * (max), so it is exact: demand only exceeds it by a rise, which raises
+ * it. demand_peaks: the highest demand seen in each of the last
+ * DEMAND_SLOTS slots of the window (DEMAND_WINDOW / DEMAND_SLOTS), packed
+ * as (slot number << 40) | (peak in 4 KiB units); a slot names its number,
+ * so one from an earlier turn of the ring is seen as stale. A look (every
+ * purge pass, coral_purge_keep_bytes) takes demand_high, resetting it to
+ * demand now, into the slot of its time (raised with a CAS, never
+ * lowered); the peak of the window is then the highest of the window's
+ * slots and of demand now. A peak is filed at the look after it, so it is
+ * kept from then for the window: memory goes back at most a pass later
+ * than the window would say, and the clock is read by passes only, never
+ * at a span taken or freed. */
 #define DEMAND_SLOTS 8
 #define DEMAND_SLOT_SHIFT 40
 #define DEMAND_UNITS_MASK (((uint64_t)1 << DEMAND_SLOT_SHIFT) - 1)
 #define DEMAND_NUMBER_MASK (((uint64_t)1 << (64 - DEMAND_SLOT_SHIFT)) - 1)
 static _Atomic(int64_t) demand_now;
+static _Atomic(int64_t) demand_high;
 static _Atomic(uint64_t) demand_peaks[DEMAND_SLOTS];
 
 /* The window's slot length (0: no window, purge as soon as due). */
@@ -125,9 +129,21 @@ static uint64_t demand_slot_ms(void) {
            DEMAND_SLOTS;
 }
 
-static void demand_note_peak(int64_t level, uint64_t slot_ms) {
-    uint64_t number = (coral_clock_ms() / slot_ms) & DEMAND_NUMBER_MASK;
-    uint64_t units = level > 0 ? (uint64_t)level >> 12 : 0;
+void coral_purge_demand_add(int64_t bytes) {
+    int64_t level = atomic_fetch_add_explicit(&demand_now, bytes, memory_order_relaxed) + bytes;
+    if (bytes <= 0) return;
+    int64_t high = atomic_load_explicit(&demand_high, memory_order_relaxed);
+    while (level > high &&
+           !atomic_compare_exchange_weak_explicit(&demand_high, &high, level, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+    }
+}
+
+/* File the highest demand since the last look in the slot of `number`. */
+static void demand_file_peak(uint64_t number, int64_t level) {
+    int64_t high = atomic_exchange_explicit(&demand_high, level, memory_order_relaxed);
+    if (high < level) high = level;
+    uint64_t units = high > 0 ? (uint64_t)high >> 12 : 0;
     if (units > DEMAND_UNITS_MASK) units = DEMAND_UNITS_MASK;
     _Atomic(uint64_t) *slot = &demand_peaks[number % DEMAND_SLOTS];
     uint64_t old = atomic_load_explicit(slot, memory_order_relaxed);
@@ -138,17 +154,12 @@ static void demand_note_peak(int64_t level, uint64_t slot_ms) {
             return;
 }
 
-void coral_purge_demand_add(int64_t bytes) {
-    int64_t before = atomic_fetch_add_explicit(&demand_now, bytes, memory_order_relaxed);
-    uint64_t slot_ms = demand_slot_ms();
-    if (slot_ms != 0) demand_note_peak(bytes > 0 ? before + bytes : before, slot_ms);
-}
-
 size_t coral_purge_keep_bytes(uint64_t now) {
     uint64_t slot_ms = demand_slot_ms();
     int64_t level = atomic_load_explicit(&demand_now, memory_order_relaxed);
     if (slot_ms == 0 || level < 0) return 0;
     uint64_t number = (now / slot_ms) & DEMAND_NUMBER_MASK, peak = (uint64_t)level >> 12;
+    demand_file_peak(number, level);
     for (int i = 0; i < DEMAND_SLOTS; i++) {
         uint64_t v = atomic_load_explicit(&demand_peaks[i], memory_order_relaxed);
         uint64_t age = (number - (v >> DEMAND_SLOT_SHIFT)) & DEMAND_NUMBER_MASK;

@@ -665,22 +665,23 @@ static void case_rt_notice_wait(void) {
                      "for 5 s without letting it run");
 }
 
-/* ---- the purge thread's watch for the last thread ends too early ------------------------
- * (A reproducer of an open doubt, not in ctest: it fails on main as it is.)
+/* ---- the purge thread's watch for the last thread outlasts a slow destructor -------------
  * main ends with pthread_exit while the purge thread runs; coralloc's exit
  * cleanup tells the purge thread, which then looks for the process's last
- * thread for EXIT_WATCH_MS (2 s). A later key destructor of the program
- * (one that flushes a log to a slow disk, say) runs past that: here it
- * moves coralloc's clock past the watch and returns once the purge thread
- * has ended its watch. main then ends, no program thread is left, and
- * nothing ever looks again: the process never ends (killed after 30 s). */
+ * thread every 5 ms for EXIT_WATCH_MS (2 s), then every 100 ms. A later key
+ * destructor of the program (one that flushes a log to a slow disk, say)
+ * runs past the fast looks: here it moves coralloc's clock past them and
+ * returns once the purge thread has slowed its watch. main then ends: the
+ * slow looks find no program thread left and end the process. (When the
+ * watch ended after its 2 s, nothing ever looked again and the process
+ * never ended: killed after 30 s.) */
 
 static pthread_key_t watch_key;
 
 static void slow_last_destructor(void *value) {
     (void)value;
     coral_test_advance_clock(10 * 1000);
-    gate_wait_held(); /* the purge thread ended its watch */
+    gate_wait_held(); /* the purge thread is past its fast looks */
     gate_open();
 }
 
@@ -696,7 +697,7 @@ static void case_purger_watch_expired(void) {
         CHECK_MSG(coral_test_purge_pass() == 1, "the purge thread did not start");
         CHECK_EQ(pthread_key_create(&watch_key, slow_last_destructor), 0); /* after coralloc's */
         pthread_setspecific(watch_key, &watch_key);
-        gate_arm(CORAL_TP_EXIT_WATCH_ENDED, -1);
+        gate_arm(CORAL_TP_EXIT_WATCH_SLOW, -1);
         pthread_exit(NULL);
     }
     int status = -1;

@@ -38,8 +38,9 @@ typedef enum coral_test_point_e {
      * to end the process */
     CORAL_TP_PURGER_LAST_THREAD,
     /* purge.c: the purge thread's watch for the process's last thread
-     * (after a thread's exit notice) ran out */
-    CORAL_TP_EXIT_WATCH_ENDED,
+     * (after a thread's exit notice) is past its fast looks: it goes on
+     * every EXIT_WATCH_SLOW_STEP_MS */
+    CORAL_TP_EXIT_WATCH_SLOW,
     /* bulk_cache.c: the purger took idle bulk caches and is about to flush them */
     CORAL_TP_CACHE_FLUSHING,
     /* purge.c: the purge thread, watching for the process's last thread,

@@ -36,7 +36,8 @@
  * /proc/self/task/PID/stat, however many threads exit meanwhile), whether
  * main has ended without telling (a main thread that never allocated). Once
  * main has ended (it told, or the look found it), each exit makes the purge
- * thread look every EXIT_WATCH_STEP_MS, for EXIT_WATCH_MS, at the
+ * thread look every EXIT_WATCH_STEP_MS, for EXIT_WATCH_MS, then every
+ * EXIT_WATCH_SLOW_STEP_MS for as long as the process lives, at the
  * process's threads (/proc/self/task, read with no allocation), and when it
  * is the only one not ended it calls exit(0), as glibc would have for the
  * last thread. So a program that starts and ends threads all day while main
@@ -74,11 +75,16 @@ static _Atomic(int64_t) purge_backlog; /* bytes waiting to be purged (an estimat
 
 #define PURGER_START_BACKLOG ((int64_t)1 << 20)
 
-/* After a program thread's exit notice, the purge thread looks for the
- * process's last thread every EXIT_WATCH_STEP_MS, for EXIT_WATCH_MS. */
+/* After a program thread's exit notice (once main has ended), the purge
+ * thread looks for the process's last thread every EXIT_WATCH_STEP_MS for
+ * EXIT_WATCH_MS, then every EXIT_WATCH_SLOW_STEP_MS until the process ends:
+ * a thread that told it may still run long (a slow key destructor of the
+ * program), and no later notice may come, so the watch never stops once
+ * main has ended. */
 #define EXIT_WATCH_STEP_MS 5
 #define EXIT_WATCH_MS 2000
-static _Atomic(uint64_t) exit_watch_until_ms; /* coral_clock_ms; 0: not watching */
+#define EXIT_WATCH_SLOW_STEP_MS 100
+static _Atomic(uint64_t) exit_watch_until_ms; /* coral_clock_ms: end of the fast looks; 0: none */
 /* The main thread has ended (it told, or a look found it): set by the
  * exiting main thread or the purge thread, cleared only in a fork's child. */
 static _Atomic(bool) main_ended;
@@ -350,12 +356,11 @@ static bool purger_sleep(uint64_t next) {
         uint64_t now = coral_clock_ms();
         if (next != 0 && next <= now) return true;
         uint64_t until = atomic_load_explicit(&exit_watch_until_ms, memory_order_relaxed);
-        if (until != 0 && now >= until) {
-            atomic_store_explicit(&exit_watch_until_ms, 0, memory_order_relaxed);
-            until = 0;
-            coral_test_point(CORAL_TP_EXIT_WATCH_ENDED, NULL);
-        }
-        uint64_t look = until != 0 ? now + EXIT_WATCH_STEP_MS : 0, wake = next;
+        uint64_t look = until == 0    ? 0
+                        : now < until ? now + EXIT_WATCH_STEP_MS
+                                      : now + EXIT_WATCH_SLOW_STEP_MS,
+                 wake = next;
+        if (until != 0 && now >= until) coral_test_point(CORAL_TP_EXIT_WATCH_SLOW, NULL);
         uint64_t main_look = atomic_load_explicit(&main_look_ms, memory_order_relaxed);
         if (main_look != 0 && (look == 0 || main_look < look)) look = main_look;
         if (look != 0 && (wake == 0 || look < wake)) wake = look;

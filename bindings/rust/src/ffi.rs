@@ -43,4 +43,7 @@ extern "C" {
     pub fn coral_option_get(name: *const c_char, value: *mut c_longlong) -> c_int;
     pub fn coral_option_set(name: *const c_char, value: c_longlong) -> c_int;
     pub fn coral_version() -> *const c_char;
+
+    pub fn coral_profile_dump(path: *const c_char) -> c_int;
+    pub fn coral_profile_live(blocks: *mut u64, bytes: *mut u64);
 }

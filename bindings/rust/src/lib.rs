@@ -230,6 +230,47 @@ pub fn option_set(name: &str, value: i64) -> Result<(), OptionError> {
     }
 }
 
+// ---- heap profile ------------------------------------------------------------------
+
+/// The sampling heap profiler (docs/PROFILING.md): on when the process
+/// starts with `CORALLOC_PROFILE=FILE` (or `CORALLOC_PROFILE_LEAKS=1`) in its
+/// environment, as `coralloc run --profile FILE -- CMD` sets it; it then
+/// samples one allocation in about every `CORALLOC_PROFILE_RATE` bytes
+/// (512 KiB) made through coralloc, here those of a `#[global_allocator]
+/// static GLOBAL: Coralloc` and of the crate's own types.
+pub mod profile {
+    use crate::ffi;
+    use std::ffi::CString;
+    use std::io;
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::Path;
+
+    /// Writes the profile now to `path`, in the pprof format (read it with
+    /// `coralloc profile FILE` or `pprof`). Allocates nothing through
+    /// malloc while it writes. Errors: `Unsupported` when profiling is off,
+    /// `InvalidInput` for a path with a NUL byte, else the error of
+    /// creating or writing the file.
+    pub fn dump<P: AsRef<Path>>(path: P) -> io::Result<()> {
+        let path = CString::new(path.as_ref().as_os_str().as_bytes())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in the path"))?;
+        // SAFETY: a valid C string.
+        match unsafe { ffi::coral_profile_dump(path.as_ptr()) } {
+            0 => Ok(()),
+            _ => Err(io::Error::last_os_error()),
+        }
+    }
+
+    /// How many sampled blocks are live now, and the bytes they asked for
+    /// (the samples themselves, not scaled to estimates): `(0, 0)` when
+    /// profiling is off.
+    pub fn live() -> (u64, u64) {
+        let (mut blocks, mut bytes) = (0u64, 0u64);
+        // SAFETY: valid out pointers.
+        unsafe { ffi::coral_profile_live(&mut blocks, &mut bytes) };
+        (blocks, bytes)
+    }
+}
+
 // ---- bulk --------------------------------------------------------------------------
 
 /// `n` blocks of one size, allocated in one call (`coral_malloc_bulk`) and

@@ -79,6 +79,25 @@ static void test_calloc_realloc(void) {
     CHECK(live_blocks() == n0 && live_bytes() == b0);
 }
 
+/* A huge block resized by realloc (grown where it lies, or moved with its
+ * pages): its record follows it, and its free forgets it. */
+static void test_huge_realloc(void) {
+    unsigned long long n0 = live_blocks(), b0 = live_bytes();
+    char *p = opaque(coral_malloc(5 << 20));
+    CHECK(p != NULL);
+    CHECK(live_blocks() == n0 + 1 && live_bytes() == b0 + (5 << 20));
+    char *q = opaque(coral_realloc(p, 40 << 20));
+    CHECK(q != NULL);
+    CHECK_MSG(live_blocks() == n0 + 1 && live_bytes() == b0 + (40 << 20),
+              "after the realloc: %llu sampled blocks of %llu bytes live, expected 1 of 40 MiB",
+              live_blocks() - n0, live_bytes() - b0);
+    q = opaque(coral_realloc(q, 6 << 20));
+    CHECK(q != NULL && live_bytes() == b0 + (6 << 20));
+    coral_free(q);
+    CHECK_MSG(live_blocks() == n0 && live_bytes() == b0, "%llu sampled blocks left after the free",
+              live_blocks() - n0);
+}
+
 static void test_aligned(void) {
     unsigned long long n0 = live_blocks(), b0 = live_bytes();
     void *a = opaque(coral_aligned_alloc(64, 100));
@@ -377,6 +396,7 @@ int main(int argc, char **argv) {
     unsigned long long n0 = live_blocks();
     test_every_size();
     test_calloc_realloc();
+    test_huge_realloc();
     test_aligned();
     test_bulk();
     test_heaps();

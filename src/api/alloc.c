@@ -517,6 +517,22 @@ static CORAL_COLD void *realloc_invalid(void *p, const char *why) {
 /* realloc of p into heap. A block may stay where it is (or grow in place)
  * only if it is heap's, or any heap's when any_heap (plain realloc keeps a
  * user heap's block in its heap); when it moves, it moves into heap. */
+/* realloc of the huge block p of seg (usable bytes) where it lies, or with
+ * its pages moved: the profiler keys its records by address and size, so a
+ * sampled block's record goes with the old block and the new one is
+ * sampled again, as a new allocation of its heap (when the resize fails, p
+ * stays unsampled: the profile then undercounts it). */
+static void *huge_realloc(coral_heap_t *heap, coral_segment_t *seg, void *p, size_t usable,
+                          size_t size) {
+    coral_page_t *page = &seg->pages[0];
+    bool sampled = coral_slice_flags(page) & CORAL_PAGE_SAMPLED;
+    coral_heap_t *owner = coral_page_heap(page) != NULL ? coral_page_heap(page) : heap;
+    if (coral_unlikely(sampled)) coral_profile_forget(page, p);
+    void *q = valgrind_resized(p, usable, coral_huge_realloc(seg, p, size));
+    if (coral_unlikely(sampled) && q != NULL) coral_profile_sample(owner, q, size);
+    return q;
+}
+
 CORAL_INLINE void *realloc_in(coral_heap_t *heap, void *p, size_t size, bool any_heap) {
     if (p == NULL) return coral_heap_alloc_inline(heap, size, false);
     if (size == 0) { /* glibc's behaviour: free and return NULL */
@@ -537,8 +553,7 @@ CORAL_INLINE void *realloc_in(coral_heap_t *heap, void *p, size_t size, bool any
     if (seg->kind == CORAL_SEGMENT_HUGE) {
         bool same = any_heap || coral_page_heap(&seg->pages[0]) == heap ||
                     (coral_page_heap(&seg->pages[0]) == NULL && heap->is_default);
-        if (same && size > CORAL_LARGE_MAX_SIZE)
-            return valgrind_resized(p, usable, coral_huge_realloc(seg, p, size));
+        if (same && size > CORAL_LARGE_MAX_SIZE) return huge_realloc(heap, seg, p, usable, size);
         return realloc_move(heap, p, usable, size);
     }
     coral_page_t *page = coral_segment_page_of(seg, p);

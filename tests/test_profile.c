@@ -210,6 +210,54 @@ static void test_thread_exit(void) {
     CHECK(live_blocks() == n0);
 }
 
+/* ---- the exit heap: allocations after the thread's cleanup ------------------------ */
+
+/* A key made after coralloc's (the process was set up first): glibc runs
+ * its destructor after coralloc's in the same round, once the thread's
+ * heaps are abandoned, so its allocations come from the exit heap
+ * (src/heap/thread.c). Each is sampled and its free forgets it, by the
+ * exiting thread itself or by another after the join. */
+static pthread_key_t late_key;
+static void *late_blocks[NSIZES + 2];
+static unsigned long long late_live_before, late_live_after;
+
+static void late_destructor(void *value) {
+    (void)value;
+    late_live_before = live_blocks();
+    for (size_t i = 0; i < NSIZES; i++) {
+        late_blocks[i] = opaque(coral_malloc(sizes[i]));
+        CHECK(late_blocks[i] != NULL);
+    }
+    late_blocks[NSIZES] = coral_aligned_alloc(4096, 5000);
+    late_blocks[NSIZES + 1] = opaque(coral_calloc(10, 30));
+    CHECK(late_blocks[NSIZES] != NULL && late_blocks[NSIZES + 1] != NULL);
+    late_live_after = live_blocks();
+    for (size_t i = 0; i < NSIZES + 2; i += 2) { /* half freed here, by the exiting thread */
+        coral_free(late_blocks[i]);
+        late_blocks[i] = NULL;
+    }
+}
+
+static void *late_worker(void *arg) {
+    (void)arg;
+    coral_free(coral_malloc(100)); /* the thread's own heap set up */
+    pthread_setspecific(late_key, (void *)1);
+    return NULL;
+}
+
+static void test_exit_heap(void) {
+    unsigned long long n0 = live_blocks();
+    CHECK(pthread_key_create(&late_key, late_destructor) == 0);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, late_worker, NULL) == 0);
+    pthread_join(t, NULL);
+    CHECK(late_live_after == late_live_before + NSIZES + 2);
+    CHECK(live_blocks() == n0 + (NSIZES + 2) / 2);
+    for (size_t i = 1; i < NSIZES + 2; i += 2) coral_free(late_blocks[i]); /* the rest, here */
+    CHECK(live_blocks() == n0);
+    pthread_key_delete(late_key);
+}
+
 /* ---- a thread's exit gives its batches back ------------------------------------ */
 
 /* Bytes in pages in use (coral_stats_json's page_bytes). */
@@ -402,6 +450,7 @@ int main(int argc, char **argv) {
     test_heaps();
     test_cross_thread_frees();
     test_thread_exit();
+    test_exit_heap();
     test_signal_handler();
     test_fork();
     char path[4096];

@@ -65,8 +65,13 @@ static void *aligned_plain(coral_heap_t *heap, size_t size, size_t alignment, bo
 static CORAL_NOINLINE void *malloc_exiting(size_t size, size_t alignment, bool zero) {
     coral_heap_t *heap = coral_exit_heap_acquire();
     if (heap == NULL) return enomem();
+    /* Profiled as every heap is, without batches (its direct[] is never
+     * read: no thread's coral_tls_heap names it): each allocation is
+     * counted here, and sampled under the exit heap's lock. */
+    if (coral_profile_on) heap->no_direct = true;
     void *p = alignment == 0 ? coral_malloc_generic(size, heap, zero)
                              : aligned_plain(heap, size, alignment, zero);
+    if (alignment != 0 && heap->no_direct) p = coral_profile_count(heap, p, size);
     coral_exit_heap_release();
     return p;
 }

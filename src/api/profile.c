@@ -533,12 +533,9 @@ void coral_profile_heap_start(coral_heap_t *heap) {
     if (heap->is_default) thread_heap = heap;
     if (CORAL_SECURE) return; /* every malloc takes the slow path (its checks are there) */
     proxies_t *ph = heap->profile != NULL ? heap->profile : proxies_get();
-    if (ph == NULL) return; /* no memory: every malloc takes the slow path */
-    memset(ph, 0, sizeof *ph);
-    for (unsigned q = 1; q < PROXY_CLASSES; q++) {
-        ph->proxy[q].class_idx = (uint8_t)q;
-        ph->left[q] = next_interval();
-    }
+    if (ph == NULL) return;    /* no memory: every malloc takes the slow path */
+    memset(ph, 0, sizeof *ph); /* left[] 0: drawn at the class's first refill */
+    for (unsigned q = 1; q < PROXY_CLASSES; q++) ph->proxy[q].class_idx = (uint8_t)q;
     heap->profile = ph;
     proxies_install(heap, ph);
 }
@@ -556,19 +553,28 @@ static void batch_done(proxies_t *ph, unsigned q, uint32_t unpopped) {
     ph->source[q] = NULL;
 }
 
-/* The proxy's blocks back to their page, freed as by their owner. */
+/* The proxy's blocks back to their page, as the owner's frees would put
+ * them: the list (free blocks of the page, with their freed marks, as they
+ * were when taken) is put in front of the page's free list in one step,
+ * and the page's used gives them back. */
 static void proxy_return(proxies_t *ph, unsigned q) {
     coral_page_t *source = ph->source[q];
-    coral_block_t *b = ph->proxy[q].free;
+    coral_block_t *head = ph->proxy[q].free, *tail = NULL;
     uint32_t unpopped = 0;
-    for (const coral_block_t *c = b; c != NULL; c = coral_block_next(c)) unpopped++;
+    for (coral_block_t *c = head; c != NULL; c = coral_block_next(c)) {
+        tail = c;
+        unpopped++;
+    }
+    bool zero = ph->proxy[q].free_is_zero;
     ph->proxy[q].free = NULL;
     batch_done(ph, q, unpopped);
-    while (b != NULL) {
-        coral_block_t *next = coral_block_next(b);
-        coral_heap_free_local(source, b);
-        b = next;
-    }
+    if (head == NULL) return;
+    coral_block_set_next(tail, source->free);
+    source->free_is_zero = source->free == NULL ? zero : (uint8_t)(zero && source->free_is_zero);
+    source->free = head;
+    source->used -= unpopped;
+    if (coral_slice_flags(source) & CORAL_PAGE_IN_FULL) coral_heap_page_unfull(source);
+    if (source->used == 0) coral_heap_page_retire(source);
 }
 
 void coral_profile_heap_flush(coral_heap_t *heap) {
@@ -595,6 +601,13 @@ static void proxy_fill(coral_heap_t *heap, proxies_t *ph, unsigned q, int64_t bs
      * goes now, so their next frees of the page take the fast path's
      * remote push again. */
     if (coral_slice_flags(page) & CORAL_PAGE_SAMPLED) page_flag_check(page);
+    /* A page carved a step at a time has a short list: carve on, so that
+     * the batch holds as many blocks as the countdown allows (at most
+     * BATCH_MAX), and the class refills that much less often. */
+    int64_t want = (ph->left[q] - 1) / bs;
+    if (want > BATCH_MAX) want = BATCH_MAX;
+    while ((int64_t)page->capacity - (int64_t)page->used < want && page->capacity < page->reserved)
+        coral_page_extend(page, false);
     int64_t idle = (int64_t)page->capacity - (int64_t)page->used;
     coral_block_t *head = page->free;
     if (idle * bs < ph->left[q]) { /* the whole list, unwalked */
@@ -602,9 +615,8 @@ static void proxy_fill(coral_heap_t *heap, proxies_t *ph, unsigned q, int64_t bs
         page->used += (uint32_t)idle;
         ph->reserved[q] = (uint32_t)idle;
     } else {
-        int64_t want = (ph->left[q] - 1) / bs, n = 1;
+        int64_t n = 1;
         if (want <= 0) return;
-        if (want > BATCH_MAX) want = BATCH_MAX;
         coral_block_t *tail = head;
         for (coral_block_t *next; n < want && (next = coral_block_next(tail)) != NULL; n++)
             tail = next;
@@ -626,6 +638,10 @@ void *coral_profile_refilled(coral_heap_t *heap, unsigned cls, void *p, size_t s
     proxies_t *ph = heap->profile;
     if (p == NULL) return NULL;
     int64_t bs = (int64_t)coral_class_size(cls);
+    /* A class's first refill draws its first interval (left is never 0
+     * after a refill or a batch's end: a batch fits in it with a byte to
+     * spare), so a thread pays for the classes it uses only. */
+    if (ph->left[cls] == 0) ph->left[cls] = next_interval();
     if ((ph->left[cls] -= bs) <= 0) {
         ph->left[cls] = next_interval();
         sample_record(heap, p, size, (size_t)bs);

@@ -24,26 +24,85 @@
 
 #include "api/profile.h"
 
-/* ---- growable buffers, in mapped memory ---------------------------------------- */
+/* ---- the dump's memory: bump allocation in mapped chunks ---------------------------
+ * A dump (or leak report) takes all its memory from one arena: a chunk
+ * mapped on first use (more only for a large profile), every chunk unmapped
+ * at the end. So a dump costs two system calls and the pages it touches,
+ * however many buffers it uses (a mapping per buffer cost a short process
+ * more than its allocations did). Memory is never given back before the
+ * end: a buffer that grows moves to the top of the arena, or grows in
+ * place when it is the top one already. */
+
+#define ARENA_CHUNK ((size_t)1 << 20) /* reserved, not committed: only touched pages count */
+
+typedef struct arena_chunk_s {
+    struct arena_chunk_s *prev;
+    size_t size;
+} arena_chunk_t; /* at the start of each chunk (16 bytes: what follows stays aligned) */
+
+typedef struct arena_s {
+    uint8_t *top, *end; /* the newest chunk's free part */
+    arena_chunk_t *last;
+} arena_t;
+
+/* size bytes (16-aligned, zero: chunks come zeroed and are never reused),
+ * or NULL when no chunk can be mapped. */
+static void *arena_take(arena_t *a, size_t size) {
+    size = (size + 15) & ~(size_t)15;
+    if ((size_t)(a->end - a->top) < size) {
+        size_t want = size + sizeof(arena_chunk_t);
+        size_t csize = want <= ARENA_CHUNK
+                           ? ARENA_CHUNK
+                           : (want + CORAL_OS_PAGE_SIZE - 1) & ~(size_t)(CORAL_OS_PAGE_SIZE - 1);
+        arena_chunk_t *c = coral_os_map(csize);
+        if (c == NULL) return NULL;
+        *c = (arena_chunk_t){a->last, csize};
+        a->last = c;
+        a->top = (uint8_t *)(c + 1);
+        a->end = (uint8_t *)c + csize;
+    }
+    void *p = a->top;
+    a->top += size;
+    return p;
+}
+
+static void arena_done(arena_t *a) {
+    while (a->last != NULL) {
+        arena_chunk_t *c = a->last;
+        a->last = c->prev;
+        coral_os_unmap(c, c->size);
+    }
+    *a = (arena_t){0};
+}
+
+/* ---- growable buffers, in the arena ----------------------------------------------- */
 
 typedef struct buf_s {
     uint8_t *p;
     size_t len, cap;
-    bool failed; /* a mapping failed: the output is incomplete */
+    bool failed; /* no memory: the output is incomplete */
+    arena_t *arena;
 } buf_t;
+
+static buf_t buf_in(arena_t *a) { return (buf_t){.arena = a}; }
 
 static bool buf_reserve(buf_t *b, size_t more) {
     if (b->len + more <= b->cap) return true;
     if (b->failed) return false;
-    size_t cap = b->cap ? b->cap : 64 * 1024;
+    size_t cap = b->cap ? b->cap : 4096;
     while (cap < b->len + more) cap *= 2;
-    uint8_t *p = coral_os_map(cap);
+    arena_t *a = b->arena;
+    if (b->p != NULL && b->p + b->cap == a->top && (size_t)(a->end - b->p) >= cap) {
+        a->top = b->p + cap; /* the top buffer: grows in place */
+        b->cap = cap;
+        return true;
+    }
+    uint8_t *p = arena_take(a, cap);
     if (p == NULL) {
         b->failed = true;
         return false;
     }
     if (b->len) memcpy(p, b->p, b->len);
-    coral_os_unmap(b->p, b->cap);
     b->p = p;
     b->cap = cap;
     return true;
@@ -63,11 +122,6 @@ static void *buf_grow(buf_t *b, size_t size, size_t n) {
     memset(p, 0, size * n);
     b->len += size * n;
     return p;
-}
-
-static void buf_free(buf_t *b) {
-    coral_os_unmap(b->p, b->cap);
-    *b = (buf_t){0};
 }
 
 /* ---- protobuf encoding ------------------------------------------------------------ */
@@ -348,8 +402,13 @@ static mapping_t *mapping_of(symbolizer_t *z, uintptr_t addr) {
     return NULL;
 }
 
-static void symbolizer_init(symbolizer_t *z) {
-    *z = (symbolizer_t){0};
+/* No mapping known yet (what a dump with no sample keeps). */
+static void symbolizer_clear(symbolizer_t *z, arena_t *a) {
+    *z = (symbolizer_t){.maps_text = buf_in(a), .maps = buf_in(a), .files = buf_in(a)};
+}
+
+static void symbolizer_init(symbolizer_t *z, arena_t *a) {
+    symbolizer_clear(z, a);
     read_all("/proc/self/maps", &z->maps_text);
     maps_parse(&z->maps_text, &z->maps);
     z->nmaps = z->maps.len / sizeof(mapping_t);
@@ -366,9 +425,6 @@ static void symbolizer_done(symbolizer_t *z) {
     for (size_t i = 0; i < z->nfiles; i++)
         if (file_at(z, (int)i)->data != NULL)
             munmap((void *)file_at(z, (int)i)->data, file_at(z, (int)i)->size);
-    buf_free(&z->files);
-    buf_free(&z->maps);
-    buf_free(&z->maps_text);
 }
 
 /* The frames of a site from the program's side: the library's own
@@ -427,10 +483,10 @@ typedef struct table_s {
     size_t cap;
 } table_t;
 
-static bool table_init(table_t *t, size_t want) {
+static bool table_init(table_t *t, size_t want, arena_t *a) {
     t->cap = 64;
     while (t->cap < 2 * want) t->cap *= 2;
-    t->slots = (buf_t){0};
+    t->slots = buf_in(a);
     return buf_grow(&t->slots, 16, t->cap) != NULL;
 }
 
@@ -547,6 +603,7 @@ static uint64_t location_id(writer_t *w, uintptr_t ret) {
  * their files opened, for the build ID) are the program's and those a
  * location lies in. */
 static void mapping_ids(writer_t *w) {
+    if (w->z.nmaps == 0) return; /* no sample: no mapping read */
     char exe[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe);
     uint64_t next = 1;
@@ -640,34 +697,32 @@ static int write_file(const char *path, const buf_t *b) {
 }
 
 int coral_profile_write(const char *path) {
-    writer_t *w = coral_os_map(sizeof(writer_t));
+    arena_t arena = {0};
+    writer_t *w = arena_take(&arena, sizeof(writer_t));
     if (w == NULL) return errno = ENOMEM, -1;
+    w->sites.list = w->strings = w->out = w->sub = w->sub2 = buf_in(&arena);
     coral_profile_sites_visit(site_collect, &w->sites);
     /* No sample (a short process, at the default rate most): no location,
      * so no mapping to write, and no file of the process's to read. */
-    if (w->sites.n != 0) symbolizer_init(&w->z);
+    if (w->sites.n != 0)
+        symbolizer_init(&w->z, &arena);
+    else
+        symbolizer_clear(&w->z, &arena);
     size_t frames = 0;
     for (size_t i = 0; i < w->sites.n; i++) frames += site_at(&w->sites, i)->depth;
     int rc = -1;
     errno = ENOMEM;
-    if (table_init(&w->string_ids, frames + w->z.nmaps + 64) &&
-        table_init(&w->loc_ids, frames + 16) && table_init(&w->func_ids, frames + 16)) {
+    if (table_init(&w->string_ids, frames + w->z.nmaps + 64, &arena) &&
+        table_init(&w->loc_ids, frames + 16, &arena) &&
+        table_init(&w->func_ids, frames + 16, &arena)) {
         write_profile_body(w);
         bool failed = w->out.failed || w->sub.failed || w->sub2.failed || w->strings.failed ||
                       w->sites.list.failed;
         if (!failed) rc = write_file(path, &w->out);
     }
     int saved = errno;
-    buf_free(&w->out);
-    buf_free(&w->sub);
-    buf_free(&w->sub2);
-    buf_free(&w->strings);
-    buf_free(&w->string_ids.slots);
-    buf_free(&w->loc_ids.slots);
-    buf_free(&w->func_ids.slots);
-    buf_free(&w->sites.list);
     symbolizer_done(&w->z);
-    coral_os_unmap(w, sizeof(writer_t));
+    arena_done(&arena);
     errno = saved;
     return rc;
 }
@@ -705,9 +760,10 @@ static void site_frames_text(symbolizer_t *z, const coral_profile_site_t *s, cha
 }
 
 void coral_profile_report_leaks(const coral_profile_exact_t *exact) {
+    arena_t arena = {0};
     symbolizer_t z;
-    sites_t sites = {0};
-    symbolizer_init(&z);
+    sites_t sites = {.list = buf_in(&arena)};
+    symbolizer_init(&z, &arena);
     coral_profile_sites_visit(site_collect, &sites);
     double bytes = 0, objects = 0;
     size_t live_sites = 0;
@@ -742,6 +798,6 @@ void coral_profile_report_leaks(const coral_profile_exact_t *exact) {
                       (long long)rounded(top->inuse_objects), frames);
         top->inuse_objects = 0;
     }
-    buf_free(&sites.list);
     symbolizer_done(&z);
+    arena_done(&arena);
 }

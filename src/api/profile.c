@@ -601,13 +601,10 @@ static void proxy_fill(coral_heap_t *heap, proxies_t *ph, unsigned q, int64_t bs
      * goes now, so their next frees of the page take the fast path's
      * remote push again. */
     if (coral_slice_flags(page) & CORAL_PAGE_SAMPLED) page_flag_check(page);
-    /* A page carved a step at a time has a short list: carve on, so that
-     * the batch holds as many blocks as the countdown allows (at most
-     * BATCH_MAX), and the class refills that much less often. */
+    /* (A short list is not carved on: each block carved ahead is an OS
+     * page touched ahead, which costs a short program more than refills.) */
     int64_t want = (ph->left[q] - 1) / bs;
     if (want > BATCH_MAX) want = BATCH_MAX;
-    while ((int64_t)page->capacity - (int64_t)page->used < want && page->capacity < page->reserved)
-        coral_page_extend(page, false);
     int64_t idle = (int64_t)page->capacity - (int64_t)page->used;
     coral_block_t *head = page->free;
     if (idle * bs < ph->left[q]) { /* the whole list, unwalked */

@@ -497,6 +497,52 @@ static void case_heap_freed_late(void) {
               grown >> 10);
 }
 
+/* A thread that never allocated makes its first user heap in a key
+ * destructor's third round (the key set itself again, as glibc allows for
+ * PTHREAD_DESTRUCTOR_ITERATIONS = 4 rounds) and destroys it in the fourth.
+ * coralloc's destructor then first runs in the fourth round, the last: a
+ * cleanup put off to a next round never ran, and the thread's own heap was
+ * never abandoned (the threads gauge stayed one up per thread). */
+static pthread_key_t last_rounds_key;
+static __thread int last_rounds_seen;
+static char last_rounds_token;
+
+static void last_rounds_destructor(void *value) {
+    if (++last_rounds_seen == 4) {
+        coral_heap_destroy(value);
+        return;
+    }
+    if (last_rounds_seen == 3) {
+        coral_heap_t *heap = coral_heap_new();
+        CHECK(heap != NULL);
+        memset(coral_heap_malloc(heap, 64), 4, 64);
+        value = heap;
+    }
+    pthread_setspecific(last_rounds_key, value);
+}
+
+static void *last_rounds_thread(void *arg) {
+    (void)arg;
+    pthread_setspecific(last_rounds_key, &last_rounds_token); /* allocates nothing */
+    return NULL;
+}
+
+static void case_heap_made_in_last_rounds(void) {
+    free(opaque(malloc(16))); /* coralloc's key first: its destructor runs first in a round */
+    CHECK_EQ(pthread_key_create(&last_rounds_key, last_rounds_destructor), 0);
+    long long before = stats_get("threads");
+    for (int i = 0; i < 50; i++) {
+        pthread_t t;
+        CHECK_EQ(pthread_create(&t, NULL, last_rounds_thread, NULL), 0);
+        CHECK_EQ(pthread_join(t, NULL), 0);
+    }
+    long long left = stats_get("threads") - before;
+    CHECK_MSG(left == 0,
+              "%lld of 50 threads whose heaps came in their third key destructor round "
+              "were never cleaned up",
+              left);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_lifetime CASE\n");
@@ -512,6 +558,7 @@ int main(int argc, char **argv) {
         {"heap_after_exit", case_heap_after_exit},
         {"heap_destroyed_late", case_heap_destroyed_late},
         {"heap_freed_late", case_heap_freed_late},
+        {"heap_made_in_last_rounds", case_heap_made_in_last_rounds},
         {"child_exit_heap", case_child_exit_heap},
         {"parked_heaps_reaped", case_parked_heaps_reaped},
         {"child_destroys_parked", case_child_destroys_parked},

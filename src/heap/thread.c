@@ -242,6 +242,12 @@ static void fork_parent(void) {
 static void fork_child(void) {
     heaps_exited_postfork_child(); /* (the heap pool's lock is still held) */
     fork_unlock(true);
+    /* A thread that forks past its exit cleanup (from a later key
+     * destructor) told the parent's purge thread; the child's forgot it
+     * (coral_purger_postfork), and the thread, the child's only one, will
+     * not tell again: it tells the child's, which a later free may start,
+     * so that its end still ends the child. */
+    if (coral_thread_exiting()) coral_purger_thread_exiting();
     fork_hook_run(&fork_hook_child);
     /* The exit heap is the child's too (its exiting threads allocate from
      * it): a parent thread's notice to it in flight is as for the forking

@@ -338,15 +338,15 @@ void coral_purger_thread_exiting(void) {
         atomic_store_explicit(&main_ended, true, memory_order_relaxed);
     if (atomic_load_explicit(&main_ended, memory_order_relaxed)) {
         atomic_store_explicit(&exit_watch_until_ms, coral_clock_ms() + EXIT_WATCH_MS,
-                              memory_order_relaxed);
+                              memory_order_seq_cst);
     } else {
         uint64_t none = 0;
         if (atomic_load_explicit(&main_look_ms, memory_order_relaxed) != 0 ||
             !atomic_compare_exchange_strong(&main_look_ms, &none, coral_clock_ms() + MAIN_LOOK_MS))
             return; /* a look is asked already */
     }
-    atomic_thread_fence(memory_order_seq_cst); /* purger_wake_for_notices */
-    if (atomic_load_explicit(&purger_state, memory_order_acquire) != PURGER_RUNNING) return;
+    /* (seq_cst: purger_wake_for_notices) */
+    if (atomic_load_explicit(&purger_state, memory_order_seq_cst) != PURGER_RUNNING) return;
     pthread_mutex_lock(&purger_lock);
     pthread_cond_signal(&purger_cond);
     pthread_mutex_unlock(&purger_lock);
@@ -354,13 +354,12 @@ void coral_purger_thread_exiting(void) {
 
 /* The starter of the purge thread, once its state is RUNNING: a notice that
  * saw it not yet RUNNING signalled nothing, and the thread may have looked
- * before the notice and be waiting with no end. With a full fence between
- * each side's store and load, the notice sees RUNNING or this sees the
- * notice: the thread is woken either way. */
+ * before the notice and be waiting with no end. Each side stores, then
+ * loads what the other stores, all seq_cst: the notice sees RUNNING or
+ * this sees the notice, and the thread is woken either way. */
 static void purger_wake_for_notices(void) {
-    atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load_explicit(&exit_watch_until_ms, memory_order_relaxed) == 0 &&
-        atomic_load_explicit(&main_look_ms, memory_order_relaxed) == 0)
+    if (atomic_load_explicit(&exit_watch_until_ms, memory_order_seq_cst) == 0 &&
+        atomic_load_explicit(&main_look_ms, memory_order_seq_cst) == 0)
         return;
     pthread_mutex_lock(&purger_lock);
     pthread_cond_signal(&purger_cond);
@@ -508,7 +507,7 @@ void coral_purger_start_if_wanted(void) {
     if (rc != 0)
         coral_message("cannot start the purge thread (error %d): purging from slow paths", rc);
     atomic_store_explicit(&purger_state, rc == 0 ? PURGER_RUNNING : PURGER_FAILED,
-                          memory_order_release);
+                          memory_order_seq_cst); /* purger_wake_for_notices */
     if (rc == 0) purger_wake_for_notices();
 }
 

@@ -355,12 +355,19 @@ static void *heap_then_fork_at_exit(void *arg) {
     return NULL;
 }
 
-static void case_child_destroys_parked(void) {
+/* Makes *key (with destructor) after coralloc's key, so that its
+ * destructor runs after coralloc's in a round, then runs fn in a thread
+ * to its end. */
+static void late_key_thread(pthread_key_t *key, void (*destructor)(void *), void *(*fn)(void *)) {
     free(opaque(malloc(16))); /* coralloc's key first */
-    CHECK_EQ(pthread_key_create(&fork_late_key, fork_then_destroy), 0);
+    CHECK_EQ(pthread_key_create(key, destructor), 0);
     pthread_t t;
-    CHECK_EQ(pthread_create(&t, NULL, heap_then_fork_at_exit, NULL), 0);
+    CHECK_EQ(pthread_create(&t, NULL, fn, NULL), 0);
     CHECK_EQ(pthread_join(t, NULL), 0);
+}
+
+static void case_child_destroys_parked(void) {
+    late_key_thread(&fork_late_key, fork_then_destroy, heap_then_fork_at_exit);
     CHECK_MSG(
         fork_late_status != -1 && WIFEXITED(fork_late_status) && WEXITSTATUS(fork_late_status) == 0,
         "the child's destroy of its thread's parked heap failed (status 0x%x)", fork_late_status);
@@ -497,6 +504,116 @@ static void case_heap_freed_late(void) {
               grown >> 10);
 }
 
+/* A thread that never allocated makes its first user heap in a key
+ * destructor's third round (the key set itself again, as glibc allows for
+ * PTHREAD_DESTRUCTOR_ITERATIONS = 4 rounds) and destroys it in the fourth.
+ * coralloc's destructor then first runs in the fourth round, the last: a
+ * cleanup put off to a next round never ran, and the thread's own heap was
+ * never abandoned (the threads gauge stayed one up per thread). */
+static pthread_key_t last_rounds_key;
+static __thread int last_rounds_seen;
+static char last_rounds_token;
+
+static void last_rounds_destructor(void *value) {
+    if (++last_rounds_seen == 4) {
+        coral_heap_destroy(value);
+        return;
+    }
+    if (last_rounds_seen == 3) {
+        coral_heap_t *heap = coral_heap_new();
+        CHECK(heap != NULL);
+        memset(coral_heap_malloc(heap, 64), 4, 64);
+        value = heap;
+    }
+    pthread_setspecific(last_rounds_key, value);
+}
+
+static void *last_rounds_thread(void *arg) {
+    (void)arg;
+    pthread_setspecific(last_rounds_key, &last_rounds_token); /* allocates nothing */
+    return NULL;
+}
+
+static void case_heap_made_in_last_rounds(void) {
+    free(opaque(malloc(16))); /* coralloc's key first: its destructor runs first in a round */
+    CHECK_EQ(pthread_key_create(&last_rounds_key, last_rounds_destructor), 0);
+    long long before = stats_get("threads");
+    for (int i = 0; i < 50; i++) {
+        pthread_t t;
+        CHECK_EQ(pthread_create(&t, NULL, last_rounds_thread, NULL), 0);
+        CHECK_EQ(pthread_join(t, NULL), 0);
+    }
+    long long left = stats_get("threads") - before;
+    CHECK_MSG(left == 0,
+              "%lld of 50 threads whose heaps came in their third key destructor round "
+              "were never cleaned up",
+              left);
+}
+
+/* The purge thread is started by a thread past coralloc's exit cleanup
+ * (a later key destructor frees 4 MiB), after main ended with
+ * pthread_exit: that thread's exit notice, given before the purge thread
+ * ran, was dropped, so when the thread ended, no program thread was left
+ * and nothing ended the process. */
+static pthread_key_t started_late_key;
+
+static void free_big(void *value) { free(value); }
+
+static void *set_big_and_return(void *arg) {
+    (void)arg;
+    char *big = opaque(malloc((size_t)4 << 20));
+    memset(big, 5, (size_t)4 << 20);
+    pthread_setspecific(started_late_key, big);
+    return NULL;
+}
+
+static void case_purger_started_after_exit(void) {
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        free(opaque(malloc(16))); /* coralloc's key first: its cleanup runs first */
+        CHECK_EQ(pthread_key_create(&started_late_key, free_big), 0);
+        pthread_t t;
+        CHECK_EQ(pthread_create(&t, NULL, set_big_and_return, NULL), 0);
+        pthread_exit(NULL);
+    }
+    expect_exit_0(pid, "purger_started_after_exit");
+}
+
+/* A thread forks from a key destructor after coralloc's exit cleanup; the
+ * child (whose only thread it is) frees 4 MiB, which starts the child's
+ * purge thread, and returns from the destructor: the thread ends, and
+ * with it the child (its notice was the parent's purge thread's only). */
+static pthread_key_t fork_late_key;
+
+static void fork_and_free_big(void *value) {
+    (void)value;
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        char *big = opaque(malloc((size_t)4 << 20));
+        memset(big, 6, (size_t)4 << 20);
+        free(big);
+        free(opaque(malloc(64))); /* a safe point: the purge thread starts */
+        CHECK_MSG(task_count() == 2, "%d threads: the child's purge thread did not start",
+                  task_count());
+        return; /* the thread's exit goes on: the child's last program thread ends */
+    }
+    expect_exit_0(pid, "child_forked_after_exit (the child)");
+}
+
+static void *set_fork_late_and_return(void *arg) {
+    (void)arg;
+    free(opaque(malloc(32)));
+    pthread_setspecific(fork_late_key, &fork_late_key);
+    return NULL;
+}
+
+static void case_child_forked_after_exit(void) {
+    /* (The key of case_child_destroys_parked, another destructor.) */
+    late_key_thread(&fork_late_key, fork_and_free_big, set_fork_late_and_return);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_lifetime CASE\n");
@@ -512,6 +629,9 @@ int main(int argc, char **argv) {
         {"heap_after_exit", case_heap_after_exit},
         {"heap_destroyed_late", case_heap_destroyed_late},
         {"heap_freed_late", case_heap_freed_late},
+        {"heap_made_in_last_rounds", case_heap_made_in_last_rounds},
+        {"purger_started_after_exit", case_purger_started_after_exit},
+        {"child_forked_after_exit", case_child_forked_after_exit},
         {"child_exit_heap", case_child_exit_heap},
         {"parked_heaps_reaped", case_parked_heaps_reaped},
         {"child_destroys_parked", case_child_destroys_parked},

@@ -242,6 +242,12 @@ static void fork_parent(void) {
 static void fork_child(void) {
     heaps_exited_postfork_child(); /* (the heap pool's lock is still held) */
     fork_unlock(true);
+    /* A thread that forks past its exit cleanup (from a later key
+     * destructor) told the parent's purge thread; the child's forgot it
+     * (coral_purger_postfork), and the thread, the child's only one, will
+     * not tell again: it tells the child's, which a later free may start,
+     * so that its end still ends the child. */
+    if (coral_thread_exiting()) coral_purger_thread_exiting();
     fork_hook_run(&fork_hook_child);
     /* The exit heap is the child's too (its exiting threads allocate from
      * it): a parent thread's notice to it in flight is as for the forking
@@ -354,6 +360,33 @@ coral_heap_t *coral_thread_init(void) {
     return heap;
 }
 
+/* ---- the key destructor rounds ahead -----------------------------------------------------
+ * glibc runs a thread's TLS destructors (__cxa_thread_atexit_impl, C++
+ * thread_local) before the first round of its pthread key destructors,
+ * and never again. So a thread that registered one while it ran (not yet
+ * exiting) learns, when it is called, that every round is still to come:
+ * coralloc's key, set at the thread's first allocation, which came before,
+ * is then called in round 1, and a cleanup put off to round 2 runs. A
+ * thread whose heap was made in the rounds themselves (a key destructor's
+ * allocation) never gets that call: its cleanup, in what may be the last
+ * round, cannot wait. Registered at the thread's first user heap only
+ * (the only reason to wait); glibc's registration allocates (through this
+ * allocator, at a point where the thread holds no lock). */
+extern int __cxa_thread_atexit_impl(void (*fn)(void *), void *obj, void *dso) __attribute__((weak));
+extern char __dso_handle __attribute__((visibility("hidden")));
+static __thread bool coral_tls_rounds_ahead __attribute__((tls_model("initial-exec")));
+
+static void thread_rounds_ahead(void *unused) {
+    (void)unused;
+    coral_tls_rounds_ahead = true;
+}
+
+void coral_thread_user_heap_made(coral_thread_t *thread) {
+    if (thread->rounds_watched || coral_tls_exiting || __cxa_thread_atexit_impl == NULL) return;
+    thread->rounds_watched = true;
+    (void)__cxa_thread_atexit_impl(thread_rounds_ahead, NULL, &__dso_handle);
+}
+
 /* Whether the thread holds heaps besides its own (coral_heap_new). */
 static bool thread_has_user_heaps(const coral_thread_t *thread) {
     return thread->heaps.first != thread->heaps.last;
@@ -364,12 +397,16 @@ static bool thread_has_user_heaps(const coral_thread_t *thread) {
  * once only while the thread's cleanup has not run. So a thread that holds
  * user heaps sets its key again and cleans up in the next round: glibc calls
  * a destructor again when its value was set anew, for up to
- * PTHREAD_DESTRUCTOR_ITERATIONS rounds. Only a thread whose first heap was
- * made in the last round would get no next call (its pages stay unreclaimed,
- * never unsound); one that waited cleans up in the second round, and a user
- * heap destroyed later than that is parked (coral_heap_park_exited). */
+ * PTHREAD_DESTRUCTOR_ITERATIONS rounds. It waits only when this call is
+ * surely of round 1 (coral_tls_rounds_ahead, above): a thread whose heaps
+ * were made in the rounds may be in the last one, with no next call (its
+ * heaps were never abandoned). One that waited cleans up in the second
+ * round, and a user heap destroyed later than that is parked
+ * (coral_heap_park_exited). */
 static bool thread_done_deferred(coral_thread_t *thread, coral_heap_t *heap) {
-    if (thread->exit_deferred || !thread_has_user_heaps(thread)) return false;
+    /* A next round is certain only for a thread whose TLS destructors ran. */
+    if (thread->exit_deferred || !coral_tls_rounds_ahead || !thread_has_user_heaps(thread))
+        return false;
     thread->exit_deferred = true;
     return pthread_setspecific(thread_key, heap) == 0;
 }

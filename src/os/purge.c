@@ -29,7 +29,8 @@
  * glibc does so by counting its threads, the purge thread among them. So
  * when every program thread has ended with pthread_exit (main's included),
  * the purge thread would keep the process alive forever (it blocks every
- * signal). Each exiting program thread tells it (coral_purger_thread_exiting).
+ * signal). Each exiting program thread tells it (coral_purger_thread_exiting),
+ * also before it runs: a thread past its notice may start it.
  * While the main thread lives the process cannot end that way, so nothing
  * is watched: a thread other than main that exits only asks the purge
  * thread to look once, MAIN_LOOK_MS later (one read of main's
@@ -326,19 +327,40 @@ static void purger_look_at_main(void) {
                           memory_order_relaxed);
 }
 
+/* The notice is noted even while no purge thread runs: the thread that
+ * gave it (a later key destructor's free) or another may start one after
+ * it, and the exit that it noted may have been the last program thread's.
+ * A purge thread that starts finds the watch or look asked for (it reads
+ * them in its loop), and its starter wakes it for a notice that came while
+ * it started (purger_wake_for_notices: a store-load pair with this one). */
 void coral_purger_thread_exiting(void) {
-    if (atomic_load_explicit(&purger_state, memory_order_acquire) != PURGER_RUNNING) return;
     if (syscall(SYS_gettid) == getpid())
         atomic_store_explicit(&main_ended, true, memory_order_relaxed);
     if (atomic_load_explicit(&main_ended, memory_order_relaxed)) {
         atomic_store_explicit(&exit_watch_until_ms, coral_clock_ms() + EXIT_WATCH_MS,
-                              memory_order_relaxed);
+                              memory_order_seq_cst);
     } else {
         uint64_t none = 0;
         if (atomic_load_explicit(&main_look_ms, memory_order_relaxed) != 0 ||
             !atomic_compare_exchange_strong(&main_look_ms, &none, coral_clock_ms() + MAIN_LOOK_MS))
             return; /* a look is asked already */
     }
+    /* (seq_cst: purger_wake_for_notices) */
+    if (atomic_load_explicit(&purger_state, memory_order_seq_cst) != PURGER_RUNNING) return;
+    pthread_mutex_lock(&purger_lock);
+    pthread_cond_signal(&purger_cond);
+    pthread_mutex_unlock(&purger_lock);
+}
+
+/* The starter of the purge thread, once its state is RUNNING: a notice that
+ * saw it not yet RUNNING signalled nothing, and the thread may have looked
+ * before the notice and be waiting with no end. Each side stores, then
+ * loads what the other stores, all seq_cst: the notice sees RUNNING or
+ * this sees the notice, and the thread is woken either way. */
+static void purger_wake_for_notices(void) {
+    if (atomic_load_explicit(&exit_watch_until_ms, memory_order_seq_cst) == 0 &&
+        atomic_load_explicit(&main_look_ms, memory_order_seq_cst) == 0)
+        return;
     pthread_mutex_lock(&purger_lock);
     pthread_cond_signal(&purger_cond);
     pthread_mutex_unlock(&purger_lock);
@@ -485,7 +507,8 @@ void coral_purger_start_if_wanted(void) {
     if (rc != 0)
         coral_message("cannot start the purge thread (error %d): purging from slow paths", rc);
     atomic_store_explicit(&purger_state, rc == 0 ? PURGER_RUNNING : PURGER_FAILED,
-                          memory_order_release);
+                          memory_order_seq_cst); /* purger_wake_for_notices */
+    if (rc == 0) purger_wake_for_notices();
 }
 
 /* From malloc's slow path, every so often: purge what is due, unless the

@@ -3,6 +3,7 @@
  * block is defined, so no block from glibc's allocator can reach our free
  * (and the other way round). */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <malloc.h>
 #include <stdio.h>
@@ -37,9 +38,9 @@ EXPORT void free_aligned_sized(void *p, size_t alignment, size_t size) {
 
 /* C++'s sized and aligned deletes, by their mangled names: libstdc++'s
  * would call free() and drop what they are told, so a size larger than
- * the block, or a pointer not aligned as asked, would go unseen. new is
- * libstdc++'s (it calls malloc, which is ours); libcoralloc.a's
- * override_new.cc defines both for static links. */
+ * the block, or a pointer not aligned as asked, would go unseen. Aligned
+ * new is libstdc++'s (it calls aligned_alloc, which is ours);
+ * libcoralloc.a's override_new.cc defines every form for static links. */
 #define CXX_DELETE "operator delete"
 EXPORT void _ZdlPvm(void *p, size_t n) { coral_free_sized_inline(p, n, CXX_DELETE); }
 EXPORT void _ZdaPvm(void *p, size_t n) { coral_free_sized_inline(p, n, CXX_DELETE); }
@@ -55,6 +56,65 @@ EXPORT void _ZdlPvmSt11align_val_t(void *p, size_t n, size_t al) {
 EXPORT void _ZdaPvmSt11align_val_t(void *p, size_t n, size_t al) {
     coral_free_aligned_sized_as(p, al, n, CXX_DELETE);
 }
+
+#if CORAL_CXX_NEW
+/* The shared libraries: C++'s plain and array new (throwing and nothrow)
+ * and unsized delete, by their mangled names, with malloc's and free's
+ * fast paths inline. libstdc++'s would do the same work through a second
+ * call each (its new calls malloc, its delete calls free, both through
+ * the PLT): about 10 instructions per new/delete pair, 7% of
+ * mimalloc-bench's alloc-test under callgrind.
+ *
+ * What C cannot do, C++'s rules for a failed new (call the installed
+ * new_handler and try again; throw std::bad_alloc, or give nullptr from
+ * the nothrow forms, when there is none), stays libstdc++'s: a malloc
+ * that fails hands the call to the next definition of the same operator
+ * (dlsym RTLD_NEXT: libstdc++'s, which calls our malloc again). Its
+ * exception unwinds through no frame of ours (a tail call; override.c is
+ * built with -fexceptions besides). A program that calls new has a C++
+ * runtime loaded, so the next definition exists; if it does not, the
+ * error is named. */
+CORAL_COLD static void *cxx_next(const char *name) {
+    void *f = dlsym(RTLD_NEXT, name);
+    if (f == NULL) coral_fatal("%s: no C++ runtime's operator new after coralloc's", name);
+    return f;
+}
+
+CORAL_COLD static void *cxx_new_failed(size_t n, const char *name) {
+    void *(*next)(size_t) = (void *(*)(size_t))cxx_next(name);
+    return next(n);
+}
+
+CORAL_COLD static void *cxx_new_nothrow_failed(size_t n, const void *tag, const char *name) {
+    void *(*next)(size_t, const void *) = (void *(*)(size_t, const void *))cxx_next(name);
+    return next(n, tag);
+}
+
+#define CXX_NEW(name)                                                                              \
+    EXPORT void *name(size_t n) {                                                                  \
+        void *p = coral_malloc_inline(n);                                                          \
+        return coral_likely(p != NULL) ? p : cxx_new_failed(n, #name);                             \
+    }
+#define CXX_NEW_NOTHROW(name)                                                                      \
+    EXPORT void *name(size_t n, const void *tag) {                                                 \
+        void *p = coral_malloc_inline(n);                                                          \
+        return coral_likely(p != NULL) ? p : cxx_new_nothrow_failed(n, tag, #name);                \
+    }
+CXX_NEW(_Znwm)                                        /* operator new(size_t) */
+CXX_NEW(_Znam)                                        /* operator new[](size_t) */
+CXX_NEW_NOTHROW(_ZnwmRKSt9nothrow_t)                  /* operator new(size_t, nothrow_t const&) */
+CXX_NEW_NOTHROW(_ZnamRKSt9nothrow_t)                  /* operator new[](size_t, nothrow_t const&) */
+EXPORT void _ZdlPv(void *p) { coral_free_inline(p); } /* operator delete(void*) */
+EXPORT void _ZdaPv(void *p) { coral_free_inline(p); } /* operator delete[](void*) */
+EXPORT void _ZdlPvRKSt9nothrow_t(void *p, const void *tag) {
+    (void)tag;
+    coral_free_inline(p);
+}
+EXPORT void _ZdaPvRKSt9nothrow_t(void *p, const void *tag) {
+    (void)tag;
+    coral_free_inline(p);
+}
+#endif
 
 /* glibc's internal names, which some programs and libraries call: second
  * names of the functions above. */

@@ -43,6 +43,26 @@ typedef struct coral_heap_counts_s {
     uint64_t frees[CORAL_QUEUE_COUNT];
 } coral_heap_counts_t;
 
+/* The secure build's quarantine (quarantine.c): blocks the heap's owner
+ * freed wait here before they go back to their pages, so that a block is
+ * not handed out again at once, and the check of its fill as it leaves
+ * finds a write after its free within a bounded number of frees. At most
+ * CORAL_QUARANTINE_SLOTS blocks and CORAL_QUARANTINE_BYTES bytes; the one
+ * to leave is drawn at random. Owner only. A quarantined block is freed
+ * for the program (counted so, its freed mark written) but still in use
+ * for its page (page->used counts it). */
+#define CORAL_QUARANTINE_SLOTS 64u
+#define CORAL_QUARANTINE_BYTES ((size_t)4 << 20)
+typedef struct coral_quarantine_s {
+    uint32_t count;
+    bool closed;   /* the heap is abandoned or destroyed: frees go straight back */
+    bool busy;     /* being changed (quarantine.c): a nested free goes straight back */
+    size_t bytes;  /* the blocks' sizes */
+    uint64_t draw; /* xorshift state of the draws (0: not seeded yet) */
+    coral_block_t *blocks[CORAL_QUARANTINE_SLOTS];
+    coral_page_t *pages[CORAL_QUARANTINE_SLOTS];
+} coral_quarantine_t;
+
 struct coral_heap_s {
     /* direct[(size+15)/16]: the first page of the size class serving that
      * size (or coral_page_empty). The malloc fast path reads only this. */
@@ -72,6 +92,9 @@ struct coral_heap_s {
     coral_link_t thread_link; /* in thread->heaps; next also links the free pool */
 #if CORAL_STATS_ENABLED
     coral_heap_counts_t counts;
+#endif
+#if CORAL_SECURE
+    coral_quarantine_t quarantine;
 #endif
     coral_thread_t thread_storage; /* the thread's state, in its default heap */
 };
@@ -215,6 +238,20 @@ void coral_heap_page_retire(coral_page_t *page);
 void coral_heap_page_unfull(coral_page_t *page);
 /* A free by the owner that the fast path left alone. */
 void coral_heap_free_local(coral_page_t *page, void *p);
+/* The owner's free of block, a block of page (checked, its freed mark
+ * written), back to the page: at once (the tail of coral_heap_free_local). */
+void coral_heap_free_local_now(coral_page_t *page, coral_block_t *block);
+
+/* ---- the secure build's quarantine (quarantine.c) ------------------------------------ */
+
+/* The owner's free of block (checked, counted, its freed mark and fill
+ * written) waits in the quarantine of page's heap; another block may
+ * leave it (checked, then back to its page). */
+void coral_heap_quarantine_put(coral_page_t *page, coral_block_t *block);
+/* Every block leaves the heap's quarantine (checked, back to its page):
+ * before the heap's pages are walked, released or abandoned. close: later
+ * frees skip it (an abandoned or destroyed heap). */
+void coral_heap_quarantine_flush(coral_heap_t *heap, bool close);
 /* A free by a thread that does not own the segment (huge blocks too). */
 void coral_heap_free_remote(coral_segment_t *seg, coral_page_t *page, void *p);
 

@@ -50,9 +50,12 @@ static void *enomem(void) {
  * hand, and the bytes before the canary are cleared after the check. */
 CORAL_INLINE void *page_pop(coral_heap_t *heap, coral_page_t *page, unsigned cls, size_t size,
                             bool zero) {
+    coral_heap_pop_begin(); /* (the secure build: nested frees skip the quarantine) */
     coral_block_t *block = page->free;
+    if (CORAL_SECURE) coral_test_point(CORAL_TP_SECURE_POP, block);
     page->free = coral_block_next(block);
     page->used++;
+    coral_heap_pop_end();
     coral_heap_count(heap, allocs, cls, 1);
     if (CORAL_SECURE)
         return coral_secure_small_out(page, block, zero ? size - CORAL_CANARY_SIZE : 0);

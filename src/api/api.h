@@ -67,10 +67,16 @@ CORAL_INLINE coral_block_t *coral_pop_direct(coral_heap_t *heap, size_t size,
                                              coral_page_t **pagep) {
     coral_page_t *page = heap->direct[(size + 15) >> 4];
     *pagep = page;
+    coral_heap_pop_begin(); /* (the secure build: nested frees skip the quarantine) */
     coral_block_t *block = page->free;
-    if (coral_unlikely(block == NULL)) return NULL;
+    if (coral_unlikely(block == NULL)) {
+        coral_heap_pop_end();
+        return NULL;
+    }
+    if (CORAL_SECURE) coral_test_point(CORAL_TP_SECURE_POP, block);
     page->free = coral_block_next(block);
     page->used++;
+    coral_heap_pop_end();
     coral_heap_count(heap, allocs, page->class_idx, 1);
     return block;
 }

@@ -252,6 +252,44 @@ void coral_heap_quarantine_put(coral_page_t *page, coral_block_t *block);
  * before the heap's pages are walked, released or abandoned. close: later
  * frees skip it (an abandoned or destroyed heap). */
 void coral_heap_quarantine_flush(coral_heap_t *heap, bool close);
+
+#if CORAL_SECURE
+/* Not 0 while the calling thread pops a block off one of its pages' free
+ * lists (coral_heap_pop_begin/_end around the read of the list's head and
+ * the store of its new head). Only this thread writes it: what reads it is
+ * a free on the same thread, which can run inside that window only as a
+ * signal handler interrupting it (the window calls nothing that frees; a
+ * fatal link check does not return). A count, not a flag: the handler's
+ * own malloc pops too, and its end must not clear the interrupted pop's
+ * mark before the handler's free (a plain increment split by a handler is
+ * still right: the handler leaves the count as it found it).
+ *
+ * Why: a handler's malloc can pop the very block X the interrupted pop
+ * read as its head. The handler's free then puts X back on its page at
+ * once (coral_heap_quarantine_put sees the flag), which restores the list
+ * as it was (last in, first out), so the interrupted pop goes on as if the
+ * handler had not run. Held in the quarantine instead, X would be handed
+ * out twice (the interrupted pop's and, still on the list, a later one),
+ * and a block leaving the quarantine could be pushed on the list being
+ * popped. Thread-local, not in the heap: before its set-up a thread's heap
+ * is the shared coral_heap_empty. The signal fences keep the compiler
+ * from moving the list's accesses out of the window. */
+extern __thread uint8_t coral_tls_popping __attribute__((tls_model("initial-exec")));
+#endif
+
+CORAL_INLINE void coral_heap_pop_begin(void) {
+#if CORAL_SECURE
+    coral_tls_popping++;
+    atomic_signal_fence(memory_order_seq_cst);
+#endif
+}
+
+CORAL_INLINE void coral_heap_pop_end(void) {
+#if CORAL_SECURE
+    atomic_signal_fence(memory_order_seq_cst);
+    coral_tls_popping--;
+#endif
+}
 /* A free by a thread that does not own the segment (huge blocks too). */
 void coral_heap_free_remote(coral_segment_t *seg, coral_page_t *page, void *p);
 

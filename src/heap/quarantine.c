@@ -19,6 +19,8 @@
 
 #if CORAL_SECURE
 
+__thread uint8_t coral_tls_popping __attribute__((tls_model("initial-exec")));
+
 /* A draw uniform in 0..n-1 (n >= 1) from the heap's xorshift generator,
  * seeded from the page layer's secret generator on first use. */
 static uint32_t quarantine_draw(coral_quarantine_t *q, uint32_t n) {
@@ -49,9 +51,11 @@ static void quarantine_release(coral_quarantine_t *q, uint32_t i) {
  * back: a free nested in that (a signal handler's, or the purge thread's
  * start allocating) goes straight back to its page instead, so no slot is
  * ever taken twice. The compiler keeps the flag's stores around the
- * changes (signal fences). */
+ * changes (signal fences). So does a free (a handler's) nested in this
+ * thread's pop of a free list (coral_tls_popping, heap.h), and a flush
+ * there leaves the blocks where they are: no list changes under the pop. */
 static bool quarantine_enter_busy(coral_quarantine_t *q) {
-    if (q->busy || q->closed) return false;
+    if (q->busy || q->closed || coral_tls_popping != 0) return false;
     q->busy = true;
     atomic_signal_fence(memory_order_seq_cst);
     return true;

@@ -129,6 +129,86 @@ void coral_page_check_live_canaries(coral_page_t *page) {
         coral_page_each_live(page, check_live_canary);
 }
 
+/* ---- the quarantine's side of a block (page.h) ----------------------------------- */
+
+/* The OS pages wholly inside a big block before its mark word: what the
+ * quarantine makes inaccessible (len 0: none). */
+static size_t protected_range(const coral_page_t *page, uint8_t *block, uint8_t **from) {
+    uintptr_t start = ((uintptr_t)block + CORAL_OS_PAGE_SIZE - 1) & ~(CORAL_OS_PAGE_SIZE - 1);
+    uintptr_t end = (uintptr_t)coral_mark_word(page, block) & ~(CORAL_OS_PAGE_SIZE - 1);
+    *from = (uint8_t *)start;
+    return end > start ? end - start : 0;
+}
+
+/* The end of the fill a quarantined block of a size class holds. */
+static size_t quarantine_fill_end(const coral_page_t *page) {
+    size_t end = page->block_size - CORAL_CANARY_SIZE;
+    return end < CORAL_QUARANTINE_FILL_END ? end : CORAL_QUARANTINE_FILL_END;
+}
+
+void coral_secure_quarantine_enter(const coral_page_t *page, uint8_t *block) {
+    if (page->block_size >= CORAL_QUARANTINE_PROTECT_MIN) {
+        uint8_t *from;
+        size_t len = protected_range(page, block, &from);
+        if (len != 0) (void)coral_os_protect(from, len, false); /* (failed: left accessible) */
+        return;
+    }
+    size_t end = quarantine_fill_end(page);
+    if (end > CORAL_FILL_END) memset(block + CORAL_FILL_END, CORAL_FILL_BYTE, end - CORAL_FILL_END);
+}
+
+static CORAL_COLD void quarantine_written(const coral_page_t *page, const uint8_t *block,
+                                          size_t at) {
+    coral_fatal("write after free detected: block %p of %zu bytes was written at offset %zu after "
+                "it was freed (found as it left the quarantine)",
+                (const void *)block, page->block_size - CORAL_CANARY_SIZE, at);
+}
+
+/* The first byte of block[from, to) that is not the fill (to: none). */
+static size_t first_unfilled(const uint8_t *block, size_t from, size_t to) {
+    size_t at = from;
+    for (; at + 8 <= to; at += 8) {
+        uint64_t w;
+        memcpy(&w, block + at, 8);
+        if (w != CORAL_FILL_WORD) break;
+    }
+    while (at < to && block[at] == CORAL_FILL_BYTE) at++;
+    return at;
+}
+
+void coral_secure_quarantine_leave(const coral_page_t *page, uint8_t *block) {
+    bool big = page->block_size >= CORAL_QUARANTINE_PROTECT_MIN;
+    if (big) {
+        uint8_t *from;
+        size_t len = protected_range(page, block, &from);
+        if (len != 0) (void)coral_os_protect(from, len, true);
+    }
+    uint64_t canary = coral_canary_of(page, block);
+    if (*coral_mark_word(page, block) != coral_freed_mark_of(canary))
+        quarantine_written(page, block, page->block_size - CORAL_CANARY_SIZE);
+    if (page->class_idx == CORAL_CLASS_LARGE) return; /* no fill */
+    size_t end = big ? CORAL_FILL_END : quarantine_fill_end(page);
+    if (!coral_secure_fill_intact(page->block_size, block, canary))
+        quarantine_written(page, block,
+                           first_unfilled(block, sizeof(coral_block_t), CORAL_FILL_END));
+    size_t at = first_unfilled(block, CORAL_FILL_END, end);
+    if (coral_unlikely(at < end)) quarantine_written(page, block, at);
+}
+
+/* A block of `list` (at most `limit` followed) whose fill or mark changed. */
+static void check_list_fills(coral_page_t *page, coral_block_t *list, uint32_t limit) {
+    for (coral_block_t *b = list; b != NULL && limit-- != 0; b = coral_block_next(b))
+        if (coral_unlikely(!coral_secure_fill_intact(page->block_size, (uint8_t *)b,
+                                                     coral_canary_of(page, b))))
+            coral_secure_write_after_free(page, (uint8_t *)b);
+}
+
+void coral_page_check_free_fills(coral_page_t *page) {
+    if (!CORAL_SECURE || page->class_idx == CORAL_CLASS_LARGE) return;
+    check_list_fills(page, page->free, page->reserved);
+    check_list_fills(page, page->local_free, page->reserved);
+}
+
 /* ---- fresh blocks in a random order ------------------------------------------------
  * Each block of a carve step is drawn uniformly from the window: the
  * CORAL_CARVE_WINDOW lowest blocks of the step not linked yet (fewer only

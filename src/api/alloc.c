@@ -12,20 +12,12 @@
 
 static void show_stats_at_exit(void) { coral_stats_print(stderr); }
 
-/* The secure build: the blocks still in the exiting thread's quarantine
- * are checked (a write after their free is reported) before the process
- * ends. */
-static void quarantine_check_at_exit(void) {
-    if (coral_tls_heap != &coral_heap_empty) coral_heap_quarantine_flush(coral_tls_heap, false);
-}
-
 /* Once per process, on its first thread's set-up: what the api layer
  * needs that may allocate. */
 static void api_process_init(void) {
     static _Atomic(int) done;
     if (atomic_exchange_explicit(&done, 1, memory_order_relaxed)) return;
     if (coral_option(CORAL_OPT_SHOW_STATS)) atexit(show_stats_at_exit);
-    if (CORAL_SECURE) atexit(quarantine_check_at_exit);
     coral_profile_init();
 }
 
@@ -50,12 +42,9 @@ static void *enomem(void) {
  * hand, and the bytes before the canary are cleared after the check. */
 CORAL_INLINE void *page_pop(coral_heap_t *heap, coral_page_t *page, unsigned cls, size_t size,
                             bool zero) {
-    coral_heap_pop_begin(); /* (the secure build: nested frees skip the quarantine) */
     coral_block_t *block = page->free;
-    if (CORAL_SECURE) coral_test_point(CORAL_TP_SECURE_POP, block);
     page->free = coral_block_next(block);
     page->used++;
-    coral_heap_pop_end();
     coral_heap_count(heap, allocs, cls, 1);
     if (CORAL_SECURE)
         return coral_secure_small_out(page, block, zero ? size - CORAL_CANARY_SIZE : 0);

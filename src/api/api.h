@@ -67,16 +67,10 @@ CORAL_INLINE coral_block_t *coral_pop_direct(coral_heap_t *heap, size_t size,
                                              coral_page_t **pagep) {
     coral_page_t *page = heap->direct[(size + 15) >> 4];
     *pagep = page;
-    coral_heap_pop_begin(); /* (the secure build: nested frees skip the quarantine) */
     coral_block_t *block = page->free;
-    if (coral_unlikely(block == NULL)) {
-        coral_heap_pop_end();
-        return NULL;
-    }
-    if (CORAL_SECURE) coral_test_point(CORAL_TP_SECURE_POP, block);
+    if (coral_unlikely(block == NULL)) return NULL;
     page->free = coral_block_next(block);
     page->used++;
-    coral_heap_pop_end();
     coral_heap_count(heap, allocs, page->class_idx, 1);
     return block;
 }
@@ -156,14 +150,9 @@ void coral_free_sized_checked(void *p, size_t size, const char *call);
 void coral_free_aligned_sized_as(void *p, size_t alignment, size_t size, const char *call);
 
 /* The owner's free of block, a block of page: pushed on free, so the
- * next malloc of the class reuses it (coral_page_push_free); in the secure
- * build, into the heap's quarantine. */
+ * next malloc of the class reuses it (coral_page_push_free). */
 CORAL_INLINE void coral_free_push_local(coral_page_t *page, coral_block_t *block) {
     coral_count_frees(page->class_idx, 1);
-    if (CORAL_SECURE) { /* it waits in the quarantine first (heap.h) */
-        coral_heap_quarantine_put(page, block);
-        return;
-    }
     coral_page_push_free(page, block);
     /* The default build's fast path frees no block larger than a slice
      * (page.h, "block starts": X is 0), so none too big to keep. */

@@ -67,8 +67,6 @@ static int visit_list_run(const visit_list_t *list, coral_block_visit_fn fn, voi
 
 int coral_heap_walk(coral_heap_t *heap, coral_block_visit_fn fn, void *arg) {
     if (heap == &coral_heap_empty) return 0; /* the thread never allocated */
-    /* (The secure build: quarantined blocks are freed, not live.) */
-    if (CORAL_SECURE) coral_heap_quarantine_flush(heap, false);
     visit_list_t list = {0};
     coral_heap_pages_visit(heap, visit_size_page, &list.cap);
     if (list.cap == 0) return 0;

@@ -46,9 +46,6 @@ typedef enum coral_test_point_e {
     /* purge.c: the purge thread, watching for the process's last thread,
      * is about to walk /proc/self/task */
     CORAL_TP_PURGER_WATCH,
-    /* api.h, alloc.c (secure build): a pop off a page's free list read its
-     * head and has not stored the next one yet (object: the block) */
-    CORAL_TP_SECURE_POP,
     CORAL_TP_COUNT
 } coral_test_point_t;
 

@@ -369,14 +369,6 @@ void coral_heap_free_local(coral_page_t *page, void *p) {
                      page->block_size);
         return;
     }
-    if (CORAL_SECURE) {
-        coral_heap_quarantine_put(page, block);
-        return;
-    }
-    coral_heap_free_local_now(page, block);
-}
-
-void coral_heap_free_local_now(coral_page_t *page, coral_block_t *block) {
     coral_page_push_free(page, block); /* as the fast path does (api.h) */
     page->used--;
     if (coral_slice_flags(page) & CORAL_PAGE_IN_FULL) coral_heap_page_unfull(page);
@@ -417,7 +409,6 @@ coral_heap_t *coral_heap_create(void) {
 }
 
 void coral_heap_collect(coral_heap_t *heap, bool release_empty) {
-    if (CORAL_SECURE && release_empty) coral_heap_quarantine_flush(heap, false);
     coral_heap_collect_delayed(heap);
     for (unsigned q = 0; q < CORAL_QUEUE_COUNT; q++) {
         coral_page_t *page = coral_queue_first(heap, q);
@@ -442,7 +433,6 @@ static void heap_pages_never_notify(coral_heap_t *heap) {
 /* The heap's thread exits: release what is free, and leave the rest for
  * adoption. First the pages stop notifying, then what was pushed is taken. */
 void coral_heap_abandon(coral_heap_t *heap) {
-    if (CORAL_SECURE) coral_heap_quarantine_flush(heap, true);
     heap_pages_never_notify(heap);
     coral_heap_collect(heap, true);
     for (unsigned q = 0; q < CORAL_QUEUE_COUNT; q++) {
@@ -486,7 +476,6 @@ void coral_heap_pages_visit(coral_heap_t *heap, coral_heap_page_fn fn, void *arg
  * still pushing to delayed_pages, whose pages are then released with the
  * others. */
 static void heap_release_all(coral_heap_t *heap) {
-    if (CORAL_SECURE) coral_heap_quarantine_flush(heap, true);
     heap_pages_never_notify(heap);
     for (coral_page_t *page =
              atomic_exchange_explicit(&heap->owner.delayed_pages, NULL, memory_order_acquire);
@@ -520,9 +509,6 @@ void coral_heap_free_all(coral_heap_t *heap, bool keep) {
     heap_release_all(heap);
     if (keep) {
         coral_heap_init(heap, heap->thread);
-#if CORAL_SECURE
-        heap->quarantine.closed = false; /* (reset: the heap is in use again) */
-#endif
         return;
     }
     coral_list_remove(&heap->thread->heaps, &heap->thread_link);

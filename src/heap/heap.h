@@ -46,26 +46,6 @@ typedef struct coral_heap_counts_s {
     uint64_t frees[CORAL_QUEUE_COUNT];
 } coral_heap_counts_t;
 
-/* The secure build's quarantine (quarantine.c): blocks the heap's owner
- * freed wait here before they go back to their pages, so that a block is
- * not handed out again at once, and the check of its fill as it leaves
- * finds a write after its free within a bounded number of frees. At most
- * CORAL_QUARANTINE_SLOTS blocks and CORAL_QUARANTINE_BYTES bytes; the one
- * to leave is drawn at random. Owner only. A quarantined block is freed
- * for the program (counted so, its freed mark written) but still in use
- * for its page (page->used counts it). */
-#define CORAL_QUARANTINE_SLOTS 64u
-#define CORAL_QUARANTINE_BYTES ((size_t)4 << 20)
-typedef struct coral_quarantine_s {
-    uint32_t count;
-    bool closed;   /* the heap is abandoned or destroyed: frees go straight back */
-    bool busy;     /* being changed (quarantine.c): a nested free goes straight back */
-    size_t bytes;  /* the blocks' sizes */
-    uint64_t draw; /* xorshift state of the draws (0: not seeded yet) */
-    coral_block_t *blocks[CORAL_QUARANTINE_SLOTS];
-    coral_page_t *pages[CORAL_QUARANTINE_SLOTS];
-} coral_quarantine_t;
-
 struct coral_heap_s {
     /* direct[(size+15)/16]: the first page of the size class serving that
      * size (or coral_page_empty). The malloc fast path reads only this. */
@@ -95,9 +75,6 @@ struct coral_heap_s {
     coral_link_t thread_link; /* in thread->heaps; next also links the free pool */
 #if CORAL_STATS_ENABLED
     coral_heap_counts_t counts;
-#endif
-#if CORAL_SECURE
-    coral_quarantine_t quarantine;
 #endif
     coral_thread_t thread_storage; /* the thread's state, in its default heap */
 };
@@ -245,58 +222,6 @@ void coral_heap_page_retire(coral_page_t *page);
 void coral_heap_page_unfull(coral_page_t *page);
 /* A free by the owner that the fast path left alone. */
 void coral_heap_free_local(coral_page_t *page, void *p);
-/* The owner's free of block, a block of page (checked, its freed mark
- * written), back to the page: at once (the tail of coral_heap_free_local). */
-void coral_heap_free_local_now(coral_page_t *page, coral_block_t *block);
-
-/* ---- the secure build's quarantine (quarantine.c) ------------------------------------ */
-
-/* The owner's free of block (checked, counted, its freed mark and fill
- * written) waits in the quarantine of page's heap; another block may
- * leave it (checked, then back to its page). */
-void coral_heap_quarantine_put(coral_page_t *page, coral_block_t *block);
-/* Every block leaves the heap's quarantine (checked, back to its page):
- * before the heap's pages are walked, released or abandoned. close: later
- * frees skip it (an abandoned or destroyed heap). */
-void coral_heap_quarantine_flush(coral_heap_t *heap, bool close);
-
-#if CORAL_SECURE
-/* Not 0 while the calling thread pops a block off one of its pages' free
- * lists (coral_heap_pop_begin/_end around the read of the list's head and
- * the store of its new head). Only this thread writes it: what reads it is
- * a free on the same thread, which can run inside that window only as a
- * signal handler interrupting it (the window calls nothing that frees; a
- * fatal link check does not return). A count, not a flag: the handler's
- * own malloc pops too, and its end must not clear the interrupted pop's
- * mark before the handler's free (a plain increment split by a handler is
- * still right: the handler leaves the count as it found it).
- *
- * Why: a handler's malloc can pop the very block X the interrupted pop
- * read as its head. The handler's free then puts X back on its page at
- * once (coral_heap_quarantine_put sees the flag), which restores the list
- * as it was (last in, first out), so the interrupted pop goes on as if the
- * handler had not run. Held in the quarantine instead, X would be handed
- * out twice (the interrupted pop's and, still on the list, a later one),
- * and a block leaving the quarantine could be pushed on the list being
- * popped. Thread-local, not in the heap: before its set-up a thread's heap
- * is the shared coral_heap_empty. The signal fences keep the compiler
- * from moving the list's accesses out of the window. */
-extern __thread uint8_t coral_tls_popping __attribute__((tls_model("initial-exec")));
-#endif
-
-CORAL_INLINE void coral_heap_pop_begin(void) {
-#if CORAL_SECURE
-    coral_tls_popping++;
-    atomic_signal_fence(memory_order_seq_cst);
-#endif
-}
-
-CORAL_INLINE void coral_heap_pop_end(void) {
-#if CORAL_SECURE
-    atomic_signal_fence(memory_order_seq_cst);
-    coral_tls_popping--;
-#endif
-}
 /* A free by a thread that does not own the segment (huge blocks too). */
 void coral_heap_free_remote(coral_segment_t *seg, coral_page_t *page, void *p);
 

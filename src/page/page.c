@@ -628,9 +628,6 @@ void coral_page_release_span(coral_page_t *page) {
      * it. */
     coral_orphan_forget(page);
     thread_free_seal(page);
-    /* The secure build: a block freed and never handed out again is checked
-     * for writes after its free here, its last chance. */
-    if (CORAL_SECURE) coral_page_check_free_fills(page);
     /* A large block placed on clean memory: how much of it the program
      * wrote tells the adaptive populate policy about big blocks. */
     if (page->class_idx == CORAL_CLASS_LARGE && page->is_fresh && coral_populate_adaptive())

@@ -654,13 +654,13 @@ CORAL_INLINE bool coral_secure_fill_intact(size_t bs, const uint8_t *block, uint
 }
 
 /* A block of page passed the checks of its free (its canary was `canary`):
- * it gets its freed mark, and a block of a size class its fill (a large
- * block waits in the quarantine with its mark, then its span is given
- * back). */
+ * a block of a size class gets its fill and its freed mark (a large
+ * block's span is given back). */
 CORAL_INLINE void coral_secure_mark_freed(const coral_page_t *page, uint8_t *block,
                                           uint64_t canary) {
+    if (page->class_idx == CORAL_CLASS_LARGE) return;
     uint64_t *mark = coral_mark_word(page, block);
-    if (page->class_idx != CORAL_CLASS_LARGE) coral_secure_fill(page, block);
+    coral_secure_fill(page, block);
     *mark = coral_freed_mark_of(canary);
 }
 
@@ -733,27 +733,6 @@ CORAL_INLINE void *coral_secure_small_out(coral_page_t *page, void *p, size_t ze
     if (zero != 0) memset(p, 0, zero);
     return p;
 }
-
-/* ---- the quarantine's side of a block (the heap layer keeps the ring) ----------
- * A block the owner freed waits in its heap's quarantine before it goes back
- * to its page (heap/quarantine.c). While it waits, a block of fewer than
- * CORAL_QUARANTINE_PROTECT_MIN bytes holds the fill up to its first
- * CORAL_QUARANTINE_FILL_END bytes (past the CORAL_FILL_END bytes every
- * freed block has), and a bigger one has the OS pages wholly inside it,
- * before its mark word, inaccessible: a read or write after free faults.
- * The mark word stays readable, so a second free still finds the freed
- * mark (a double free reported, not a fault). When it leaves, its fill and
- * its freed mark are checked (a write after free, fatal). */
-#define CORAL_QUARANTINE_FILL_END ((size_t)512)
-#define CORAL_QUARANTINE_PROTECT_MIN ((size_t)64 * 1024)
-/* block (freed: its fill and freed mark written) enters the quarantine. */
-void coral_secure_quarantine_enter(const coral_page_t *page, uint8_t *block);
-/* block leaves it: accessible again, its fill and freed mark checked. */
-void coral_secure_quarantine_leave(const coral_page_t *page, uint8_t *block);
-/* Owner, the secure build: every block on the page's free lists still
- * holds its fill and freed mark (a write after free into a block never
- * handed out again is found when its page is released, fatal). */
-void coral_page_check_free_fills(coral_page_t *page);
 
 /* A large block whose size was set (malloc, realloc in place): its canary
  * after its usable bytes. */

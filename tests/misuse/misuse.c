@@ -164,56 +164,6 @@ static void write_after_free_tail(void) {
     churn(48);
 }
 
-/* A byte written into a block freed earlier, then many blocks of its
- * class allocated and freed: with last-in-first-out reuse the written
- * block is never handed out again, so only a quarantine (every freed block
- * leaves it within a bounded number of frees, checked) finds the write. */
-static void write_after_free_no_reuse(size_t size, size_t at) {
-    char *p = launder(malloc(size));
-    free(p);
-    p[at] = 'a';
-    for (int i = 0; i < 100000; i++) free(launder(malloc(size)));
-}
-
-/* The same, the block freed by another thread than its owner. */
-static void write_after_free_remote(void) {
-    char *p = launder(malloc(128));
-    pthread_t t;
-    pthread_create(&t, NULL, free_in_thread, p);
-    pthread_join(t, NULL);
-    p[65] = 'a';
-    for (int i = 0; i < 100000; i++) free(launder(malloc(128)));
-}
-
-/* A block freed, out of any quarantine (malloc_trim), then written, and
- * never handed out again: its page is released when its other blocks are
- * freed (blocks of 100 KiB: such a page is never kept empty). */
-static void write_after_free_retire(void) {
-    char *a[8];
-    for (int i = 0; i < 8; i++) a[i] = launder(malloc(100 * KiB));
-    free(a[0]);
-    malloc_trim(0);
-    a[0][20] = 'a';
-    for (int i = 1; i < 8; i++) free(a[i]);
-    malloc_trim(0);
-}
-
-/* A read or a write of a freed large block (a size class of 256 KiB; a
- * large page of 1 MiB). */
-static void read_after_free_large(void) {
-    volatile char *p = launder(malloc(256 * KiB));
-    memset((void *)p, 1, 256 * KiB);
-    free((void *)p);
-    sink = (void *)(uintptr_t)p[4096];
-}
-
-static void write_after_free_large(void) {
-    volatile char *p = launder(malloc(1 * MiB));
-    free((void *)p);
-    p[100] = 1;
-    churn(1 * MiB);
-}
-
 static void read_after_free_huge(void) {
     volatile char *p = launder(malloc(16 * MiB));
     p[8 * MiB] = 1;
@@ -330,24 +280,14 @@ static void forge_link(void) {
     } while ((a >> 16) != (b >> 16));
     char *victim = malloc(200);
     memset(victim, 'v', 200);
-    /* Freed by another thread: pushed on the page's list of remote frees
-     * at once (no quarantine), b linking to a. */
-    pthread_t t;
-    pthread_create(&t, NULL, free_in_thread, (void *)a);
-    pthread_join(t, NULL);
-    pthread_create(&t, NULL, free_in_thread, (void *)b);
-    pthread_join(t, NULL);
+    free((void *)a);
+    free((void *)b);
     uintptr_t key = *(volatile uintptr_t *)b ^ a ^ b;
     *(volatile uintptr_t *)b = (uintptr_t)victim ^ key ^ b;
     *(volatile uintptr_t *)victim = key ^ (uintptr_t)victim; /* a link that ends the list */
-    /* The owner takes the remote frees once its own list is empty: b is
-     * handed out, then what its link leads to. */
-    for (int i = 0; i < 100000; i++) {
-        if ((uintptr_t)launder(malloc(8)) != b) continue;
-        char *got = malloc(8);
-        if (got == victim) memset(got, 'x', 8); /* two live blocks overlap */
-        return;
-    }
+    sink = malloc(8);
+    char *got = malloc(8);
+    if (got == victim) memset(got, 'x', 8); /* two live blocks overlap */
 }
 
 /* A block of a first-class heap (coralloc's own calls: exit 3 without
@@ -507,8 +447,6 @@ static void overflow1_huge(void) { overflow(16 * MiB, 1); }
 static void waf_small(void) { write_after_free(48); }
 static void waf_medium(void) { write_after_free(2000); }
 
-static void waf_noreuse_small(void) { write_after_free_no_reuse(128, 65); }
-static void waf_noreuse_medium(void) { write_after_free_no_reuse(2000, 400); }
 static void plus1_small(void) { free_plus1(16); }
 static void plus1_medium(void) { free_plus1(2000); }
 static void plus1_large(void) { free_plus1(256 * KiB); }
@@ -577,12 +515,6 @@ static const misuse_case_t cases[] = {
     {"memalign0-write", memalign0_write},
     {"overflow-heap-destroy", overflow_heap_destroy},
     {"free-interior-large-aligned", interior_large_aligned},
-    {"write-after-free-no-reuse-small", waf_noreuse_small},
-    {"write-after-free-no-reuse-medium", waf_noreuse_medium},
-    {"write-after-free-no-reuse-remote", write_after_free_remote},
-    {"write-after-free-retire", write_after_free_retire},
-    {"read-after-free-large", read_after_free_large},
-    {"write-after-free-large", write_after_free_large},
 };
 
 int main(int argc, char **argv) {

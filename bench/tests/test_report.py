@@ -226,4 +226,23 @@ def test_merge_joins_runs_of_other_workloads(tmp_path: Path,
                  str(tmp_path / "n")]) == 2
     assert main(["merge", str(tmp_path / "1.json"), str(tmp_path / "1.json"), "--out",
                  str(tmp_path / "n")]) == 2
-    assert "workload w1 is in runs 1 and 2" in capsys.readouterr().err
+    assert "workload w1 is in runs 1 and 2 of the same seed" in capsys.readouterr().err
+
+
+def test_merge_numbers_repetitions_of_other_seeds(tmp_path: Path) -> None:
+    """One command per repetition (other seeds), merged: the workload's
+    repetitions follow each other, 1..4, and the medians take all of them."""
+    allocs: Dict[str, object] = {"a": {"path": None}, "b": {"path": "/b.so"}}
+    for seed, t in ((1, 1.0), (2, 3.0)):
+        write_json(tmp_path / f"{seed}.json", {"allocators": allocs, "baseline": "a",
+                                               "seed": seed, "reps": 2,
+                                               "workloads": {"w": {}}},
+                   [rec("w", a, t * f, rep) for a, f in (("a", 1.0), ("b", 2.0))
+                    for rep in (1, 2)])
+    assert main(["merge", str(tmp_path / "1.json"), str(tmp_path / "2.json"), "--out",
+                 str(tmp_path / "m"), "--no-charts"]) == 0
+    meta, records = load_results(str(tmp_path / "m" / "results.json"))
+    assert meta["reps"] == 4
+    assert sorted(r.rep for r in records if r.allocator == "a") == [1, 2, 3, 4]
+    assert sorted((r.rep, r.wall_s) for r in records if r.allocator == "b") == [
+        (1, 2.0), (2, 2.0), (3, 6.0), (4, 6.0)]

@@ -167,8 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     cal.set_defaults(func=cmd_calibrate)
 
     m = sub.add_parser("merge", help="one report from several runs of the same allocators "
-                       "(e.g. a suite run in parts, each under the time limit of a timed "
-                       "command)")
+                       "(a suite run in parts, or one command per repetition with other "
+                       "seeds, each under the time limit of a timed command)")
     m.add_argument("results", metavar="RESULTS.json", nargs="+")
     m.add_argument("--out", metavar="DIR", required=True,
                    help="where to write the merged results.json, report.md and charts")
@@ -595,9 +595,10 @@ def cmd_fastpath(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    """Runs of different workloads under the same allocators, as one run:
-    the records side by side, the workloads and the suite's notes joined;
-    the first file's metadata otherwise (its command, machine, baseline)."""
+    """Runs under the same allocators, as one run: runs of other workloads
+    side by side, runs of the same workloads (other seeds) as further
+    repetitions, the workloads and the suite's notes joined; the first
+    file's metadata otherwise (its command, machine, baseline)."""
     from coralloc_bench import report
     meta, records = report.merge_results([report.load_results(p) for p in args.results])
     out = Path(args.out).resolve()

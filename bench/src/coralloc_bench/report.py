@@ -585,24 +585,34 @@ def load_results(path: str) -> Tuple[Dict[str, object], List[RunRecord]]:
 
 def merge_results(parts: Sequence[Tuple[Dict[str, object], List[RunRecord]]]
                   ) -> Tuple[Dict[str, object], List[RunRecord]]:
-    """Several runs of different workloads as one: their records, the first
-    run's metadata with the workloads, the suite's tests not run and its
-    derived times joined. Refused when the runs' allocators differ (their
-    ratios would not compare) or when a workload is in two of them."""
+    """Several runs as one: their records, the first run's metadata with the
+    workloads, the suite's tests not run and its derived times joined. A
+    workload in several runs of other seeds is repeated: its later runs'
+    repetitions are numbered after the earlier ones (a run split into one
+    command per repetition, each under a timed command's limit). Refused when
+    the runs' allocators differ (their ratios would not compare) or when a
+    workload is in two runs of the same seed (the same run twice)."""
     if not parts:
         raise BenchError("nothing to merge")
     meta = json.loads(json.dumps(parts[0][0]))  # a deep copy
     records: List[RunRecord] = []
-    seen: Dict[str, int] = {}
+    seen: Dict[str, List[int]] = {}  # workload -> the runs it is in
+    reps: Dict[str, int] = {}  # workload -> the highest repetition merged
     names = sorted(_dict(meta.get("allocators")))
     for i, (m, recs) in enumerate(parts):
         if sorted(_dict(m.get("allocators"))) != names:
             raise BenchError(f"run {i + 1} has other allocators than run 1: "
                              f"{sorted(_dict(m.get('allocators')))} against {names}")
-        for w in {r.workload for r in recs}:
-            if w in seen:
-                raise BenchError(f"workload {w} is in runs {seen[w] + 1} and {i + 1}")
-            seen[w] = i
+        offset = {w: reps.get(w, 0) for w in {r.workload for r in recs}}
+        for w in offset:
+            for j in seen.get(w, []):
+                if parts[j][0].get("seed") == m.get("seed"):
+                    raise BenchError(f"workload {w} is in runs {j + 1} and {i + 1} "
+                                     f"of the same seed")
+            seen.setdefault(w, []).append(i)
+        for r in recs:
+            r.rep += offset[r.workload]
+            reps[r.workload] = max(reps.get(r.workload, 0), r.rep)
         records += recs
         if i:
             _dict(meta.setdefault("workloads", {})).update(_dict(m.get("workloads")))
@@ -612,6 +622,8 @@ def merge_results(parts: Sequence[Tuple[Dict[str, object], List[RunRecord]]]
                     _dict(suite.setdefault(k, {})).update(_dict(other[k]))
             meta["total_seconds"] = float(str(meta.get("total_seconds") or 0)) + float(
                 str(m.get("total_seconds") or 0))
+    if reps:
+        meta["reps"] = max(reps.values())
     suite = _dict(meta.get("suite"))
     if "not_run" in suite:  # a test some part ran is not "not run"
         suite["not_run"] = {k: v for k, v in _dict(suite["not_run"]).items() if k not in seen}

@@ -203,6 +203,104 @@ static int child_window(void) {
     return 0;
 }
 
+/* Each segment's own window: thread A frees its blocks in its segment
+ * while thread B takes as many in B's, so the process's demand stays
+ * flat and its window keeps nothing. A's free slices are still A's next
+ * spans: the purge past the delay leaves them resident (A's segment had
+ * them in spans within the window), and A takes them again with no fault.
+ * Without the segment's window the pass purged them (3 MiB) and A faulted
+ * every page in again (768 faults). */
+enum { SEG_WINDOW_BLOCKS = 12 };
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int step; /* main moves it on; each thread waits for its own steps */
+    void *blocks[SEG_WINDOW_BLOCKS];
+    long faults;
+} seg_window_t;
+static seg_window_t seg_window = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, {0}, -1};
+
+static void seg_window_wait(int step) {
+    pthread_mutex_lock(&seg_window.lock);
+    while (seg_window.step < step) pthread_cond_wait(&seg_window.cond, &seg_window.lock);
+    pthread_mutex_unlock(&seg_window.lock);
+}
+
+static void seg_window_set(int step) {
+    pthread_mutex_lock(&seg_window.lock);
+    seg_window.step = step;
+    pthread_cond_broadcast(&seg_window.cond);
+    pthread_mutex_unlock(&seg_window.lock);
+}
+
+static void seg_window_fill(void **blocks) {
+    for (size_t i = 0; i < SEG_WINDOW_BLOCKS; i++) {
+        blocks[i] = coral_malloc(WINDOW_BLOCK);
+        CHECK_NOT_NULL(blocks[i]);
+        memset(blocks[i], 5, WINDOW_BLOCK);
+    }
+}
+
+static void seg_window_empty(void **blocks) {
+    for (size_t i = 0; i < SEG_WINDOW_BLOCKS; i++) coral_free(blocks[i]);
+}
+
+/* A: fills (step 1 done), frees (step 3 done), fills again after the
+ * purge pass, counting its faults (step 6 done). A small block keeps its
+ * segment in use throughout. */
+static void *seg_window_a(void *arg) {
+    (void)arg;
+    void *keep = coral_malloc(64);
+    void *blocks[SEG_WINDOW_BLOCKS];
+    seg_window_fill(blocks);
+    seg_window_set(1);
+    seg_window_wait(2);
+    seg_window_empty(blocks);
+    seg_window_set(3);
+    seg_window_wait(5);
+    long before = thread_minor_faults();
+    seg_window_fill(blocks);
+    seg_window.faults = thread_minor_faults() - before;
+    seg_window_empty(blocks);
+    coral_free(keep);
+    seg_window_set(6);
+    return NULL;
+}
+
+/* B: takes as many blocks as A gave back (step 4 done), keeps them. */
+static void *seg_window_b(void *arg) {
+    (void)arg;
+    seg_window_wait(3);
+    seg_window_fill(seg_window.blocks);
+    seg_window_set(4);
+    seg_window_wait(6);
+    seg_window_empty(seg_window.blocks);
+    return NULL;
+}
+
+static int child_segment_window(void) {
+    coral_free(coral_malloc(1));
+    pthread_t a, b;
+    CHECK_EQ(pthread_create(&a, NULL, seg_window_a, NULL), 0);
+    CHECK_EQ(pthread_create(&b, NULL, seg_window_b, NULL), 0);
+    seg_window_wait(1);
+    seg_window_set(2);
+    seg_window_wait(4);
+    long long purged = stats_os_bytes("purge");
+    coral_test_advance_clock(100); /* A's free slices are due */
+    CHECK_EQ(coral_test_purge_pass(), 1);
+    long long purged_now = stats_os_bytes("purge") - purged;
+    seg_window_set(5);
+    CHECK_EQ(pthread_join(a, NULL), 0);
+    CHECK_EQ(pthread_join(b, NULL), 0);
+    printf("segment window: %lld KiB purged past the delay; thread A took its 3 MiB again with "
+           "%ld faults\n",
+           purged_now >> 10, seg_window.faults);
+    CHECK_LT(purged_now, (long long)(512 * KiB));
+    CHECK_LT(seg_window.faults, 128); /* 3 MiB faulted in anew is 768 */
+    return 0;
+}
+
 static int child_collect(void) {
     coral_free(coral_malloc(1));
     size_t before = rss_mib();
@@ -590,6 +688,7 @@ int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "hugepages-off") == 0) return child_hugepages_off();
     if (argc == 2 && strcmp(argv[1], "hugepages-slow") == 0) return child_hugepages_slow();
     if (argc == 2 && strcmp(argv[1], "thread-start") == 0) return child_thread_start();
+    if (argc == 2 && strcmp(argv[1], "segment-window") == 0) return child_segment_window();
     if (argc == 2 && strcmp(argv[1], "pool-kinds") == 0) return child_pool_kinds();
     if (argc == 2 && strcmp(argv[1], "pool-gather") == 0) return child_pool_gather();
     if (argc == 2 && strcmp(argv[1], "pool-grow") == 0) return child_pool_grow();
@@ -608,6 +707,7 @@ int main(int argc, char **argv) {
     static const char *const window[] = {"CORALLOC_PURGE_DELAY_MS=100", "CORALLOC_HUGE_PAGES=0",
                                          NULL};
     run_child("window", window);
+    run_child("segment-window", window);
     run_child("thread-start", none);
     run_child("pool-kinds", held);
     run_child("pool-gather", held);

@@ -119,6 +119,48 @@ static void segment_mark_purgeable(coral_segment_t *seg) {
     coral_purger_notify();
 }
 
+/* Owner, under span_lock, slices just taken: raise the most in spans
+ * since the purger's last look (segment_window_hold). */
+static void window_note_used(coral_segment_t *seg, uint64_t used) {
+    unsigned n = (unsigned)__builtin_popcountll(used);
+    if (n > seg->used_high) seg->used_high = (uint8_t)n;
+}
+
+/* The segment's own demand window: of its free dirty slices, as many as
+ * the most slices it had in spans over the window exceeds those in spans
+ * now stay resident (the lowest, which its owner takes first), whatever
+ * the process-wide window says. Each thread takes spans from its own
+ * segments only, so the sum of each segment's swings, which its owner
+ * takes again, is more than the swing of the process's demand: without
+ * it, a thread whose spans come and go in its segments while others'
+ * stay would see its free slices purged and faulted in again. A window
+ * begins at the first look after the last one expired, from the most
+ * seen since the look before (used_high), so what no span needed for a
+ * whole window goes back. Under span_lock. Returns the slices held,
+ * taken out of *purge. */
+static uint64_t segment_window_hold(coral_segment_t *seg, uint64_t *purge, unsigned used_count,
+                                    uint64_t now) {
+    uint64_t window_ms =
+        (uint64_t)coral_option(CORAL_OPT_PURGE_DELAY_MS) * CORAL_PURGE_WINDOW_DELAYS;
+    unsigned high = seg->used_high > used_count ? seg->used_high : used_count;
+    seg->used_high = (uint8_t)used_count;
+    if (window_ms == 0) return 0;
+    if (now - seg->window_ms >= window_ms) {
+        seg->window_peak = (uint8_t)high;
+        seg->window_ms = now;
+    } else if (high > seg->window_peak) {
+        seg->window_peak = (uint8_t)high;
+    }
+    uint64_t held = 0;
+    for (unsigned keep = seg->window_peak > used_count ? seg->window_peak - used_count : 0;
+         keep > 0 && *purge != 0; keep--) {
+        uint64_t lowest = *purge & -*purge;
+        held |= lowest;
+        *purge &= ~lowest;
+    }
+    return held;
+}
+
 /* Give the free, dirty slices of seg back to the OS (madvise, a call per
  * run of adjacent slices), as far as *budget allows: a run bigger than
  * what is left of it stays (the demand window keeps it, os/purge.c). A
@@ -128,7 +170,8 @@ static void segment_purge_free(coral_segment_t *seg, int64_t *budget, uint64_t n
     uint64_t used = atomic_load_explicit(&seg->used_slices, memory_order_relaxed);
     uint64_t dirty = atomic_load_explicit(&seg->dirty_slices, memory_order_relaxed);
     uint64_t purge = dirty & ~used & ~(uint64_t)1;
-    uint64_t left = purge, held = 0, refused = 0;
+    uint64_t held = segment_window_hold(seg, &purge, (unsigned)__builtin_popcountll(used), now);
+    uint64_t left = purge, refused = 0;
     while (left) {
         unsigned first = (unsigned)__builtin_ctzll(left);
         uint64_t run = left >> first;
@@ -205,6 +248,8 @@ void coral_segment_header_reset(coral_segment_t *seg) {
     atomic_store_explicit(&seg->dirty_slices, 0, memory_order_relaxed);
     atomic_store_explicit(&seg->span_lock, 0, memory_order_relaxed);
     atomic_store_explicit(&seg->purge_due_ms, 0, memory_order_relaxed);
+    seg->used_high = seg->window_peak = 0;
+    seg->window_ms = 0;
     seg->owner = NULL;
     seg->link.next = seg->link.prev = NULL;
     seg->registry_link.next = seg->registry_link.prev = NULL;
@@ -343,6 +388,7 @@ static coral_page_t *segment_take_span(coral_segment_t *seg, size_t first, size_
     backlog_add_slices(dirty & mask, -1);
     atomic_store_explicit(&seg->used_slices, used | mask, memory_order_relaxed);
     atomic_store_explicit(&seg->dirty_slices, dirty | mask, memory_order_relaxed);
+    window_note_used(seg, used | mask);
     seg->used_pages++;
     demand_add_slices((int64_t)n);
     return page;
@@ -579,6 +625,7 @@ bool coral_span_resize(coral_page_t *page, size_t slices) {
     uint64_t dirty = atomic_load_explicit(&seg->dirty_slices, memory_order_relaxed);
     atomic_store_explicit(&seg->used_slices, used | grow, memory_order_relaxed);
     atomic_store_explicit(&seg->dirty_slices, dirty | grow, memory_order_relaxed);
+    window_note_used(seg, used | grow);
     span_unlock(seg);
     backlog_add_slices(dirty & grow, -1);
     demand_add_slices((int64_t)(slices - now));

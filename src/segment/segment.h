@@ -236,6 +236,14 @@ typedef struct coral_segment_s {
     _Atomic(uint64_t) dirty_slices;
     _Atomic(int) span_lock;         /* try-lock, never held across a wait */
     _Atomic(uint64_t) purge_due_ms; /* 0: nothing to purge; else when to purge */
+    /* The segment's own demand window (segment_purge_free), under
+     * span_lock. used_high: the most slices in spans since the purger last
+     * looked, raised by the owner as it takes slices, set back to the
+     * count then by the purger. window_peak: the most the purger saw in
+     * the window that began at window_ms (purger only). */
+    uint8_t used_high;
+    uint8_t window_peak;
+    uint64_t window_ms;
     coral_thread_segments_t *owner; /* NULL when not owned */
     /* In the owner's list, the abandoned list, or (huge) a user heap's list
      * of huge blocks: whoever holds the segment says which, and guards it. */

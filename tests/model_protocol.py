@@ -17,6 +17,14 @@ intermediate state is checked against the invariants:
     live block, or a notice still to come;
   - every block freed is accounted for (free lists + thread_free + used).
 
+A second model, of parked pages (page/page.c, "Parked pages"): an empty
+page its owner keeps is parked (every block given to thread_free as an
+empty list, the page listed as an orphan, one lock hold); the purger
+claims and purges it; the owner comes back at any point and uses the
+page. Invariant: no purge of a page the owner uses (the fix
+`take_before_use`: the owner takes thread_free before it touches the
+page, which is why only pages no fast path reaches are parked).
+
 `--without FIX` explores the protocol with one fix taken out, to show the
 explorer finds the defect it guards against (the test runs both ways:
 with every fix, no violation; without each fix, a violation)."""
@@ -28,7 +36,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterator, Optional
 
 NONE, USE, FREEING, NEVER = "NONE", "USE", "FREEING", "NEVER"
-FIXES = ("claim_listed", "wait_notice")
+FIXES = ("claim_listed", "wait_notice", "take_before_use")
 
 
 @dataclass(frozen=True)
@@ -238,10 +246,83 @@ class Model:
         return len(seen), None
 
 
+class ParkModel(Model):
+    """An empty page of R blocks in its owner's class queue (not first):
+    the owner parks it and later comes back to use it; the purger may
+    claim and purge it in between. Threads: 0 the owner, 1 the purger;
+    pc 9 is done."""
+
+    def __init__(self, blocks: int, fixes: set[str]) -> None:
+        super().__init__(blocks, 0, "park", fixes)
+        self.owner_t, self.purger_t = 0, 1
+
+    def initial(self) -> State:
+        return State(used=0, free_lists=self.blocks, delay=NONE, in_full=False, pcs=(0, 0))
+
+    def owner_park(self, s: State, t: int) -> Optional[State]:
+        pc = s.pcs[t]
+        if pc == 0:  # park: under the orphan lock, CAS (NULL, 0) -> (NULL, R), forget, list
+            return set_pc(s, t, 1, tf_count=self.blocks, used=self.blocks, free_lists=0,
+                          orphan_listed=True)
+        if pc == 1:  # come back: take thread_free first (the fix), or use the lists at once
+            if "take_before_use" not in self.fixes:
+                return set_pc(s, t, 4)
+            if s.reclaimed:
+                return set_pc(s, t, 3)
+            n = s.tf_count
+            s2 = replace(s, tf_count=0, used=s.used - n)
+            return set_pc(s2, t, 2 if n == self.blocks else 4)
+        if pc == 2:  # coral_orphan_take_back: waits for the lock the purger may hold
+            if s.pcs[self.purger_t] == 1:
+                return None
+            return set_pc(s, t, 4, orphan_listed=False)
+        if pc == 3:  # page_take_reclaimed: waits for BUSY to clear, then zero memory
+            if s.busy:
+                return None
+            return set_pc(s, t, 4, reclaimed=False, used=0)
+        if pc == 4:  # allocate from the page: its memory is in use from here on
+            return set_pc(s, t, 9, popped=True)
+        return None
+
+    def purger_park(self, s: State, t: int) -> Optional[State]:
+        pc = s.pcs[t]
+        if pc == 0:  # claim, then unlist, in one hold of the orphan lock (kept: pc 1)
+            if not s.orphan_listed:
+                return set_pc(s, t, 9) if s.pcs[self.owner_t] == 9 else None
+            if s.tf_count == self.blocks and not s.reclaimed:
+                return set_pc(s, t, 1, tf_count=0, reclaimed=True, busy=True,
+                              purger_claimed=True, orphan_listed=False)
+            return set_pc(s, t, 9, orphan_listed=False)
+        if pc == 1:  # unlock
+            return set_pc(s, t, 2)
+        if pc == 2:  # purge the span
+            if s.popped:
+                return set_pc(s, t, 3, error="the purger purged a page its owner uses")
+            return set_pc(s, t, 3)
+        if pc == 3:  # clear BUSY
+            return set_pc(s, t, 9, busy=False)
+        return None
+
+    def step(self, s: State, t: int) -> Optional[State]:
+        return self.owner_park(s, t) if t == self.owner_t else self.purger_park(s, t)
+
+    def final_check(self, s: State) -> str:
+        if s.error:
+            return s.error
+        if s.orphan_listed or s.busy:
+            return "a parked page left listed or busy"
+        if s.tf_count + s.used + s.free_lists != self.blocks and not s.reclaimed \
+                and s.used != 0:
+            return "blocks lost"
+        return ""
+
+
 def scenarios(fixes: set[str]) -> Iterator[tuple[str, Model]]:
     for blocks, freers in ((1, 1), (2, 2)):
         for owner in ("collect", "destroy"):
             yield f"{owner}, {blocks} blocks, {freers} freers", Model(blocks, freers, owner, fixes)
+    for blocks in (1, 2):
+        yield f"park, {blocks} blocks", ParkModel(blocks, fixes)
 
 
 def violations(fixes: set[str]) -> list[str]:

@@ -131,6 +131,152 @@ static int child_big_classes(void) {
     return 0;
 }
 
+/* ---- empty pages a thread keeps, and an idle thread ------------------------------------
+ * A thread fills pages of two classes and frees every block: of each class
+ * the first page of the queue stays kept as it is, and the pages behind it
+ * within the keep limit (3 of 64-byte blocks, 7 of 15 KiB blocks: 1,088 KiB
+ * in all) are parked (page/page.c, "Parked pages"). The thread then makes
+ * no call while the test moves the clock past the purge delay and waits for
+ * the purge thread's pass: the parked pages' memory goes back; the first
+ * pages stay resident. Before parking, every one of those pages stayed
+ * resident for as long as the thread made no call. */
+
+enum { KEPT_SMALL_N = 4 * 1024, KEPT_SMALL_SIZE = 64, KEPT_MID_N = 8 * 8 };
+#define KEPT_MID_SIZE (15 * KiB) /* a class of 8 blocks a page, 2 slices */
+#define KEPT_PARKED_BYTES ((3 + 7 * 2) * 64 * KiB)
+static char *kept_small[KEPT_SMALL_N], *kept_mid[KEPT_MID_N];
+static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t kept_cond = PTHREAD_COND_INITIALIZER;
+static int kept_step; /* 1: the thread freed its blocks; 2: it may go on; 3: done */
+
+static void kept_set(int step) {
+    pthread_mutex_lock(&kept_lock);
+    kept_step = step;
+    pthread_cond_broadcast(&kept_cond);
+    pthread_mutex_unlock(&kept_lock);
+}
+
+static void kept_wait(int step) {
+    pthread_mutex_lock(&kept_lock);
+    while (kept_step < step) pthread_cond_wait(&kept_cond, &kept_lock);
+    pthread_mutex_unlock(&kept_lock);
+}
+
+/* Allocate and write every block (pattern `fill`), in allocation order. */
+static void kept_fill(int fill) {
+    for (size_t i = 0; i < KEPT_SMALL_N; i++) {
+        CHECK_NOT_NULL(kept_small[i] = coral_malloc(KEPT_SMALL_SIZE));
+        memset(kept_small[i], fill, KEPT_SMALL_SIZE);
+    }
+    for (size_t i = 0; i < KEPT_MID_N; i++) {
+        CHECK_NOT_NULL(kept_mid[i] = coral_malloc(KEPT_MID_SIZE));
+        memset(kept_mid[i], fill, KEPT_MID_SIZE);
+    }
+}
+
+static void kept_free(void) {
+    for (size_t i = 0; i < KEPT_SMALL_N; i++) coral_free(kept_small[i]);
+    for (size_t i = 0; i < KEPT_MID_N; i++) coral_free(kept_mid[i]);
+}
+
+/* OS pages of [p, p + n) resident now. */
+static size_t resident_pages(const void *p, size_t n) {
+    size_t os = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)p & ~(os - 1), hi = ((uintptr_t)p + n + os - 1) & ~(os - 1);
+    static unsigned char vec[(1 << 20) / 4096 + 1];
+    CHECK_LE((hi - lo) / os, sizeof vec);
+    CHECK_EQ(mincore((void *)lo, hi - lo, vec), 0);
+    size_t r = 0;
+    for (size_t i = 0; i < (hi - lo) / os; i++) r += vec[i] & 1;
+    return r;
+}
+
+/* Resident OS pages under the blocks of the parked pages: every page of
+ * blocks but the last of each class (the first of its queue, kept). */
+static size_t kept_parked_resident(void) {
+    size_t r = 0;
+    for (size_t i = 0; i < KEPT_SMALL_N - 1024; i += 1024)
+        r += resident_pages(kept_small[i], 1024 * KEPT_SMALL_SIZE);
+    for (size_t i = 0; i < KEPT_MID_N - 8; i += 8)
+        r += resident_pages(kept_mid[i], 8 * KEPT_MID_SIZE);
+    return r;
+}
+
+static void *kept_idle_thread(void *arg) {
+    (void)arg;
+    kept_fill(0xab);
+    kept_free();
+    kept_set(1);
+    kept_wait(2); /* no call into the allocator meanwhile */
+    /* Back: the same blocks again, from the pages the purger took (zero
+     * memory, carved anew: calloc's blocks read as zero). */
+    for (size_t i = 0; i < KEPT_SMALL_N; i++) {
+        CHECK_NOT_NULL(kept_small[i] = coral_calloc(1, KEPT_SMALL_SIZE));
+        for (size_t b = 0; b < KEPT_SMALL_SIZE; b++) CHECK_EQ(kept_small[i][b], 0);
+    }
+    CHECK_EQ(coral_test_check(), 0);
+    for (size_t i = 0; i < KEPT_SMALL_N; i++) coral_free(kept_small[i]);
+    kept_set(3);
+    return NULL;
+}
+
+static int child_idle_kept(void) {
+    coral_free(coral_malloc(1));
+    long long reclaimed0 = stats_get("parked_bytes_reclaimed");
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, kept_idle_thread, NULL), 0);
+    kept_wait(1);
+    size_t before = kept_parked_resident();
+    CHECK_GE(before, (size_t)KEPT_PARKED_BYTES / 4096 / 2); /* the blocks were written */
+    coral_test_advance_clock(3600 * 1000);                  /* past the delay, the thread idle */
+    CHECK_EQ(coral_test_purge_pass(), 1);                   /* a pass of the purge thread */
+    size_t after = kept_parked_resident();
+    long long reclaimed = stats_get("parked_bytes_reclaimed") - reclaimed0;
+    printf("idle thread: its parked pages %zu -> %zu OS pages resident, %lld KiB returned\n",
+           before, after, reclaimed / 1024);
+    CHECK_EQ(after, 0);
+    CHECK_EQ(reclaimed, (long long)KEPT_PARKED_BYTES);
+    /* The first page of each queue stays kept, resident. */
+    CHECK_GT(resident_pages(kept_small[KEPT_SMALL_N - 1024], 1024 * KEPT_SMALL_SIZE), 0);
+    kept_set(2);
+    kept_wait(3);
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    return 0;
+}
+
+/* A thread that uses its kept pages again within the delay keeps them: it
+ * frees, reuses after most of the delay, frees again; a pass past the
+ * first free's delay (not the second's) returns nothing, and the pages
+ * stay resident. The blocks carved again on the kept (dirty) memory are
+ * cleared by calloc. */
+static int child_active_kept(void) {
+    coral_free(coral_malloc(1));
+    long long reclaimed0 = stats_get("parked_bytes_reclaimed");
+    kept_fill(0xab);
+    kept_free(); /* parked */
+    coral_test_advance_clock(3000 * 1000);
+    (void)coral_test_purge_pass(); /* not due yet */
+    for (size_t i = 0; i < KEPT_SMALL_N; i++) {
+        CHECK_NOT_NULL(kept_small[i] = coral_calloc(1, KEPT_SMALL_SIZE));
+        for (size_t b = 0; b < KEPT_SMALL_SIZE; b++) CHECK_EQ(kept_small[i][b], 0);
+        memset(kept_small[i], 0xcd, KEPT_SMALL_SIZE);
+    }
+    for (size_t i = 0; i < KEPT_MID_N; i++)
+        CHECK_NOT_NULL(kept_mid[i] = coral_malloc(KEPT_MID_SIZE));
+    size_t before = kept_parked_resident();
+    CHECK_EQ(coral_test_check(), 0);
+    kept_free();                           /* parked again: due a delay from now */
+    coral_test_advance_clock(1000 * 1000); /* the first free's delay is past */
+    (void)coral_test_purge_pass();
+    long long reclaimed = stats_get("parked_bytes_reclaimed") - reclaimed0;
+    size_t after = kept_parked_resident();
+    printf("active thread: %lld bytes of its kept pages returned, %zu -> %zu OS pages resident\n",
+           reclaimed, before, after);
+    CHECK_EQ(reclaimed, 0);
+    CHECK_EQ(after, before);
+    return 0;
+}
+
 /* ---- the demand window ------------------------------------------------------------------ */
 
 /* A thread fills 32 MiB and frees it, then exits; a thread waiting to start
@@ -695,6 +841,8 @@ int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "pool-exact") == 0) return child_pool_exact();
     if (argc == 2 && strcmp(argv[1], "first-carve") == 0) return child_first_carve();
     if (argc == 2 && strcmp(argv[1], "small-apart") == 0) return child_small_apart();
+    if (argc == 2 && strcmp(argv[1], "idle-kept") == 0) return child_idle_kept();
+    if (argc == 2 && strcmp(argv[1], "active-kept") == 0) return child_active_kept();
     static const char *const bg[] = {"CORALLOC_PURGE_DELAY_MS=100", NULL};
     static const char *const co[] = {"CORALLOC_PURGE_DELAY_MS=3600000", "CORALLOC_PURGE_THREAD=0",
                                      NULL};
@@ -708,6 +856,10 @@ int main(int argc, char **argv) {
                                          NULL};
     run_child("window", window);
     run_child("segment-window", window);
+    static const char *const kept[] = {"CORALLOC_PURGE_DELAY_MS=3600000", "CORALLOC_HUGE_PAGES=0",
+                                       NULL};
+    run_child("idle-kept", kept);
+    run_child("active-kept", kept);
     run_child("thread-start", none);
     run_child("pool-kinds", held);
     run_child("pool-gather", held);

@@ -19,6 +19,7 @@
 #include "check.h"
 #include "coralloc.h"
 #include "hooks.h"
+#include "stats_json.h"
 #include "testutil.h"
 
 typedef void *(*thread_fn)(void *);
@@ -750,6 +751,70 @@ static void case_exit_watch(void) {
     CHECK_EQ(atomic_load(&watch_walks), 0);
 }
 
+/* ---- a parked page and an owner that comes back -------------------------------------------
+ * The owner (this thread) fills 4 pages of 64-byte blocks and 8 of 15 KiB
+ * blocks and frees them: behind the first page of each queue, 3 and 7
+ * pages are parked (page/page.c, "Parked pages"), 1,088 KiB, enough for
+ * the purge thread to start. The purger is held at one step of its
+ * handshake on the oldest parked page (the second of 64-byte blocks) while
+ * the owner comes back: it allocates 2,048 blocks of 64 bytes with calloc,
+ * which empties the first page's list and then takes the parked page, and
+ * writes each block. Whatever the step, no purge may touch a block the
+ * owner took (each keeps its pattern once the purger is done) and every
+ * block reads as zero when handed out:
+ *   - claiming: held with the orphan lock, before its claim; the owner takes
+ *     the page back first (the gate opens when it has: the claim then fails);
+ *   - unlisted: claimed (RECLAIMED, BUSY) and unlisted, the lock held;
+ *   - purging: claimed, about to return the memory;
+ * in the last two the owner finds the claim and waits for the purge to end
+ * (the gate opens when it starts waiting), then uses zero memory. */
+
+enum { PARK_SMALL = 4 * 1024, PARK_MID = 8 * 8, PARK_TAKE = 2 * 1024 };
+static void *park_small[PARK_SMALL], *park_mid[PARK_MID];
+
+static long long park_reclaimed(void) { return stats_get("parked_bytes_reclaimed"); }
+
+static void case_parked(int point, int opener, bool claimed) {
+    for (size_t i = 0; i < PARK_SMALL; i++) CHECK((park_small[i] = coral_malloc(64)) != NULL);
+    for (size_t i = 0; i < PARK_MID; i++) CHECK((park_mid[i] = coral_malloc(15360)) != NULL);
+    for (size_t i = 0; i < PARK_SMALL; i++) memset(park_small[i], 0xab, 64);
+    for (size_t i = 0; i < PARK_SMALL; i++) coral_free(park_small[i]);
+    for (size_t i = 0; i < PARK_MID; i++) coral_free(park_mid[i]);
+    long long reclaimed0 = park_reclaimed();
+    gate_arm(point, opener);
+    coral_test_advance_clock(3600 * 1000); /* every parked page due */
+    purge_pass_done = false;
+    pthread_t purger = start(purge_pass_thread, NULL);
+    gate_wait_held();
+    static char *taken[PARK_TAKE];
+    for (size_t i = 0; i < PARK_TAKE; i++) {
+        CHECK((taken[i] = coral_calloc(1, 64)) != NULL);
+        for (size_t b = 0; b < 64; b++)
+            CHECK_MSG(taken[i][b] == 0, "block %zu at %p not zero", i, (void *)taken[i]);
+        fill_pattern(taken[i], 64, i);
+    }
+    gate_open(); /* (opened already by the owner's step) */
+    join(purger);
+    for (size_t i = 0; i < PARK_TAKE; i++)
+        CHECK_MSG(pattern_mismatch(taken[i], 64, i) == (size_t)-1, "block %zu at %p changed", i,
+                  (void *)taken[i]);
+    CHECK_EQ(coral_test_check(), 0);
+    /* The page the owner came back to was purged only if claimed first. */
+    long long reclaimed = park_reclaimed() - reclaimed0;
+    CHECK_EQ(reclaimed, (long long)((claimed ? 17 : 16) * 64 * 1024));
+    for (size_t i = 0; i < PARK_TAKE; i++) coral_free(taken[i]);
+}
+
+static void case_parked_claiming(void) {
+    case_parked(CORAL_TP_ORPHAN_CLAIMING, CORAL_TP_ORPHAN_TAKEN, false);
+}
+static void case_parked_unlisted(void) {
+    case_parked(CORAL_TP_ORPHAN_UNLISTED, CORAL_TP_WAIT_BUSY, true);
+}
+static void case_parked_purging(void) {
+    case_parked(CORAL_TP_ORPHAN_PURGING, CORAL_TP_WAIT_BUSY, true);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_windows CASE\n");
@@ -770,6 +835,9 @@ int main(int argc, char **argv) {
         {"purger_watch_expired", case_purger_watch_expired},
         {"rt_notice_wait", case_rt_notice_wait},
         {"exit_watch", case_exit_watch},
+        {"parked_claiming", case_parked_claiming},
+        {"parked_unlisted", case_parked_unlisted},
+        {"parked_purging", case_parked_purging},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(argv[1], cases[i].name) == 0) {

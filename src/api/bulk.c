@@ -294,7 +294,9 @@ static size_t run_slot(uintptr_t key) { return key % OPEN_RUNS; }
  * next malloc()s a carving step). Returns false when the run is still to be
  * pushed. */
 static bool page_emptied(coral_page_t *page, uint32_t count) {
-    if (!coral_heap_keeps_empty_page(page)) {
+    /* (A kept page that is not first in its queue is parked by the retire:
+     * its lists are forgotten, the run with them.) */
+    if (!coral_heap_keeps_empty_page(page) || page->link.prev != NULL) {
         /* (Unless a remote free is telling the heap about it: then it stays
          * until the heap takes it, see heap.c, and the run is pushed.) */
         if (coral_page_notice_pending(page)) return false;

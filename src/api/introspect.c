@@ -47,6 +47,8 @@ static const figure_t figures[] = {
     {"segments_adopted", C(segments_adopted), "adopted"},
     {"orphan_pages_reclaimed", C(orphans_reclaimed), "orphans reclaimed"},
     {"orphan_bytes_reclaimed", C(orphan_bytes_reclaimed), "orphan bytes"},
+    {"parked_pages_reclaimed", C(parked_reclaimed), "kept pages returned"},
+    {"parked_bytes_reclaimed", C(parked_bytes_reclaimed), "kept bytes returned"},
     {"os_failures_injected", C(os_failures_injected), "injected failures"},
 };
 #undef C

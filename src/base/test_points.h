@@ -46,6 +46,12 @@ typedef enum coral_test_point_e {
     /* purge.c: the purge thread, watching for the process's last thread,
      * is about to walk /proc/self/task */
     CORAL_TP_PURGER_WATCH,
+    /* reclaim.c: the purger, holding the orphan lock, is about to try its
+     * claim of a listed page that is due */
+    CORAL_TP_ORPHAN_CLAIMING,
+    /* page.c: an owner took every block of a listed page (an orphan, or a
+     * page it parked) off thread_free and is about to unlist it */
+    CORAL_TP_ORPHAN_TAKEN,
     CORAL_TP_COUNT
 } coral_test_point_t;
 

@@ -35,9 +35,22 @@ static long list_blocks(check_t *c, const coral_page_t *page, const coral_block_
     return n;
 }
 
+/* A parked page (page/page.c, "Parked pages"): nothing carved, no list,
+ * every block counted in use and on thread_free (an empty list of
+ * `reserved`), or taken by the purger (RECLAIMED, count 0). */
+static bool check_parked(check_t *c, const coral_page_t *page) {
+    uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_acquire);
+    bool given = coral_tf_list(tf) == NULL && coral_tf_count(tf) == page->reserved;
+    if (page->free != NULL || page->local_free != NULL || page->capacity != 0 ||
+        page->used != page->reserved || !(given || (tf & CORAL_TF_RECLAIMED)))
+        return fail(c, "a parked page is not empty, uncarved, with every block given away", page);
+    return true;
+}
+
 /* A class page: free + local_free + in use = carved <= reserved. */
 static bool check_blocks(check_t *c, const coral_page_t *page) {
     if (page->capacity > page->reserved) return fail(c, "more blocks carved than fit", page);
+    if (coral_page_is_parked(page)) return check_parked(c, page);
     uint8_t seen[4096 / 8 + 1] = {0};
     if (page->reserved > 4096) return fail(c, "more than 4096 blocks in a page", page);
     long nfree = list_blocks(c, page, page->free, seen);

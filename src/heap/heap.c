@@ -95,13 +95,14 @@ static void page_release(coral_page_t *page) {
  * class in rounds. A kept page's memory is returned when the page is
  * released: once it is found further back on emptying again, at
  * a forced coral_collect / malloc_trim (coral_heap_collect), or at thread
- * exit. The secure build keeps one slice more: its blocks of a power-of-two
- * request are 16 bytes larger (the canary's class, page.h), so what 4
- * slices hold in the default build (64 blocks of 4 KiB, 16 a slice) takes
- * 5 there (15 blocks of 4112 bytes a slice). Classes of 8 KiB to 64 KiB
- * keep up to 1 MiB: 64 blocks of 8 KiB take more than 4 slices, and a page
- * of blocks of 16 KiB and more holds only 8 of them. Bigger classes keep
- * none (CORAL_KEEP_EMPTY_MAX_BLOCK, heap.h). */
+ * exit; and a kept page that is not first in its queue is parked
+ * (page_park below), so the purger returns it once it stayed unused for
+ * the purge delay, with no call from this thread. The secure build keeps one slice more: its blocks
+ * of a power-of-two request are 16 bytes larger (the canary's class, page.h), so what 4 slices hold
+ * in the default build (64 blocks of 4 KiB, 16 a slice) takes 5 there (15 blocks of 4112 bytes a
+ * slice). Classes of 8 KiB to 64 KiB keep up to 1 MiB: 64 blocks of 8 KiB take more than 4 slices,
+ * and a page of blocks of 16 KiB and more holds only 8 of them. Bigger classes keep none
+ * (CORAL_KEEP_EMPTY_MAX_BLOCK, heap.h). */
 #define KEEP_EMPTY_BYTES ((CORAL_SECURE ? 5 : 4) * CORAL_SLICE_SIZE)
 #define KEEP_EMPTY_BYTES_BIG (16 * CORAL_SLICE_SIZE)
 
@@ -122,11 +123,31 @@ bool coral_heap_keeps_empty_page(const coral_page_t *page) {
     return bytes <= keep;
 }
 
+/* A kept empty page that is not first in its queue (so no fast path
+ * reaches it) is parked (page layer, coral_page_park): it stays in its
+ * queue, in its place, and the next find_room that comes to it takes it
+ * back (coral_page_collect, then it is carved again), unless it stayed
+ * parked for the purge delay: then the purger has returned its memory with
+ * no call from this thread, and the owner takes it back as zero memory.
+ * The first page of a queue is not parked: the malloc fast path pops from
+ * it with no atomic operation, so only the owner could hand it over, and
+ * an idle owner makes no call (docs/DESIGN.md, "Empty pages a thread
+ * keeps"). */
+static void page_park(coral_page_t *page) {
+    /* (A safe point, as for a release below: the purge thread starts if
+     * the page brings the backlog to its threshold.) */
+    coral_purger_start_ahead((int64_t)page_span_bytes(page));
+    (void)coral_page_park(page);
+}
+
 /* Give the span back unless the page is kept (coral_heap_keeps_empty_page). A page
  * with a notice pending (page layer) stays too: the owner releases it when
  * it takes the notice. */
 void coral_heap_page_retire(coral_page_t *page) {
-    if (coral_heap_keeps_empty_page(page)) return;
+    if (coral_heap_keeps_empty_page(page)) {
+        if (page->link.prev != NULL && !coral_page_notice_pending(page)) page_park(page);
+        return;
+    }
     if (coral_page_notice_pending(page)) return;
     /* The end of a free, a safe point: the purge thread starts, if the
      * span released brings the backlog to its threshold, before the
@@ -288,6 +309,9 @@ static coral_page_t *fullest_with_room(coral_heap_t *heap, unsigned cls) {
     for (coral_link_t *l = heap->queues[cls].first; l != NULL && seen < ADOPT_SCAN;
          l = l->next, seen++) {
         coral_page_t *page = coral_container_of(l, coral_page_t, link);
+        /* (A parked page is the purger's to claim until it is taken back:
+         * its lists are not to be touched before that.) */
+        if (coral_page_is_parked(page)) continue;
         if (page_has_room(page) && (best == NULL || page->used > best->used)) best = page;
     }
     return best;
@@ -414,6 +438,13 @@ void coral_heap_collect(coral_heap_t *heap, bool release_empty) {
         coral_page_t *page = coral_queue_first(heap, q);
         while (page != NULL) {
             coral_page_t *next = coral_list_entry(page->link.next, coral_page_t, link);
+            /* A parked page stays parked unless it is to be released:
+             * taken back, it would stay empty where the purger cannot
+             * reach it. */
+            if (!release_empty && coral_page_is_parked(page)) {
+                page = next;
+                continue;
+            }
             if (page_collect_all_free(page) && release_empty && !coral_page_notice_pending(page))
                 page_release(page);
             page = next;

@@ -196,7 +196,8 @@ void coral_heap_after_fork_child(coral_heap_t *heap);
 
 /* An empty page there stays in the heap: it is a class page within the
  * front 256 KiB of its class queue, or the first page of it, of a class of
- * blocks of at most CORAL_KEEP_EMPTY_MAX_BLOCK bytes. */
+ * blocks of at most CORAL_KEEP_EMPTY_MAX_BLOCK bytes. (One that is not
+ * first is parked by coral_heap_page_retire: the purger may return it.) */
 bool coral_heap_keeps_empty_page(const coral_page_t *page);
 
 /* Empty pages of classes of bigger blocks (above 64 KiB: pages of 8 blocks,

@@ -58,6 +58,43 @@
  * waits for BUSY to clear (acquire) and resets the page to empty, its memory
  * zero. A remote push that finds RECLAIMED is a double free.
  *
+ * Parked pages (coral_page_park): an empty page that its owner keeps for
+ * reuse, at the front of its class queue but not first in it (no direct[]
+ * slot and no malloc fast path leads to it: those pop from the first page
+ * only), is handed to the orphan protocol above by its owner, so that the
+ * purger can return it while the owner idles. The owner, holding the
+ * orphan lock, CASes thread_free from (NULL, 0, s) to (NULL, reserved, s)
+ * (release: its writes to the blocks come before any purge), forgets its
+ * own lists (free, local_free, capacity 0: the blocks are carved again
+ * when the page is next used), counts every block in use (used = reserved:
+ * they are all "on thread_free") and lists the page. From then on the page
+ * is an orphan like any other, except that its list is empty:
+ *   - the owner touches the page's lists only after taking thread_free,
+ *     and the malloc fast path cannot reach the page: pops go through
+ *     direct[] or the first page of the queue, and when the page becomes
+ *     first its free list is empty, so the pop takes the slow path, which
+ *     takes thread_free (coral_page_collect); the free fast path has no
+ *     live block of the page to free;
+ *   - the owner's take is the usual CAS (h, c, s) -> (NULL, 0, s): with c
+ *     = reserved it unlists the page (coral_orphan_take_back), and the
+ *     empty list gives back no block: the page is uncarved and empty, its
+ *     memory still resident (not fresh);
+ *   - the purger's claim needs count = reserved: of the owner's take and
+ *     the claim, one CAS wins. Taken first, the claim fails; claimed
+ *     first, the owner finds RECLAIMED, waits for BUSY to clear and gets
+ *     the page empty with zero memory (page_take_reclaimed);
+ *   - no legitimate remote free reaches a parked page (it has no live
+ *     block); a misuse push finds count = reserved and is reported as an
+ *     overflow, or finds RECLAIMED and is reported as a double free.
+ * So an owner that resumes at any step (before the claim, between claim
+ * and purge, during the purge, after it) never uses memory the purger
+ * returns: it either took the page back before the claim, or waits for
+ * the purge to end and uses zero memory. Only the owner parks, and only
+ * on its slow paths (a page emptied that is not first): the malloc and
+ * free fast paths are unchanged. The first page of each queue is never
+ * parked: the fast path pops from it with no atomic operation, so nothing
+ * but the owner's next call could tell the purger it may take it.
+ *
  * Freed marks (the default build; page.h): every block freed, by its
  * owner or by another thread, holds the page's freed mark in its second
  * word until malloc hands it out again. A remote freer swaps the mark in
@@ -284,6 +321,27 @@ void coral_page_reset_empty(coral_page_t *page) {
     coral_page_set_capacity(page, 0);
 }
 
+bool coral_page_park(coral_page_t *page) {
+    coral_page_reset_empty(page);
+    bool parked = false, first = false;
+    coral_orphans_lock();
+    uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+    uintptr_t all = (tf & CORAL_DELAY_MASK) | ((uintptr_t)page->reserved << CORAL_TF_COUNT_SHIFT);
+    if ((tf & ~CORAL_DELAY_MASK) == 0 &&
+        atomic_compare_exchange_strong_explicit(&page->thread_free, &tf, all, memory_order_release,
+                                                memory_order_relaxed)) {
+        page->used = page->reserved;
+        first = coral_orphan_add(page);
+        parked = true;
+    }
+    coral_orphans_unlock();
+    /* The purger learns of a due time only when the list was empty: a page
+     * listed behind others is due after them, and the purger's pass that
+     * finds the first due sees the next one's time. */
+    if (first) coral_purger_notify();
+    return parked;
+}
+
 /* A set of a page's blocks, by index (a page has at most 4096). */
 typedef struct block_set_s {
     uint64_t bits[4096 / 64];
@@ -360,7 +418,7 @@ static void thread_free_collect(coral_page_t *page) {
             page_take_reclaimed(page);
             return;
         }
-        if (coral_tf_list(tf) == NULL) return;
+        if ((tf & ~CORAL_DELAY_MASK) == 0) return; /* (a parked page: NULL, reserved) */
         if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, tf & CORAL_DELAY_MASK,
                                                   memory_order_acquire, memory_order_relaxed))
             break;
@@ -368,10 +426,14 @@ static void thread_free_collect(coral_page_t *page) {
     uint32_t count = coral_tf_count(tf);
     /* Every block was on the list: the freer of the last one lists the
      * page as an orphan (see above); it is ours again. */
-    if (count == page->reserved) coral_orphan_take_back(page);
+    if (count == page->reserved) {
+        coral_test_point(CORAL_TP_ORPHAN_TAKEN, page);
+        coral_orphan_take_back(page);
+    }
     if (count > page->used) thread_free_overflow(page, coral_tf_list(tf));
     coral_block_t *head = coral_tf_list(tf), *tail = head;
     page->used -= count;
+    if (head == NULL) return; /* a parked page taken back: empty, nothing carved */
     if ((tf & CORAL_TF_SUSPECT) == 0 && page->local_free == NULL) {
         page->local_free = head;
         return;
@@ -642,6 +704,7 @@ uint32_t coral_page_live_blocks(coral_page_t *page, uint64_t live[CORAL_PAGE_LIV
         live[0] = page->used != 0 && !coral_page_all_free(page);
         return 1;
     }
+    if (coral_page_is_parked(page)) return 0; /* no live block, and left for the purger */
     coral_page_take_remote(page);
     block_set_t *free_seen = &(block_set_t){{0}};
     if (block_set_add_list(free_seen, page, page->free, page->reserved) != NULL ||

@@ -310,6 +310,22 @@ void coral_page_extend(coral_page_t *page, bool to_os_page_end);
 void coral_page_top_up_first_carve(coral_page_t *page);
 /* Owner: every block is free (used == 0): carve again from the first. */
 void coral_page_reset_empty(coral_page_t *page);
+/* Owner: park an empty page the malloc fast path cannot reach (one that is
+ * not first in its class queue): its blocks are forgotten (carved again
+ * when the page is used), all of them given to thread_free at once as an
+ * empty list of `reserved` blocks, and the page is listed as an orphan, so
+ * the purger may return its memory once it stayed parked for the purge
+ * delay, with no call from the owner. The owner takes it back as it takes
+ * any page's remote frees (coral_page_collect). page.c has the protocol
+ * ("Parked pages"). Returns false, the page left empty and unlisted, when
+ * a block was pushed on its thread_free meanwhile (a double free, reported
+ * when the owner takes it). */
+bool coral_page_park(coral_page_t *page);
+/* Owner: the page is parked, or was and the purger took it (its blocks
+ * are still all counted on thread_free: the owner has not taken it back). */
+CORAL_INLINE bool coral_page_is_parked(const coral_page_t *page) {
+    return page->class_idx != CORAL_CLASS_LARGE && page->used > page->capacity;
+}
 /* Owner: a free block on the free list if the page has one on its own
  * lists, walking none: an empty free list takes local_free, or else the
  * remote-freed blocks. page->used still counts remote-freed blocks not
@@ -768,7 +784,8 @@ void coral_page_valgrind_forget(coral_page_t *page);
 void coral_orphans_init(void);
 void coral_orphans_lock(void);
 void coral_orphans_unlock(void);
-void coral_orphan_add(coral_page_t *page);
+/* Under the lock: list the page; true when the list was empty before. */
+bool coral_orphan_add(coral_page_t *page);
 void coral_orphan_take_back(coral_page_t *page);
 void coral_orphan_forget(coral_page_t *page);
 void coral_orphans_prefork(void);

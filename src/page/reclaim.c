@@ -1,4 +1,7 @@
-/* Orphan pages: pages all of whose blocks were freed by other threads.
+/* Orphan pages: pages all of whose blocks were freed by other threads,
+ * and empty pages their owner keeps for reuse and parked here (page.c,
+ * "Parked pages": every block given to thread_free at once, as an empty
+ * list), so that a thread that stops calling does not pin them.
  *
  * Such a page is empty, but only its owner may reuse it, and an owner that
  * stays idle (a producer thread blocked on a queue, a worker parked in a
@@ -73,7 +76,8 @@ static void orphan_unlink(coral_page_t *page) {
 /* Under the lock: list the page (the newest last). The caller wakes the
  * purger after unlocking (the purger's lock is taken before this one at
  * fork). */
-void coral_orphan_add(coral_page_t *page) {
+bool coral_orphan_add(coral_page_t *page) {
+    bool was_empty = orphans.first == NULL;
     coral_orphan_entry_t *entry = orphan_entry(page);
     entry->since_ms = coral_clock_ms();
     coral_list_push_back(&orphans, &entry->link);
@@ -82,6 +86,7 @@ void coral_orphan_add(coral_page_t *page) {
                           atomic_load_explicit(&orphans_count, memory_order_relaxed) + 1,
                           memory_order_relaxed);
     coral_purge_backlog_add(orphan_bytes(page));
+    return was_empty;
 }
 
 /* Its owner took all the page's blocks back (the whole list, count ==
@@ -111,21 +116,24 @@ void coral_orphan_forget(coral_page_t *page) {
  * whoever releases the page does so without the lock, and a new page on
  * the same descriptor may have more blocks, its count reaching the old
  * `reserved` with its other blocks live (window_orphan_reuse_smaller). */
-static bool orphan_claim(coral_page_t *page) {
+typedef enum { CLAIM_NONE, CLAIM_ORPHAN, CLAIM_PARKED } claim_t;
+
+static claim_t orphan_claim(coral_page_t *page) {
     uint32_t reserved = page->reserved;
     uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
     while (coral_tf_count(tf) == reserved && !(tf & CORAL_TF_RECLAIMED)) {
         uintptr_t claimed = (tf & CORAL_DELAY_MASK) | CORAL_TF_RECLAIMED | CORAL_TF_BUSY;
         if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, claimed,
                                                   memory_order_acquire, memory_order_relaxed))
-            return true;
+            /* An empty list of every block: parked by its owner (page.c). */
+            return coral_tf_list(tf) == NULL ? CLAIM_PARKED : CLAIM_ORPHAN;
     }
-    return false;
+    return CLAIM_NONE;
 }
 
 /* Return a claimed page's whole span to the OS (it becomes zero), then let
  * its owner have it back. */
-static void orphan_purge(coral_page_t *page) {
+static void orphan_purge(coral_page_t *page, claim_t kind) {
     coral_test_point(CORAL_TP_ORPHAN_PURGING, page);
     coral_segment_t *seg = coral_ptr_segment(page);
     uint8_t *span = coral_segment_base(seg) + (size_t)(page - seg->pages) * CORAL_SLICE_SIZE;
@@ -135,8 +143,13 @@ static void orphan_purge(coral_page_t *page) {
      * with the secure build's guard page, which is not accessible). */
     if (!coral_os_purge(span, size))
         memset(page->start, 0, coral_page_blocks_bytes(page, page->block_size));
-    coral_count(&coral_counters.orphans_reclaimed, 1);
-    coral_count(&coral_counters.orphan_bytes_reclaimed, (int64_t)size);
+    if (kind == CLAIM_PARKED) {
+        coral_count(&coral_counters.parked_reclaimed, 1);
+        coral_count(&coral_counters.parked_bytes_reclaimed, (int64_t)size);
+    } else {
+        coral_count(&coral_counters.orphans_reclaimed, 1);
+        coral_count(&coral_counters.orphan_bytes_reclaimed, (int64_t)size);
+    }
     atomic_fetch_and_explicit(&page->thread_free, ~CORAL_TF_BUSY, memory_order_release);
 }
 
@@ -151,6 +164,7 @@ static uint64_t orphans_reclaim_due(uint64_t now, bool force) {
     pthread_mutex_lock(&reclaim_lock);
     for (;;) {
         coral_page_t *claimed[RECLAIM_BATCH];
+        claim_t kinds[RECLAIM_BATCH];
         size_t n = 0;
         pthread_mutex_lock(&orphans_lock);
         while (orphans.first != NULL && n < RECLAIM_BATCH) {
@@ -163,14 +177,18 @@ static uint64_t orphans_reclaim_due(uint64_t now, bool force) {
             /* Claimed while listed, unlisted after: a releaser that sees
              * the page unlisted (coral_orphan_forget) finds the claim made
              * (BUSY, which it waits out) or failed, never still to come. */
-            bool got = orphan_claim(page);
+            coral_test_point(CORAL_TP_ORPHAN_CLAIMING, page);
+            claim_t got = orphan_claim(page);
             orphan_unlink(page);
             coral_test_point(CORAL_TP_ORPHAN_UNLISTED, page);
-            if (got) claimed[n++] = page;
+            if (got != CLAIM_NONE) {
+                kinds[n] = got;
+                claimed[n++] = page;
+            }
         }
         bool more = orphans.first != NULL && next_due == 0;
         pthread_mutex_unlock(&orphans_lock);
-        for (size_t i = 0; i < n; i++) orphan_purge(claimed[i]);
+        for (size_t i = 0; i < n; i++) orphan_purge(claimed[i], kinds[i]);
         if (!more) break;
         now = coral_clock_ms();
     }

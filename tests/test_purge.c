@@ -245,10 +245,12 @@ static int child_idle_kept(void) {
 }
 
 /* A thread that uses its kept pages again within the delay keeps them: it
- * frees, reuses after most of the delay, frees again; a pass past the
+ * frees, reuses after most of the delay, frees again (the pages, still
+ * listed, are parked again with one CAS each: RENEWED); a pass past the
  * first free's delay (not the second's) returns nothing, and the pages
- * stay resident. The blocks carved again on the kept (dirty) memory are
- * cleared by calloc. */
+ * stay resident. A pass a whole delay after that one returns them all: a
+ * renewal puts a page off by one delay, not for good. The kept blocks,
+ * dirty, are cleared by calloc. */
 static int child_active_kept(void) {
     coral_free(coral_malloc(1));
     long long reclaimed0 = stats_get("parked_bytes_reclaimed");
@@ -274,6 +276,11 @@ static int child_active_kept(void) {
            reclaimed, before, after);
     CHECK_EQ(reclaimed, 0);
     CHECK_EQ(after, before);
+    coral_test_advance_clock(3600 * 1000); /* a delay after the renewal */
+    (void)coral_test_purge_pass();
+    reclaimed = stats_get("parked_bytes_reclaimed") - reclaimed0;
+    printf("a delay later: %lld KiB of its kept pages returned\n", reclaimed / 1024);
+    CHECK_EQ(reclaimed, (long long)KEPT_PARKED_BYTES);
     return 0;
 }
 

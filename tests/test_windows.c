@@ -763,7 +763,8 @@ static void case_exit_watch(void) {
  * owner took (each keeps its pattern once the purger is done) and every
  * block reads as zero when handed out:
  *   - claiming: held with the orphan lock, before its claim; the owner takes
- *     the page back first (the gate opens when it has: the claim then fails);
+ *     the page back first (with no lock: the gate opens when it has), so
+ *     the purger finds it held and unlists it;
  *   - unlisted: claimed (RECLAIMED, BUSY) and unlisted, the lock held;
  *   - purging: claimed, about to return the memory;
  * in the last two the owner finds the claim and waits for the purge to end
@@ -806,13 +807,57 @@ static void case_parked(int point, int opener, bool claimed) {
 }
 
 static void case_parked_claiming(void) {
-    case_parked(CORAL_TP_ORPHAN_CLAIMING, CORAL_TP_ORPHAN_TAKEN, false);
+    case_parked(CORAL_TP_ORPHAN_CLAIMING, CORAL_TP_PARKED_TAKEN, false);
 }
 static void case_parked_unlisted(void) {
     case_parked(CORAL_TP_ORPHAN_UNLISTED, CORAL_TP_WAIT_BUSY, true);
 }
 static void case_parked_purging(void) {
     case_parked(CORAL_TP_ORPHAN_PURGING, CORAL_TP_WAIT_BUSY, true);
+}
+
+/* A page parked, taken back and parked again while still listed: the
+ * owner's one CAS that needs LISTED. The owner (a thread of its own) fills
+ * 4 pages of 64-byte blocks and frees them (3 parked and listed), takes
+ * the oldest two back, and frees the blocks of the oldest again: it sees
+ * the page still listed and is held just before its CAS while the purger,
+ * past the delay, finds the page held and unlists it (clearing LISTED).
+ * The owner's CAS then fails, and it lists the page anew, under the lock:
+ * a pass a delay later returns it, with no call from the owner. (Were the
+ * listing read apart from the CAS, the page would stay parked and
+ * unlisted, and the second pass would return nothing.) */
+static bool park_again_idle, park_again_done;
+
+static void *park_again_owner(void *arg) {
+    (void)arg;
+    for (size_t i = 0; i < PARK_SMALL; i++) CHECK((park_small[i] = coral_malloc(64)) != NULL);
+    for (size_t i = 0; i < PARK_SMALL; i++) coral_free(park_small[i]);
+    /* The first page's 1024 blocks, then the two oldest parked pages. */
+    for (size_t i = 0; i < 3 * 1024; i++) CHECK((park_small[i] = coral_malloc(64)) != NULL);
+    coral_test_advance_clock(3600 * 1000); /* every page listed is due */
+    for (size_t i = 1024; i < 2 * 1024; i++) coral_free(park_small[i]); /* parked again */
+    CHECK_EQ(coral_test_check(), 0);
+    gate_signal(&park_again_idle);
+    gate_wait_for(&park_again_done, GATES); /* idle: no call (its exit would take the page) */
+    return NULL;
+}
+
+static void case_parked_again(void) {
+    long long reclaimed0 = park_reclaimed();
+    gate_arm(CORAL_TP_PARK_AGAIN, CORAL_TP_ORPHAN_UNLISTED);
+    pthread_t owner = start(park_again_owner, NULL);
+    gate_wait_held();
+    purge_pass_done = false;
+    pthread_t purger = start(purge_pass_thread, NULL);
+    gate_wait_for(&park_again_idle, GATES);
+    join(purger);
+    /* The pass returned the one page still parked since the first frees. */
+    CHECK_EQ(park_reclaimed() - reclaimed0, 64 * 1024);
+    coral_test_advance_clock(3600 * 1000);
+    coral_test_purge_pass();
+    CHECK_EQ(park_reclaimed() - reclaimed0, 2 * 64 * 1024);
+    gate_signal(&park_again_done);
+    join(owner);
 }
 
 int main(int argc, char **argv) {
@@ -838,6 +883,7 @@ int main(int argc, char **argv) {
         {"parked_claiming", case_parked_claiming},
         {"parked_unlisted", case_parked_unlisted},
         {"parked_purging", case_parked_purging},
+        {"parked_again", case_parked_again},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(argv[1], cases[i].name) == 0) {

@@ -294,9 +294,7 @@ static size_t run_slot(uintptr_t key) { return key % OPEN_RUNS; }
  * next malloc()s a carving step). Returns false when the run is still to be
  * pushed. */
 static bool page_emptied(coral_page_t *page, uint32_t count) {
-    /* (A kept page that is not first in its queue is parked by the retire:
-     * its lists are forgotten, the run with them.) */
-    if (!coral_heap_keeps_empty_page(page) || page->link.prev != NULL) {
+    if (!coral_heap_keeps_empty_page(page)) {
         /* (Unless a remote free is telling the heap about it: then it stays
          * until the heap takes it, see heap.c, and the run is pushed.) */
         if (coral_page_notice_pending(page)) return false;
@@ -307,6 +305,7 @@ static bool page_emptied(coral_page_t *page, uint32_t count) {
     if (page->capacity != count) return false;
     page->used = 0;
     coral_page_reset_empty(page);
+    coral_heap_page_retire(page); /* (parked unless first in its queue) */
     return true;
 }
 
@@ -331,6 +330,7 @@ static void run_free_local(runs_t *runs, size_t r) {
     coral_block_set_next(runs->tail[r], page->local_free);
     page->local_free = head;
     page->used -= count;
+    if (page->used == 0) coral_heap_page_retire(page); /* a kept page: parked unless first */
 }
 
 /* Push run r, if it has blocks: on local_free (the calling thread's page),

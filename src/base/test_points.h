@@ -49,9 +49,12 @@ typedef enum coral_test_point_e {
     /* reclaim.c: the purger, holding the orphan lock, is about to try its
      * claim of a listed page that is due */
     CORAL_TP_ORPHAN_CLAIMING,
-    /* page.c: an owner took every block of a listed page (an orphan, or a
-     * page it parked) off thread_free and is about to unlist it */
-    CORAL_TP_ORPHAN_TAKEN,
+    /* page.c: an owner took a page it parked back (its blocks off
+     * thread_free), the page still listed or not */
+    CORAL_TP_PARKED_TAKEN,
+    /* page.c: an owner about to park a page again with one CAS, having
+     * seen it still listed (LISTED) */
+    CORAL_TP_PARK_AGAIN,
     CORAL_TP_COUNT
 } coral_test_point_t;
 

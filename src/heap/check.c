@@ -35,16 +35,23 @@ static long list_blocks(check_t *c, const coral_page_t *page, const coral_block_
     return n;
 }
 
-/* A parked page (page/page.c, "Parked pages"): nothing carved, no list,
- * every block counted in use and on thread_free (an empty list of
- * `reserved`), or taken by the purger (RECLAIMED, count 0). */
+/* A parked page (page/page.c, "Parked pages"): no list of its own, every
+ * block counted in use, and on thread_free a chain of its carved blocks,
+ * each once, counted as `reserved`; or taken by the purger (RECLAIMED,
+ * count 0). The chain is walked under the orphan lock, which a claim
+ * needs: no purge can start meanwhile. */
 static bool check_parked(check_t *c, const coral_page_t *page) {
+    if (page->free != NULL || page->local_free != NULL || page->used != page->reserved)
+        return fail(c, "a parked page has lists of its own or blocks not given away", page);
+    coral_orphans_lock();
     uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_acquire);
-    bool given = coral_tf_list(tf) == NULL && coral_tf_count(tf) == page->reserved;
-    if (page->free != NULL || page->local_free != NULL || page->capacity != 0 ||
-        page->used != page->reserved || !(given || (tf & CORAL_TF_RECLAIMED)))
-        return fail(c, "a parked page is not empty, uncarved, with every block given away", page);
-    return true;
+    bool ok = (tf & CORAL_TF_RECLAIMED) != 0;
+    if (!ok && coral_tf_count(tf) == page->reserved) {
+        uint8_t seen[4096 / 8 + 1] = {0};
+        ok = list_blocks(c, page, coral_tf_list(tf), seen) == (long)page->capacity;
+    }
+    coral_orphans_unlock();
+    return ok || fail(c, "a parked page's chain is not its carved blocks, each once", page);
 }
 
 /* A class page: free + local_free + in use = carved <= reserved. */

@@ -125,18 +125,24 @@ bool coral_heap_keeps_empty_page(const coral_page_t *page) {
 
 /* A kept empty page that is not first in its queue (so no fast path
  * reaches it) is parked (page layer, coral_page_park): it stays in its
- * queue, in its place, and the next find_room that comes to it takes it
- * back (coral_page_collect, then it is carved again), unless it stayed
- * parked for the purge delay: then the purger has returned its memory with
- * no call from this thread, and the owner takes it back as zero memory.
- * The first page of a queue is not parked: the malloc fast path pops from
- * it with no atomic operation, so only the owner could hand it over, and
- * an idle owner makes no call (docs/DESIGN.md, "Empty pages a thread
- * keeps"). */
+ * queue, in its place, its free blocks as they are, and the next
+ * find_room that comes to it takes it back (coral_page_collect), unless it
+ * stayed parked for the purge delay: then the purger has returned its
+ * memory with no call from this thread, and the owner takes it back as
+ * zero memory. A page parked and taken back again within the delay (a
+ * program that fills and empties a few pages in rounds) stays listed:
+ * parking it again is one CAS. The first page of a queue is not parked:
+ * the malloc fast path pops from it with no atomic operation, so only the
+ * owner could hand it over, and an idle owner makes no call
+ * (docs/DESIGN.md, "Empty pages a thread keeps"). */
 static void page_park(coral_page_t *page) {
-    /* (A safe point, as for a release below: the purge thread starts if
-     * the page brings the backlog to its threshold.) */
-    coral_purger_start_ahead((int64_t)page_span_bytes(page));
+    if (!coral_page_is_listed(page)) {
+        /* (A safe point, as for a release below: the purge thread starts
+         * if the page brings the backlog to its threshold. Its start may
+         * allocate from this page: then it is parked no more.) */
+        coral_purger_start_ahead((int64_t)page_span_bytes(page));
+        if (page->used != 0 || page->link.prev == NULL || coral_page_is_parked(page)) return;
+    }
     (void)coral_page_park(page);
 }
 

@@ -62,38 +62,55 @@
  * reuse, at the front of its class queue but not first in it (no direct[]
  * slot and no malloc fast path leads to it: those pop from the first page
  * only), is handed to the orphan protocol above by its owner, so that the
- * purger can return it while the owner idles. The owner, holding the
- * orphan lock, CASes thread_free from (NULL, 0, s) to (NULL, reserved, s)
- * (release: its writes to the blocks come before any purge), forgets its
- * own lists (free, local_free, capacity 0: the blocks are carved again
- * when the page is next used), counts every block in use (used = reserved:
- * they are all "on thread_free") and lists the page. From then on the page
- * is an orphan like any other, except that its list is empty:
+ * purger can return it while the owner idles. The owner moves its free
+ * blocks, as they are (free and local_free joined: nothing is carved
+ * again), onto thread_free in one CAS from (NULL, 0, s) to (chain,
+ * reserved, s) (release: its writes to the blocks come before any purge),
+ * counts every block in use (used = reserved: they are all "on
+ * thread_free"; the chain holds the `capacity` carved ones, the count says
+ * `reserved` so that the purger's claim applies) and sets is_parked, which
+ * only it reads and writes (the purger reads it after a claim, which
+ * ordered it). Whether the page must be listed is in the same word:
+ *   - LISTED clear: the owner takes the orphan lock, makes its CAS setting
+ *     LISTED, and lists the page (since now). Only that hold of the lock
+ *     sets LISTED, and whoever unlists a page clears it, under the lock;
+ *   - LISTED set (parked before, taken back within the delay, and not
+ *     looked at by the purger since): the CAS alone, keeping LISTED and
+ *     setting RENEWED, no lock. A program that fills and empties a few
+ *     pages in rounds pays this CAS and the take's.
+ * The purger, under the lock, looks at a listed page that is due
+ * (reclaim.c, orphan_look), one CAS on the word whatever it finds:
+ *   - every block on it and RENEWED clear: claimed as an orphan is;
+ *   - every block on it and RENEWED set: RENEWED cleared, the page listed
+ *     again as the newest: a page the owner parked again is claimed only
+ *     after a whole delay with no take and no park;
+ *   - anything else (the owner took it back): LISTED cleared in the CAS
+ *     that saw it so, then unlisted. An owner about to park it again with
+ *     its CAS that needs LISTED fails, sees LISTED clear and lists it
+ *     under the lock (window_parked_again): no page stays parked unlisted.
+ * The owner takes a parked page back with its usual take, (h, c, s) ->
+ * (NULL, 0, s) keeping LISTED: is_parked tells it the list is its own
+ * chain (it becomes local_free, unwalked) and the page stays listed for
+ * the purger to unlist or renew. Claimed first, the owner finds
+ * RECLAIMED, waits for BUSY to clear and gets the page empty and uncarved,
+ * with zero memory (page_take_reclaimed). So:
  *   - the owner touches the page's lists only after taking thread_free,
  *     and the malloc fast path cannot reach the page: pops go through
  *     direct[] or the first page of the queue, and when the page becomes
  *     first its free list is empty, so the pop takes the slow path, which
  *     takes thread_free (coral_page_collect); the free fast path has no
  *     live block of the page to free;
- *   - the owner's take is the usual CAS (h, c, s) -> (NULL, 0, s): with c
- *     = reserved it unlists the page (coral_orphan_take_back), and the
- *     empty list gives back no block: the page is uncarved and empty, its
- *     memory still resident (not fresh);
- *   - the purger's claim needs count = reserved: of the owner's take and
- *     the claim, one CAS wins. Taken first, the claim fails; claimed
- *     first, the owner finds RECLAIMED, waits for BUSY to clear and gets
- *     the page empty with zero memory (page_take_reclaimed);
+ *   - of the owner's take and the purger's claim, one CAS wins: an owner
+ *     that resumes at any step (before the claim, between claim and purge,
+ *     during the purge, after it) never uses memory the purger returns;
  *   - no legitimate remote free reaches a parked page (it has no live
  *     block); a misuse push finds count = reserved and is reported as an
  *     overflow, or finds RECLAIMED and is reported as a double free.
- * So an owner that resumes at any step (before the claim, between claim
- * and purge, during the purge, after it) never uses memory the purger
- * returns: it either took the page back before the claim, or waits for
- * the purge to end and uses zero memory. Only the owner parks, and only
- * on its slow paths (a page emptied that is not first): the malloc and
- * free fast paths are unchanged. The first page of each queue is never
- * parked: the fast path pops from it with no atomic operation, so nothing
- * but the owner's next call could tell the purger it may take it.
+ * Only the owner parks, and only on its slow paths (a page emptied that is
+ * not first): the malloc and free fast paths are unchanged. The first page
+ * of each queue is never parked: the fast path pops from it with no
+ * atomic operation, so nothing but the owner's next call could tell the
+ * purger it may take it.
  *
  * Freed marks (the default build; page.h): every block freed, by its
  * owner or by another thread, holds the page's freed mark in its second
@@ -143,6 +160,7 @@ void coral_page_init(coral_page_t *page, coral_page_owner_t *owner, bool user_he
         page, atomic_load_explicit(&coral_ptr_segment(page)->thread_id, memory_order_relaxed), 0);
     page->is_user_heap = user_heap;
     page->free_is_zero = 0;
+    page->is_parked = 0;
     page->class_idx = (uint8_t)cls;
     page->block_size = block_size;
     page->aligned_slices = 0;
@@ -295,6 +313,7 @@ static void page_take_reclaimed(coral_page_t *page) {
                                                   memory_order_relaxed, memory_order_relaxed)) {
     }
     page->used = 0;
+    page->is_parked = 0;                              /* (the claim unlisted it) */
     if (page->class_idx == CORAL_CLASS_LARGE) return; /* one block: nothing to carve */
     coral_page_set_capacity(page, 0);
     page->is_fresh = 1;
@@ -321,25 +340,64 @@ void coral_page_reset_empty(coral_page_t *page) {
     coral_page_set_capacity(page, 0);
 }
 
-bool coral_page_park(coral_page_t *page) {
-    coral_page_reset_empty(page);
-    bool parked = false, first = false;
-    coral_orphans_lock();
-    uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
-    uintptr_t all = (tf & CORAL_DELAY_MASK) | ((uintptr_t)page->reserved << CORAL_TF_COUNT_SHIFT);
-    if ((tf & ~CORAL_DELAY_MASK) == 0 &&
-        atomic_compare_exchange_strong_explicit(&page->thread_free, &tf, all, memory_order_release,
-                                                memory_order_relaxed)) {
-        page->used = page->reserved;
-        first = coral_orphan_add(page);
-        parked = true;
+/* Owner: the page's free blocks as one chain (local_free, usually empty,
+ * walked to its tail and joined in front of free), its lists emptied. */
+static coral_block_t *page_free_chain(coral_page_t *page) {
+    coral_block_t *chain = page->free, *local = page->local_free;
+    page->free = page->local_free = NULL;
+    if (local == NULL) return chain;
+    if (chain != NULL) {
+        coral_block_t *tail = local;
+        for (uint32_t n = 1; n < page->reserved && coral_block_next(tail) != NULL; n++)
+            tail = coral_block_next(tail);
+        coral_block_set_next(tail, chain);
     }
+    return local;
+}
+
+bool coral_page_park(coral_page_t *page) {
+    uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+    if (tf & ~CORAL_TF_KEPT)
+        return false; /* a block pushed: taken (and reported) at the next take */
+    coral_block_t *chain = page_free_chain(page);
+    uintptr_t parked = (uintptr_t)chain | ((uintptr_t)page->reserved << CORAL_TF_COUNT_SHIFT);
+    page->used = page->reserved;
+    page->is_parked = 1;
+    /* Still listed: parked again in one CAS that needs LISTED, so that a
+     * purger that unlists the page meanwhile (clearing LISTED first) makes
+     * it fail; RENEWED tells the purger the page was in use since. */
+    while (tf & CORAL_TF_LISTED) {
+        coral_test_point(CORAL_TP_PARK_AGAIN, page);
+        if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf,
+                                                  parked | (tf & CORAL_TF_KEPT) | CORAL_TF_RENEWED,
+                                                  memory_order_release, memory_order_relaxed))
+            return true;
+        if (tf & ~CORAL_TF_KEPT) goto pushed;
+    }
+    /* Not listed (LISTED is set only with the lock held, so it stays
+     * clear): parked and listed in one hold of the lock. */
+    coral_orphans_lock();
+    tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+    do {
+        if (tf & ~CORAL_TF_KEPT) {
+            coral_orphans_unlock();
+            goto pushed;
+        }
+    } while (!atomic_compare_exchange_weak_explicit(
+        &page->thread_free, &tf, parked | (tf & CORAL_DELAY_MASK) | CORAL_TF_LISTED,
+        memory_order_release, memory_order_relaxed));
+    bool first = coral_orphan_add(page);
     coral_orphans_unlock();
     /* The purger learns of a due time only when the list was empty: a page
      * listed behind others is due after them, and the purger's pass that
      * finds the first due sees the next one's time. */
     if (first) coral_purger_notify();
-    return parked;
+    return true;
+pushed:
+    page->free = chain;
+    page->used = 0;
+    page->is_parked = 0;
+    return false;
 }
 
 /* A set of a page's blocks, by index (a page has at most 4096). */
@@ -418,22 +476,28 @@ static void thread_free_collect(coral_page_t *page) {
             page_take_reclaimed(page);
             return;
         }
-        if ((tf & ~CORAL_DELAY_MASK) == 0) return; /* (a parked page: NULL, reserved) */
-        if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, tf & CORAL_DELAY_MASK,
+        if ((tf & ~CORAL_TF_KEPT) == 0) return;
+        if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, tf & CORAL_TF_KEPT,
                                                   memory_order_acquire, memory_order_relaxed))
             break;
+    }
+    /* A page it parked: its own free blocks, as it left them (no push can
+     * have joined them: the count was `reserved`). It stays listed, if it
+     * is, for the purger to unlist (see above). */
+    if (page->is_parked) {
+        page->is_parked = 0;
+        page->used = 0;
+        page->local_free = coral_tf_list(tf);
+        coral_test_point(CORAL_TP_PARKED_TAKEN, page);
+        return;
     }
     uint32_t count = coral_tf_count(tf);
     /* Every block was on the list: the freer of the last one lists the
      * page as an orphan (see above); it is ours again. */
-    if (count == page->reserved) {
-        coral_test_point(CORAL_TP_ORPHAN_TAKEN, page);
-        coral_orphan_take_back(page);
-    }
+    if (count == page->reserved) coral_orphan_take_back(page);
     if (count > page->used) thread_free_overflow(page, coral_tf_list(tf));
     coral_block_t *head = coral_tf_list(tf), *tail = head;
     page->used -= count;
-    if (head == NULL) return; /* a parked page taken back: empty, nothing carved */
     if ((tf & CORAL_TF_SUSPECT) == 0 && page->local_free == NULL) {
         page->local_free = head;
         return;
@@ -462,7 +526,7 @@ bool coral_page_holds_free(coral_page_t *page, const coral_block_t *block) {
 }
 
 void coral_page_take_remote(coral_page_t *page) {
-    if (atomic_load_explicit(&page->thread_free, memory_order_relaxed) & ~CORAL_DELAY_MASK)
+    if (atomic_load_explicit(&page->thread_free, memory_order_relaxed) & ~CORAL_TF_KEPT)
         thread_free_collect(page);
 }
 

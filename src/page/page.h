@@ -126,7 +126,14 @@ CORAL_INLINE size_t coral_class_size(unsigned cls) {
  *              purger took them all (reclaim.c); the owner resets the page;
  *   bit 3      BUSY: the purger is returning the page's memory right now;
  *   bits 4-47  the list of remote-freed blocks (16-aligned pointers);
- *   bits 48-62 how many blocks the list holds (a page has at most 4096);
+ *   bits 48-60 how many blocks the list holds (a page has at most 4096);
+ *   bit 61     LISTED: the page, parked once by its owner, is on the
+ *              orphan list (page.c, "Parked pages"): set with the listing,
+ *              kept by the owner's takes and by pushes, cleared by whoever
+ *              unlists it, under the orphan lock;
+ *   bit 62     RENEWED: the owner parked the page again while it was still
+ *              listed: the purger's next look renews its time instead of
+ *              claiming it;
  *   bit 63     SUSPECT: a block of the list may be on it twice, so the
  *              owner walks the list when it takes it (page.c, "Remote
  *              marks"). */
@@ -139,8 +146,12 @@ CORAL_INLINE size_t coral_class_size(unsigned cls) {
 #define CORAL_TF_BUSY ((uintptr_t)8)
 #define CORAL_TF_COUNT_SHIFT 48
 #define CORAL_TF_LIST_MASK ((((uintptr_t)1) << CORAL_TF_COUNT_SHIFT) - 16)
-#define CORAL_TF_COUNT_MASK ((uintptr_t)0x7fff)
+#define CORAL_TF_COUNT_MASK ((uintptr_t)0x1fff)
+#define CORAL_TF_LISTED ((uintptr_t)1 << 61)
+#define CORAL_TF_RENEWED ((uintptr_t)1 << 62)
 #define CORAL_TF_SUSPECT ((uintptr_t)1 << 63)
+/* What a take of the list keeps of the word: the delay state and LISTED. */
+#define CORAL_TF_KEPT (CORAL_DELAY_MASK | CORAL_TF_LISTED)
 /* (Never in the word: what coral_page_free_remote_quick tells the full
  * path when it swapped a block's freed mark in already.) */
 #define CORAL_TF_MARKED ((uintptr_t)1)
@@ -153,12 +164,13 @@ CORAL_INLINE uint32_t coral_tf_count(uintptr_t tf) {
 }
 
 /* The word after a push whose first block is head, onto a list tf (its
- * tail linked to tf's list): count blocks, tf's SUSPECT kept and the
- * push's added, delay state `state`; RECLAIMED and BUSY clear. */
+ * tail linked to tf's list): count blocks, tf's SUSPECT and LISTED kept
+ * and the push's SUSPECT added, delay state `state`; RECLAIMED, BUSY and
+ * RENEWED clear (set only on words no push may change). */
 CORAL_INLINE uintptr_t coral_tf_pushed(uintptr_t tf, const coral_block_t *head, uint32_t count,
                                        uintptr_t suspect, uintptr_t state) {
-    return (uintptr_t)head | ((uintptr_t)count << CORAL_TF_COUNT_SHIFT) | (tf & CORAL_TF_SUSPECT) |
-           suspect | state;
+    return (uintptr_t)head | ((uintptr_t)count << CORAL_TF_COUNT_SHIFT) |
+           (tf & (CORAL_TF_SUSPECT | CORAL_TF_LISTED)) | suspect | state;
 }
 
 /* ---- block starts and freed marks (the default build; page.c has the protocol) ----
@@ -311,21 +323,25 @@ void coral_page_top_up_first_carve(coral_page_t *page);
 /* Owner: every block is free (used == 0): carve again from the first. */
 void coral_page_reset_empty(coral_page_t *page);
 /* Owner: park an empty page the malloc fast path cannot reach (one that is
- * not first in its class queue): its blocks are forgotten (carved again
- * when the page is used), all of them given to thread_free at once as an
- * empty list of `reserved` blocks, and the page is listed as an orphan, so
- * the purger may return its memory once it stayed parked for the purge
- * delay, with no call from the owner. The owner takes it back as it takes
- * any page's remote frees (coral_page_collect). page.c has the protocol
- * ("Parked pages"). Returns false, the page left empty and unlisted, when
- * a block was pushed on its thread_free meanwhile (a double free, reported
- * when the owner takes it). */
+ * not first in its class queue): its free blocks, as they are (the chain
+ * of free and local_free, nothing carved again), are given to thread_free
+ * at once as a list counted as `reserved` blocks, and the page is listed
+ * as an orphan unless it still is (LISTED), so the purger may return its
+ * memory once it stayed parked for the purge delay, with no call from the
+ * owner. The owner takes it back as it takes any page's remote frees
+ * (coral_page_collect): its chain becomes local_free. page.c has the
+ * protocol ("Parked pages"). Returns false, the page left as it was, when
+ * a block was pushed on its thread_free (a double free, reported when the
+ * owner takes it). */
 bool coral_page_park(coral_page_t *page);
-/* Owner: the page is parked, or was and the purger took it (its blocks
- * are still all counted on thread_free: the owner has not taken it back). */
-CORAL_INLINE bool coral_page_is_parked(const coral_page_t *page) {
-    return page->class_idx != CORAL_CLASS_LARGE && page->used > page->capacity;
+/* Owner: a page it parked before is still listed (LISTED): parking it
+ * again takes one CAS, no lock, nothing new to purge. */
+CORAL_INLINE bool coral_page_is_listed(const coral_page_t *page) {
+    return atomic_load_explicit(&page->thread_free, memory_order_relaxed) & CORAL_TF_LISTED;
 }
+/* Owner: the page is parked, or was and the purger took it (the owner has
+ * not taken it back yet). */
+CORAL_INLINE bool coral_page_is_parked(const coral_page_t *page) { return page->is_parked != 0; }
 /* Owner: a free block on the free list if the page has one on its own
  * lists, walking none: an empty free list takes local_free, or else the
  * remote-freed blocks. page->used still counts remote-freed blocks not

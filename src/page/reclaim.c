@@ -1,7 +1,7 @@
 /* Orphan pages: pages all of whose blocks were freed by other threads,
  * and empty pages their owner keeps for reuse and parked here (page.c,
- * "Parked pages": every block given to thread_free at once, as an empty
- * list), so that a thread that stops calling does not pin them.
+ * "Parked pages": its free blocks given to thread_free at once, counted
+ * as every block), so that a thread that stops calling does not pin them.
  *
  * Such a page is empty, but only its owner may reuse it, and an owner that
  * stays idle (a producer thread blocked on a queue, a worker parked in a
@@ -12,13 +12,17 @@
  * OS. The owner keeps its page descriptor and resets it when it next looks
  * at the page. An owner that comes back before the delay takes its blocks
  * as usual and unlists the page: memory freed and reused soon is never
- * purged.
+ * purged. (A parked page taken back stays listed, LISTED in its word,
+ * until the purger looks at it: then it is unlisted, or, parked again
+ * meanwhile, renewed. So a page parked and taken back in rounds is listed
+ * once, and looked at once a delay.)
  *
  * The list is linked through the pages' orphan entries (beside their
  * descriptors in the segment header, segment.h), oldest first, under
  * orphans_lock. Who holds the lock: a remote freer around the CAS
- * that frees a page's last block, and the listing; an owner (or whoever
- * releases the page) unlisting it; the purger claiming pages. Nobody waits
+ * that frees a page's last block, and the listing; an owner parking a page
+ * not listed, around its CAS and the listing; an owner (or whoever
+ * releases the page) unlisting it; the purger looking at pages. Nobody waits
  * for anything else while holding it, and the purger returns memory only
  * after releasing it. A listed page is never released (whoever releases a
  * page unlists it first), so the purger may read any listed page's
@@ -70,6 +74,8 @@ static void orphan_unlink(coral_page_t *page) {
                           atomic_load_explicit(&orphans_count, memory_order_relaxed) - 1,
                           memory_order_relaxed);
     coral_purge_backlog_add(-bytes);
+    /* (The word's LISTED goes with the listing: page.c, "Parked pages".) */
+    atomic_fetch_and_explicit(&page->thread_free, ~CORAL_TF_LISTED, memory_order_relaxed);
     atomic_store_explicit(&page->orphan_listed, 0, memory_order_release);
 }
 
@@ -80,6 +86,13 @@ bool coral_orphan_add(coral_page_t *page) {
     bool was_empty = orphans.first == NULL;
     coral_orphan_entry_t *entry = orphan_entry(page);
     entry->since_ms = coral_clock_ms();
+    /* A page parked before and listed still, in use since, whose blocks
+     * other threads have all freed: listed anew, the newest. */
+    if (atomic_load_explicit(&page->orphan_listed, memory_order_relaxed)) {
+        coral_list_remove(&orphans, &entry->link);
+        coral_list_push_back(&orphans, &entry->link);
+        return false;
+    }
     coral_list_push_back(&orphans, &entry->link);
     atomic_store_explicit(&page->orphan_listed, 1, memory_order_relaxed);
     atomic_store_explicit(&orphans_count,
@@ -109,31 +122,59 @@ void coral_orphan_forget(coral_page_t *page) {
         coral_orphan_take_back(page);
 }
 
-/* Under the lock, the page still listed: take all the page's blocks if
- * they are still all on its thread_free (its owner did not take them
- * meanwhile). The page is not released while listed, so its descriptor
- * (`reserved`) is the orphan's own. Not after the unlisting: from then on
- * whoever releases the page does so without the lock, and a new page on
- * the same descriptor may have more blocks, its count reaching the old
- * `reserved` with its other blocks live (window_orphan_reuse_smaller). */
-typedef enum { CLAIM_NONE, CLAIM_ORPHAN, CLAIM_PARKED } claim_t;
+/* Under the lock, the page still listed, due: the purger's look at it.
+ *   - every block on thread_free (an orphan, or a page parked), RENEWED
+ *     clear: claimed, all its blocks taken in one CAS;
+ *   - parked, RENEWED set (its owner parked it again since it was listed
+ *     or last looked at): RENEWED cleared, the page stays listed as the
+ *     newest (orphan_renew), so it is claimed only once it stays parked
+ *     for a whole delay;
+ *   - anything else (its owner took it back, and holds it): LISTED
+ *     cleared in the same CAS that sees it held, so an owner that parks it
+ *     again with its one CAS that needs LISTED fails, and lists it under
+ *     the lock; then unlisted.
+ * Forced (coral_collect), a parked page is claimed whether renewed or not.
+ * The page is not released while listed, so its descriptor (`reserved`)
+ * is the page's own. Not after the unlisting: from then on whoever
+ * releases the page does so without the lock, and a new page on the same
+ * descriptor may have more blocks, its count reaching the old `reserved`
+ * with its other blocks live (window_orphan_reuse_smaller). */
+typedef enum { LOOK_HELD, LOOK_RENEWED, LOOK_CLAIMED } look_t;
 
-static claim_t orphan_claim(coral_page_t *page) {
+static look_t orphan_look(coral_page_t *page, bool force) {
     uint32_t reserved = page->reserved;
     uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
-    while (coral_tf_count(tf) == reserved && !(tf & CORAL_TF_RECLAIMED)) {
-        uintptr_t claimed = (tf & CORAL_DELAY_MASK) | CORAL_TF_RECLAIMED | CORAL_TF_BUSY;
-        if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, claimed,
-                                                  memory_order_acquire, memory_order_relaxed))
-            /* An empty list of every block: parked by its owner (page.c). */
-            return coral_tf_list(tf) == NULL ? CLAIM_PARKED : CLAIM_ORPHAN;
+    for (;;) {
+        if (coral_tf_count(tf) != reserved || (tf & CORAL_TF_RECLAIMED)) {
+            if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf,
+                                                      tf & ~CORAL_TF_LISTED, memory_order_relaxed,
+                                                      memory_order_relaxed))
+                return LOOK_HELD;
+        } else if ((tf & CORAL_TF_RENEWED) && !force) {
+            if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf,
+                                                      tf & ~CORAL_TF_RENEWED, memory_order_relaxed,
+                                                      memory_order_relaxed))
+                return LOOK_RENEWED;
+        } else {
+            uintptr_t claimed = (tf & CORAL_DELAY_MASK) | CORAL_TF_RECLAIMED | CORAL_TF_BUSY;
+            if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, claimed,
+                                                      memory_order_acquire, memory_order_relaxed))
+                return LOOK_CLAIMED;
+        }
     }
-    return CLAIM_NONE;
+}
+
+/* Under the lock: a renewed page listed again as the newest, from now. */
+static void orphan_renew(coral_page_t *page, uint64_t now) {
+    coral_orphan_entry_t *entry = orphan_entry(page);
+    entry->since_ms = now;
+    coral_list_remove(&orphans, &entry->link);
+    coral_list_push_back(&orphans, &entry->link);
 }
 
 /* Return a claimed page's whole span to the OS (it becomes zero), then let
  * its owner have it back. */
-static void orphan_purge(coral_page_t *page, claim_t kind) {
+static void orphan_purge(coral_page_t *page) {
     coral_test_point(CORAL_TP_ORPHAN_PURGING, page);
     coral_segment_t *seg = coral_ptr_segment(page);
     uint8_t *span = coral_segment_base(seg) + (size_t)(page - seg->pages) * CORAL_SLICE_SIZE;
@@ -143,7 +184,9 @@ static void orphan_purge(coral_page_t *page, claim_t kind) {
      * with the secure build's guard page, which is not accessible). */
     if (!coral_os_purge(span, size))
         memset(page->start, 0, coral_page_blocks_bytes(page, page->block_size));
-    if (kind == CLAIM_PARKED) {
+    /* (The owner set is_parked before the park's CAS, which the claim
+     * read, and changes it only once BUSY is clear.) */
+    if (page->is_parked) {
         coral_count(&coral_counters.parked_reclaimed, 1);
         coral_count(&coral_counters.parked_bytes_reclaimed, (int64_t)size);
     } else {
@@ -164,7 +207,6 @@ static uint64_t orphans_reclaim_due(uint64_t now, bool force) {
     pthread_mutex_lock(&reclaim_lock);
     for (;;) {
         coral_page_t *claimed[RECLAIM_BATCH];
-        claim_t kinds[RECLAIM_BATCH];
         size_t n = 0;
         pthread_mutex_lock(&orphans_lock);
         while (orphans.first != NULL && n < RECLAIM_BATCH) {
@@ -178,17 +220,18 @@ static uint64_t orphans_reclaim_due(uint64_t now, bool force) {
              * the page unlisted (coral_orphan_forget) finds the claim made
              * (BUSY, which it waits out) or failed, never still to come. */
             coral_test_point(CORAL_TP_ORPHAN_CLAIMING, page);
-            claim_t got = orphan_claim(page);
+            look_t got = orphan_look(page, force);
+            if (got == LOOK_RENEWED) {
+                orphan_renew(page, now);
+                continue;
+            }
             orphan_unlink(page);
             coral_test_point(CORAL_TP_ORPHAN_UNLISTED, page);
-            if (got != CLAIM_NONE) {
-                kinds[n] = got;
-                claimed[n++] = page;
-            }
+            if (got == LOOK_CLAIMED) claimed[n++] = page;
         }
         bool more = orphans.first != NULL && next_due == 0;
         pthread_mutex_unlock(&orphans_lock);
-        for (size_t i = 0; i < n; i++) orphan_purge(claimed[i], kinds[i]);
+        for (size_t i = 0; i < n; i++) orphan_purge(claimed[i]);
         if (!more) break;
         now = coral_clock_ms();
     }

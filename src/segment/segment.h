@@ -116,7 +116,10 @@ typedef struct coral_page_s {
     uint32_t owner_last_block;
     uint8_t free_is_zero; /* every block on `free` is zero but its link (page/page.h) */
     uint8_t is_fresh;     /* the span came zeroed from the OS */
-    coral_link_t link;    /* in the owner heap's queue; link.prev NULL: first */
+    /* Parked: its free blocks all given to thread_free (page/page.c,
+     * "Parked pages"); the owner takes them back before any use. */
+    uint8_t is_parked;
+    coral_link_t link; /* in the owner heap's queue; link.prev NULL: first */
     /* Second cache line: shared with other threads (who writes which
      * field, and when: above). Remote frees read it and write thread_free. */
     _Alignas(64) _Atomic(uintptr_t) thread_free; /* remote-freed blocks, count, state */
@@ -139,7 +142,7 @@ typedef struct coral_page_s {
     uint32_t epoch; /* the secure build: a new value at every page init (page/secure.c) */
     /* 16 bits each: an offset is at most 63 descriptors (8064 bytes), a
      * span at most 64 slices, a page at most 4096 blocks (the remote-free
-     * word's count has 15 bits; coral_test_check asserts it). */
+     * word's count has 13 bits; coral_test_check asserts it). */
     uint16_t slice_offset; /* every descriptor: bytes back to the span's head */
     uint16_t slice_count;  /* head descriptor: slices in the span; 0 = free */
     uint16_t reserved;     /* blocks that fit in the span */

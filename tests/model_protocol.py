@@ -18,12 +18,20 @@ intermediate state is checked against the invariants:
   - every block freed is accounted for (free lists + thread_free + used).
 
 A second model, of parked pages (page/page.c, "Parked pages"): an empty
-page its owner keeps is parked (every block given to thread_free as an
-empty list, the page listed as an orphan, one lock hold); the purger
-claims and purges it; the owner comes back at any point and uses the
-page. Invariant: no purge of a page the owner uses (the fix
-`take_before_use`: the owner takes thread_free before it touches the
-page, which is why only pages no fast path reaches are parked).
+page its owner keeps is parked (its free chain given to thread_free,
+counted as every block; listed under the orphan lock with LISTED set in
+the word, or, still listed, parked again with one CAS that needs LISTED
+and sets RENEWED); the owner takes it back, uses it and parks it again,
+in rounds, then idles; the purger looks at it at any moment (claim,
+renewal, or unlisting of a page held, in one CAS). Invariants: no purge
+of a page the owner uses (the fix `take_before_use`: the owner takes
+thread_free before it touches the page, which is why only pages no fast
+path reaches are parked); no claim of a page used since it was listed or
+renewed (`renew_on_repark`); no page left parked and unlisted once the
+owner idles (`listed_in_word`: the owner's CAS needs LISTED, which the
+purger clears in the CAS that finds the page held; read apart from the
+CAS, as orphan_listed, the purger may unlist the page between the read
+and the CAS).
 
 `--without FIX` explores the protocol with one fix taken out, to show the
 explorer finds the defect it guards against (the test runs both ways:
@@ -36,7 +44,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterator, Optional
 
 NONE, USE, FREEING, NEVER = "NONE", "USE", "FREEING", "NEVER"
-FIXES = ("claim_listed", "wait_notice", "take_before_use")
+FIXES = ("claim_listed", "wait_notice", "take_before_use", "renew_on_repark", "listed_in_word")
 
 
 @dataclass(frozen=True)
@@ -246,74 +254,138 @@ class Model:
         return len(seen), None
 
 
-class ParkModel(Model):
-    """An empty page of R blocks in its owner's class queue (not first):
-    the owner parks it and later comes back to use it; the purger may
-    claim and purge it in between. Threads: 0 the owner, 1 the purger;
-    pc 9 is done."""
+@dataclass(frozen=True)
+class PState:
+    """The parked page's word and listing, the orphan lock, the two
+    threads' steps, and ghosts for the checks."""
+    word: str = "held"  # held (NULL, 0), parked (chain, R), claimed (+BUSY), reclaimed
+    listed_bit: bool = False  # LISTED in the word
+    renewed: bool = False  # RENEWED in the word
+    listed: bool = False  # on the orphan list
+    lock: str = ""  # who holds the orphan lock: "", "owner", "purger"
+    snap: tuple[str, bool, bool] = ("", False, False)  # the word the owner's CAS expects
+    pcs: tuple[int, ...] = (0, 0)
+    parks_left: int = 0  # parks the owner makes yet (then it idles)
+    looks_left: int = 0  # looks the purger makes yet
+    in_use: bool = False  # the owner allocates from the page
+    touched: bool = False  # ghost: taken back since listed or last renewed
+    error: str = ""
 
-    def __init__(self, blocks: int, fixes: set[str]) -> None:
-        super().__init__(blocks, 0, "park", fixes)
+
+def pset(s: PState, t: int, pc: int, **kw: object) -> PState:
+    pcs = list(s.pcs)
+    pcs[t] = pc
+    return replace(s, pcs=tuple(pcs), **kw)
+
+
+class ParkModel(Model):
+    """An empty page in its owner's class queue (not first): the owner parks
+    it, takes it back and uses it, frees it and parks it again (`parks`
+    parks in all), then idles; the purger looks at it (`looks` times) at
+    any moment, as if the delay were past each time. The steps of
+    page/page.c's coral_page_park, thread_free_collect and reclaim.c's
+    orphan_look, each as atomic as the CAS or lock hold it stands for.
+    Invariants: no purge of a page the owner uses; no claim of a page its
+    owner took back since it was listed or renewed (so no page is purged
+    sooner than a delay after its last use); LISTED only on a listed page;
+    at the end, a page the owner left parked is listed (the purger will
+    return it with no call from the owner). Threads: 0 the owner, 1 the
+    purger; pc 9 is done."""
+
+    def __init__(self, parks: int, looks: int, fixes: set[str]) -> None:
+        super().__init__(1, 0, "park", fixes)
+        self.parks, self.looks = parks, looks
         self.owner_t, self.purger_t = 0, 1
 
-    def initial(self) -> State:
-        return State(used=0, free_lists=self.blocks, delay=NONE, in_full=False, pcs=(0, 0))
+    def initial(self) -> PState:  # type: ignore[override]
+        return PState(parks_left=self.parks, looks_left=self.looks)
 
-    def owner_park(self, s: State, t: int) -> Optional[State]:
+    def word(self, s: PState) -> tuple[str, bool, bool]:
+        return (s.word, s.listed_bit, s.renewed)
+
+    def owner_steps(self, s: PState, t: int) -> Optional[PState]:
         pc = s.pcs[t]
-        if pc == 0:  # park: under the orphan lock, CAS (NULL, 0) -> (NULL, R), forget, list
-            return set_pc(s, t, 1, tf_count=self.blocks, used=self.blocks, free_lists=0,
-                          orphan_listed=True)
-        if pc == 1:  # come back: take thread_free first (the fix), or use the lists at once
+        if pc == 0:  # park: read the word; listed (as the fix reads it: LISTED) -> one CAS
+            listed = s.listed_bit if "listed_in_word" in self.fixes else s.listed
+            return pset(s, t, 1 if listed else 2, snap=self.word(s))
+        if pc == 1:  # the CAS, keeping LISTED, setting RENEWED (the fix)
+            same = self.word(s) == s.snap if "listed_in_word" in self.fixes \
+                else s.word == "held"
+            if not same:
+                return pset(s, t, 0)  # the CAS failed: read again
+            return self.parked(pset(s, t, 5, word="parked",
+                                    renewed="renew_on_repark" in self.fixes))
+        if pc == 2:  # take the orphan lock
+            if s.lock:
+                return None
+            return pset(s, t, 3, lock="owner")
+        if pc == 3:  # the CAS setting LISTED, and the listing (since now)
+            return pset(s, t, 4, word="parked", listed_bit=True, renewed=False, listed=True,
+                        touched=False)
+        if pc == 4:  # unlock
+            return self.parked(pset(s, t, 5, lock=""))
+        if pc == 5:  # come back: take thread_free first (the fix), or use the lists at once
             if "take_before_use" not in self.fixes:
-                return set_pc(s, t, 4)
-            if s.reclaimed:
-                return set_pc(s, t, 3)
-            n = s.tf_count
-            s2 = replace(s, tf_count=0, used=s.used - n)
-            return set_pc(s2, t, 2 if n == self.blocks else 4)
-        if pc == 2:  # coral_orphan_take_back: waits for the lock the purger may hold
-            if s.pcs[self.purger_t] == 1:
+                return pset(s, t, 8, in_use=True, touched=True)
+            if s.word == "parked":  # the take's CAS, LISTED kept
+                return pset(s, t, 8, word="held", renewed=False, in_use=True, touched=True)
+            return pset(s, t, 6)  # claimed: page_take_reclaimed
+        if pc == 6:  # wait for BUSY to clear, then take the page, zero
+            if s.word == "claimed":
                 return None
-            return set_pc(s, t, 4, orphan_listed=False)
-        if pc == 3:  # page_take_reclaimed: waits for BUSY to clear, then zero memory
-            if s.busy:
-                return None
-            return set_pc(s, t, 4, reclaimed=False, used=0)
-        if pc == 4:  # allocate from the page: its memory is in use from here on
-            return set_pc(s, t, 9, popped=True)
+            return pset(s, t, 8, word="held", in_use=True)
+        if pc == 8:  # the page's blocks freed again: park once more
+            return pset(s, t, 0, in_use=False)
         return None
 
-    def purger_park(self, s: State, t: int) -> Optional[State]:
+    def parked(self, s: PState) -> PState:
+        """After a park: come back to the page, or idle for good."""
+        left = s.parks_left - 1
+        return replace(s, parks_left=left, pcs=(5 if left > 0 else 9, s.pcs[1]))
+
+    def purger(self, s: PState, t: int) -> Optional[PState]:  # type: ignore[override]
         pc = s.pcs[t]
-        if pc == 0:  # claim, then unlist, in one hold of the orphan lock (kept: pc 1)
-            if not s.orphan_listed:
-                return set_pc(s, t, 9) if s.pcs[self.owner_t] == 9 else None
-            if s.tf_count == self.blocks and not s.reclaimed:
-                return set_pc(s, t, 1, tf_count=0, reclaimed=True, busy=True,
-                              purger_claimed=True, orphan_listed=False)
-            return set_pc(s, t, 9, orphan_listed=False)
-        if pc == 1:  # unlock
-            return set_pc(s, t, 2)
-        if pc == 2:  # purge the span
-            if s.popped:
-                return set_pc(s, t, 3, error="the purger purged a page its owner uses")
-            return set_pc(s, t, 3)
-        if pc == 3:  # clear BUSY
-            return set_pc(s, t, 9, busy=False)
+        if pc == 0:  # a look: take the orphan lock
+            if s.looks_left == 0 or not s.listed:
+                return pset(s, t, 9) if s.pcs[self.owner_t] == 9 or s.looks_left == 0 else None
+            if s.lock:
+                return None
+            return pset(s, t, 1, lock="purger", looks_left=s.looks_left - 1)
+        if pc == 1:  # orphan_look: one CAS, whatever it finds
+            if not s.listed:
+                return pset(s, t, 4)
+            if s.word == "parked" and s.renewed:  # renewed: listed again as the newest
+                return pset(s, t, 4, renewed=False, touched=False)
+            if s.word == "parked":  # claimed, unlisted
+                if s.touched:
+                    return pset(s, t, 4, error="the purger claimed a page its owner used "
+                                "within the delay")
+                return pset(s, t, 2, word="claimed", listed_bit=False, renewed=False,
+                            listed=False)
+            return pset(s, t, 4, listed_bit=False, listed=False)  # held: unlisted
+        if pc == 2:  # unlock, then purge the span
+            return pset(s, t, 3, lock="")
+        if pc == 3:  # purge, then clear BUSY
+            if s.in_use:
+                return pset(s, t, 9, error="the purger purged a page its owner uses")
+            return pset(s, t, 0, word="reclaimed")
+        if pc == 4:  # unlock
+            return pset(s, t, 0, lock="")
         return None
 
-    def step(self, s: State, t: int) -> Optional[State]:
-        return self.owner_park(s, t) if t == self.owner_t else self.purger_park(s, t)
+    def step(self, s: PState, t: int) -> Optional[PState]:  # type: ignore[override]
+        n = self.owner_steps(s, t) if t == self.owner_t else self.purger(s, t)
+        if n is not None and n.listed_bit and not n.listed and not n.error:
+            return replace(n, error="LISTED set on a page not listed")
+        return n
 
-    def final_check(self, s: State) -> str:
+    def final_check(self, s: PState) -> str:  # type: ignore[override]
         if s.error:
             return s.error
-        if s.orphan_listed or s.busy:
-            return "a parked page left listed or busy"
-        if s.tf_count + s.used + s.free_lists != self.blocks and not s.reclaimed \
-                and s.used != 0:
-            return "blocks lost"
+        if s.word == "parked" and not s.listed:
+            return "a parked page left unlisted: the idle owner's page never goes back"
+        if s.lock:
+            return "the orphan lock left held"
         return ""
 
 
@@ -321,8 +393,8 @@ def scenarios(fixes: set[str]) -> Iterator[tuple[str, Model]]:
     for blocks, freers in ((1, 1), (2, 2)):
         for owner in ("collect", "destroy"):
             yield f"{owner}, {blocks} blocks, {freers} freers", Model(blocks, freers, owner, fixes)
-    for blocks in (1, 2):
-        yield f"park, {blocks} blocks", ParkModel(blocks, fixes)
+    for parks, looks in ((1, 2), (2, 3), (3, 3)):
+        yield f"park, {parks} parks, {looks} looks", ParkModel(parks, looks, fixes)
 
 
 def violations(fixes: set[str]) -> list[str]:

@@ -316,6 +316,9 @@ static void run_free_local(runs_t *runs, size_t r) {
     coral_page_t *page = runs->page[r];
     uint32_t count = (uint32_t)runs->count[r];
     coral_block_t *head = runs->head[r];
+    /* A parked page (page/page.c) counts every block in use until taken
+     * back: a run into it frees blocks that were free already. */
+    if (coral_unlikely(coral_page_is_parked(page))) coral_page_take_remote(page);
     /* The checks free() makes: more blocks freed than are in use, or the
      * block freed last freed again. */
     if (coral_unlikely(page->used < count ||

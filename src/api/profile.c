@@ -795,7 +795,9 @@ static void profile_at_exit(void) {
         }
         coral_profile_report_leaks(walked ? &exact : NULL);
     }
-    write_process_profile();
+    /* A process that took no sample (a shell or a short helper a command
+     * starts) leaves no file at exit: a site is made by the first sample. */
+    if (coral_profile_site_count() != 0) write_process_profile();
 }
 
 static void profile_on_signal(int sig) {

@@ -439,6 +439,20 @@ static uint32_t first_program_frame(symbolizer_t *z, const coral_profile_site_t 
     return i;
 }
 
+/* Where the site's stack stops being trustworthy: the first frame after
+ * `first` whose return address lies in no executable mapping. The walk
+ * follows frame pointers, and a function built without them leaves its
+ * caller's frame pointer as whatever word was there: the next "return
+ * address" is then a stray word of the stack, and so is everything past
+ * it. (The first frame, the caller of malloc, stays whatever it is.) */
+static uint32_t program_frames_end(symbolizer_t *z, const coral_profile_site_t *s, uint32_t first) {
+    for (uint32_t i = first + 1; i < s->depth; i++) {
+        mapping_t *m = mapping_of(z, s->pcs[i] - 1);
+        if (m == NULL || !m->exec) return i;
+    }
+    return s->depth;
+}
+
 /* The function at addr (an instruction address), or NULL. */
 static const char *function_at(symbolizer_t *z, uintptr_t addr, mapping_t **mp, size_t *len) {
     mapping_t *m = mapping_of(z, addr);
@@ -641,10 +655,10 @@ static void write_mappings(writer_t *w) {
 }
 
 static void write_sample(writer_t *w, const coral_profile_site_t *s) {
-    uint32_t first = first_program_frame(&w->z, s);
+    uint32_t first = first_program_frame(&w->z, s), end = program_frames_end(&w->z, s, first);
     uint64_t locs[CORAL_PROFILE_DEPTH];
     uint32_t n = 0; /* (each location_id writes its Location first, with sub and sub2) */
-    for (uint32_t i = first; i < s->depth; i++) locs[n++] = location_id(w, s->pcs[i]);
+    for (uint32_t i = first; i < end; i++) locs[n++] = location_id(w, s->pcs[i]);
     for (uint32_t i = 0; i < n; i++) pb_varint(&w->sub2, locs[i]);
     pb_message(&w->sub, 1, &w->sub2); /* location_id, packed */
     int64_t values[4] = {rounded(s->alloc_objects), rounded(s->alloc_bytes),
@@ -736,8 +750,8 @@ int coral_profile_write(const char *path) {
 static void site_frames_text(symbolizer_t *z, const coral_profile_site_t *s, char *out,
                              size_t cap) {
     size_t n = 0;
-    uint32_t first = first_program_frame(z, s);
-    for (uint32_t i = first; i < s->depth && i < first + LEAK_FRAMES; i++) {
+    uint32_t first = first_program_frame(z, s), end = program_frames_end(z, s, first);
+    for (uint32_t i = first; i < end && i < first + LEAK_FRAMES; i++) {
         mapping_t *m;
         size_t len = 0;
         const char *name = function_at(z, s->pcs[i] - 1, &m, &len);

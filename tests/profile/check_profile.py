@@ -13,10 +13,17 @@ profile it wrote at exit (WORKDIR/prof.PID) is read with read_pprof.py:
 - the program's mapping comes first and carries its GNU build ID;
 - each function's estimated alloc_space and inuse_space (the leaf frame of
   each sample, i.e. the function that called malloc) is within 10 % of the
-  truth.
+  truth;
+- a process that took no sample writes no file at exit: `ls /` under the
+  largest rate (1 TiB: its few KiB of blocks are sampled with odds of about
+  1 in 10^8; before, it wrote an empty profile).
 
 With --command, `CORALLOC profile FILE` (the text report) must name the
 three functions first, in order, for in-use and for allocated bytes.
+
+With --stray STRAY_EXE (tests/profile/stray_frame.c), the profile of a
+program whose frame-pointer chain leads to a stray word (a return address
+in no mapping) has no location in no mapping: its stacks are cut there.
 
 With --pprof, the standard pprof (PATH, or $(go env GOPATH)/bin) must read
 the file and its -top view (by alloc_space, and by inuse_space) must name
@@ -90,6 +97,40 @@ def check_file(path: Path, exe: str, truth: dict[str, tuple[int, int]]) -> None:
                 fail(f"{type_name} of {name}: {got} estimated, {real} true")
 
 
+def check_no_sample_no_file(lib: str, work: Path) -> None:
+    for old in work.glob("none.*"):
+        old.unlink()
+    env = dict(os.environ, LD_PRELOAD=lib, CORALLOC_PROFILE=str(work / "none"),
+               CORALLOC_PROFILE_RATE=str(1 << 40))
+    r = subprocess.run(["ls", "/"], env=env, timeout=60, stdout=subprocess.DEVNULL)
+    if r.returncode != 0:
+        fail(f"ls / exited {r.returncode}")
+    written = sorted(p.name for p in work.glob("none.*"))
+    if written:
+        fail(f"a process with no sample wrote {written}")
+
+
+def check_stray(lib: str, exe: str, work: Path) -> None:
+    work.mkdir(parents=True, exist_ok=True)
+    for old in work.glob("stray.*"):
+        old.unlink()
+    env = dict(os.environ, LD_PRELOAD=lib, CORALLOC_PROFILE=str(work / "stray"),
+               CORALLOC_PROFILE_RATE="1")
+    r = subprocess.run([exe], env=env, timeout=60, stdout=subprocess.DEVNULL)
+    if r.returncode != 0:
+        fail(f"{exe} exited {r.returncode}")
+    files = sorted(work.glob("stray.*"))
+    if len(files) != 1:
+        fail(f"{len(files)} profiles written, not 1")
+    prof = read_pprof.read(str(files[0]))
+    if not prof.samples:
+        fail("no sample in the profile")
+    stray = [hex(loc.address) for loc in prof.locations.values() if loc.mapping_id == 0]
+    if stray:
+        fail(f"locations in no mapping (a stray frame kept): {stray}")
+    print(f"stray frame: {len(prof.locations)} locations, none in no mapping")
+
+
 def find_pprof() -> str | None:
     found = shutil.which("pprof")
     if found:
@@ -147,6 +188,10 @@ def check_report(command: str, path: Path) -> None:
 
 def main() -> int:
     lib, exe, work = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    if "--stray" in sys.argv[4:]:
+        check_stray(lib, sys.argv[sys.argv.index("--stray") + 1], work)
+        print("PASSED")
+        return 0
     path, truth = run_sites(lib, exe, work)
     if "--pprof" in sys.argv[4:]:
         check_pprof(path)
@@ -154,6 +199,7 @@ def main() -> int:
         check_report(sys.argv[sys.argv.index("--command") + 1], path)
     else:
         check_file(path, exe, truth)
+        check_no_sample_no_file(lib, work)
     print("PASSED")
     return 0
 

@@ -614,6 +614,76 @@ static void case_child_forked_after_exit(void) {
     late_key_thread(&fork_late_key, fork_and_free_big, set_fork_late_and_return);
 }
 
+/* A thread's first user heap has glibc register a TLS destructor (a
+ * calloc of 32 bytes, through coralloc), and glibc ends the process when
+ * that calloc fails. With the kernel refusing the page it needs,
+ * coral_heap_new ended the process ("Fatal glibc error: failed to
+ * register TLS destructor: out of memory", SIGABRT) instead of working or
+ * failing cleanly. A new thread of a fork child (each the same) takes
+ * 32-byte blocks up to the point where the next one needs a kernel call
+ * (a new segment): one child counts how many (its next malloc fails with
+ * CORALLOC_FAIL_OS_AFTER=1), the next takes that many and then makes its
+ * first user heap with the next kernel call failing. */
+enum { OOM_SIZE = 32 };
+static long long oom_fill = -1; /* -1: count them */
+
+static void *oom_thread(void *arg) {
+    /* No prefaulting (its calls' failures are harmless): the next kernel
+     * call is the mapping of a segment. */
+    CHECK_EQ(coral_option_set("POPULATE", 0), 0);
+    (void)opaque(malloc(64)); /* the thread's heap, and a page of 64-byte blocks */
+    long long n = 0;
+    if (oom_fill < 0) {
+        CHECK_EQ(coral_option_set("FAIL_OS_AFTER", 1), 0);
+        while (opaque(malloc(OOM_SIZE)) != NULL) n++;
+    } else {
+        for (; n < oom_fill; n++) CHECK(opaque(malloc(OOM_SIZE)) != NULL);
+        CHECK_EQ(coral_option_set("FAIL_OS_AFTER", 1), 0);
+        coral_heap_t *heap = coral_heap_new();
+        CHECK_MSG(heap != NULL, "coral_heap_new failed (the kernel refused one call)");
+        memset(coral_heap_malloc(heap, 64), 7, 64);
+        coral_heap_destroy(heap);
+        CHECK_EQ(stats_get("os_failures_injected"), 1);
+    }
+    *(long long *)arg = n;
+    return NULL;
+}
+
+/* In a fork child: oom_thread, run to its end. Returns its count (the
+ * child's exit status must be 0), through a pipe. */
+static long long oom_child(long long fill) {
+    int fds[2];
+    CHECK_EQ(pipe(fds), 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        oom_fill = fill;
+        long long n = -1;
+        pthread_t t;
+        CHECK_EQ(pthread_create(&t, NULL, oom_thread, &n), 0);
+        CHECK_EQ(pthread_join(t, NULL), 0);
+        CHECK_EQ(write(fds[1], &n, sizeof n), (ssize_t)sizeof n);
+        _exit(0);
+    }
+    close(fds[1]);
+    long long n = -1;
+    ssize_t got = read(fds[0], &n, sizeof n);
+    close(fds[0]);
+    int status = wait_or_kill(pid, 30);
+    CHECK_MSG(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: status 0x%x%s",
+              fill < 0 ? "counting the blocks" : "coral_heap_new", status,
+              WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT ? " (SIGABRT)" : "");
+    CHECK_EQ(got, (ssize_t)sizeof n);
+    return n;
+}
+
+static void case_heap_new_out_of_memory(void) {
+    coral_heap_destroy(coral_heap_new()); /* a free heap struct: no kernel call for one */
+    long long fill = oom_child(-1);
+    CHECK_EQ(oom_child(fill), fill);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_lifetime CASE\n");
@@ -638,6 +708,7 @@ int main(int argc, char **argv) {
         {"atexit_stack", case_atexit_stack},
         {"atexit_signals", case_atexit_signals},
         {"exit_watch_fd_limit", case_exit_watch_fd_limit},
+        {"heap_new_out_of_memory", case_heap_new_out_of_memory},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(argv[1], cases[i].name) == 0) {

@@ -370,8 +370,10 @@ coral_heap_t *coral_thread_init(void) {
  * thread whose heap was made in the rounds themselves (a key destructor's
  * allocation) never gets that call: its cleanup, in what may be the last
  * round, cannot wait. Registered at the thread's first user heap only
- * (the only reason to wait); glibc's registration allocates (through this
- * allocator, at a point where the thread holds no lock). */
+ * (the only reason to wait), by the api layer (coral_heap_new): glibc's
+ * registration allocates (through this allocator, at a point where the
+ * thread holds no lock), and ends the process when that fails, so its
+ * caller makes sure it cannot. */
 extern int __cxa_thread_atexit_impl(void (*fn)(void *), void *obj, void *dso) __attribute__((weak));
 extern char __dso_handle __attribute__((visibility("hidden")));
 static __thread bool coral_tls_rounds_ahead __attribute__((tls_model("initial-exec")));
@@ -381,8 +383,11 @@ static void thread_rounds_ahead(void *unused) {
     coral_tls_rounds_ahead = true;
 }
 
-void coral_thread_user_heap_made(coral_thread_t *thread) {
-    if (thread->rounds_watched || coral_tls_exiting || __cxa_thread_atexit_impl == NULL) return;
+bool coral_thread_rounds_unwatched(const coral_thread_t *thread) {
+    return !thread->rounds_watched && !coral_tls_exiting && __cxa_thread_atexit_impl != NULL;
+}
+
+void coral_thread_watch_rounds(coral_thread_t *thread) {
     thread->rounds_watched = true;
     (void)__cxa_thread_atexit_impl(thread_rounds_ahead, NULL, &__dso_handle);
 }

@@ -381,10 +381,9 @@ static void case_child_destroys_parked(void) {
 
 static int exit_report = -1; /* the write end of a pipe to the parent */
 
-/* The child: the purge thread runs, `handler` is registered with atexit,
- * main ends with pthread_exit. The parent gets status 0 and what the
- * handler wrote (up to size - 1 bytes, NUL-terminated). */
-static void end_by_purge_thread(void (*handler)(void), char *got, size_t size) {
+/* fork, with a pipe from the child (its write end: exit_report) to the
+ * parent (*from_child, its read end). */
+static pid_t fork_reporting(int *from_child) {
     int fds[2];
     CHECK_EQ(pipe(fds), 0);
     pid_t pid = fork();
@@ -392,16 +391,30 @@ static void end_by_purge_thread(void (*handler)(void), char *got, size_t size) {
     if (pid == 0) {
         close(fds[0]);
         exit_report = fds[1];
+        return 0;
+    }
+    close(fds[1]);
+    *from_child = fds[0];
+    return pid;
+}
+
+/* The child: the purge thread runs, `handler` is registered with atexit,
+ * main ends with pthread_exit. The parent gets status 0 and what the
+ * handler wrote (up to size - 1 bytes, NUL-terminated). */
+static void end_by_purge_thread(void (*handler)(void), char *got, size_t size) {
+    int from_child;
+    pid_t pid = fork_reporting(&from_child);
+    if (pid == 0) {
         start_purge_thread();
         CHECK_MSG(task_count() == 2, "%d threads: the purge thread did not start", task_count());
         CHECK_EQ(atexit(handler), 0);
         pthread_exit(NULL);
     }
-    close(fds[1]);
     size_t n = 0;
-    for (ssize_t r; n + 1 < size && (r = read(fds[0], got + n, size - 1 - n)) > 0;) n += (size_t)r;
+    for (ssize_t r; n + 1 < size && (r = read(from_child, got + n, size - 1 - n)) > 0;)
+        n += (size_t)r;
     got[n] = 0;
-    close(fds[0]);
+    close(from_child);
     expect_exit_0(pid, "end_by_purge_thread");
 }
 
@@ -652,24 +665,20 @@ static void *oom_thread(void *arg) {
 /* In a fork child: oom_thread, run to its end. Returns its count (the
  * child's exit status must be 0), through a pipe. */
 static long long oom_child(long long fill) {
-    int fds[2];
-    CHECK_EQ(pipe(fds), 0);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
+    int from_child;
+    pid_t pid = fork_reporting(&from_child);
     if (pid == 0) {
-        close(fds[0]);
         oom_fill = fill;
         long long n = -1;
         pthread_t t;
         CHECK_EQ(pthread_create(&t, NULL, oom_thread, &n), 0);
         CHECK_EQ(pthread_join(t, NULL), 0);
-        CHECK_EQ(write(fds[1], &n, sizeof n), (ssize_t)sizeof n);
+        CHECK_EQ(write(exit_report, &n, sizeof n), (ssize_t)sizeof n);
         _exit(0);
     }
-    close(fds[1]);
     long long n = -1;
-    ssize_t got = read(fds[0], &n, sizeof n);
-    close(fds[0]);
+    ssize_t got = read(from_child, &n, sizeof n);
+    close(from_child);
     int status = wait_or_kill(pid, 30);
     CHECK_MSG(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: status 0x%x%s",
               fill < 0 ? "counting the blocks" : "coral_heap_new", status,

@@ -374,7 +374,17 @@ coral_heap_t *coral_thread_init(void) {
  * registration allocates (through this allocator, at a point where the
  * thread holds no lock), and ends the process when that fails, so its
  * caller makes sure it cannot. */
+/* glibc has it (since 2.18): a strong reference, so that a static link
+ * takes it from libc.a too (a weak one does not pull it in: a static
+ * program had no registration, and the cleanup of a thread with user
+ * heaps never waited). Weak elsewhere (absent: never registered). */
+#ifdef __GLIBC__
+extern int __cxa_thread_atexit_impl(void (*fn)(void *), void *obj, void *dso);
+#define CORAL_HAVE_TLS_DTORS 1
+#else
 extern int __cxa_thread_atexit_impl(void (*fn)(void *), void *obj, void *dso) __attribute__((weak));
+#define CORAL_HAVE_TLS_DTORS (__cxa_thread_atexit_impl != NULL)
+#endif
 extern char __dso_handle __attribute__((visibility("hidden")));
 static __thread bool coral_tls_rounds_ahead __attribute__((tls_model("initial-exec")));
 
@@ -384,7 +394,7 @@ static void thread_rounds_ahead(void *unused) {
 }
 
 bool coral_thread_rounds_unwatched(const coral_thread_t *thread) {
-    return !thread->rounds_watched && !coral_tls_exiting && __cxa_thread_atexit_impl != NULL;
+    return !thread->rounds_watched && !coral_tls_exiting && CORAL_HAVE_TLS_DTORS;
 }
 
 void coral_thread_watch_rounds(coral_thread_t *thread) {

@@ -525,7 +525,6 @@ static void case_heap_freed_late(void) {
  * never abandoned (the threads gauge stayed one up per thread). */
 static pthread_key_t last_rounds_key;
 static __thread int last_rounds_seen;
-static char last_rounds_token;
 
 static void last_rounds_destructor(void *value) {
     if (++last_rounds_seen == 4) {
@@ -541,25 +540,58 @@ static void last_rounds_destructor(void *value) {
     pthread_setspecific(last_rounds_key, value);
 }
 
-static void *last_rounds_thread(void *arg) {
-    (void)arg;
-    pthread_setspecific(last_rounds_key, &last_rounds_token); /* allocates nothing */
+static void *set_round_key(void *key) {
+    pthread_setspecific(*(pthread_key_t *)key, key); /* allocates nothing */
     return NULL;
 }
 
-static void case_heap_made_in_last_rounds(void) {
+/* 50 threads in a row whose only allocations are in destructor of *key
+ * (made after coralloc's key, so visited after it in a round; value:
+ * key): how many the threads gauge kept. */
+static long long round_threads_left(pthread_key_t *key, void (*destructor)(void *)) {
     free(opaque(malloc(16))); /* coralloc's key first: its destructor runs first in a round */
-    CHECK_EQ(pthread_key_create(&last_rounds_key, last_rounds_destructor), 0);
+    CHECK_EQ(pthread_key_create(key, destructor), 0);
     long long before = stats_get("threads");
     for (int i = 0; i < 50; i++) {
         pthread_t t;
-        CHECK_EQ(pthread_create(&t, NULL, last_rounds_thread, NULL), 0);
+        CHECK_EQ(pthread_create(&t, NULL, set_round_key, key), 0);
         CHECK_EQ(pthread_join(t, NULL), 0);
     }
-    long long left = stats_get("threads") - before;
+    return stats_get("threads") - before;
+}
+
+static void case_heap_made_in_last_rounds(void) {
+    long long left = round_threads_left(&last_rounds_key, last_rounds_destructor);
     CHECK_MSG(left == 0,
               "%lld of 50 threads whose heaps came in their third key destructor round "
               "were never cleaned up",
+              left);
+}
+
+/* A thread that never allocated allocates first in its fourth (last) key
+ * destructor round, from a key made after coralloc's (so visited after
+ * it in the round): coralloc's key is set after its turn, its destructor
+ * never runs, and the thread's
+ * heap was never abandoned (threads gauge one up per thread, 64 KiB of
+ * pages each). Now the next thread that gets its thread id (glibc gives a
+ * new thread the joined one's stack) finishes that cleanup: of 50 such
+ * threads in a row, at most the last is left. */
+static pthread_key_t first_last_key;
+static __thread int first_last_seen;
+
+static void first_in_last_round(void *value) {
+    if (++first_last_seen == 4) {
+        memset(opaque(malloc(100)), 8, 100); /* the thread's first allocation */
+        return;
+    }
+    pthread_setspecific(first_last_key, value);
+}
+
+static void case_first_alloc_in_last_round(void) {
+    long long left = round_threads_left(&first_last_key, first_in_last_round);
+    CHECK_MSG(left <= 1,
+              "%lld of 50 threads that first allocated in their last key destructor "
+              "round were never cleaned up",
               left);
 }
 
@@ -720,6 +752,7 @@ int main(int argc, char **argv) {
         {"atexit_signals", case_atexit_signals},
         {"exit_watch_fd_limit", case_exit_watch_fd_limit},
         {"heap_new_out_of_memory", case_heap_new_out_of_memory},
+        {"first_alloc_in_last_round", case_first_alloc_in_last_round},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(argv[1], cases[i].name) == 0) {

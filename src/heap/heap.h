@@ -36,6 +36,10 @@ typedef struct coral_thread_s {
     /* Set at its first user heap: it will learn that its exit began
      * (thread.c, coral_thread_watch_rounds). */
     bool rounds_watched;
+    /* Listed by its thread id (thread.c, heaps_by_tid), under the heap
+     * pool's lock, from the thread's set-up until its heap goes back. */
+    bool tid_listed;
+    coral_link_t tid_link;
 } coral_thread_t;
 
 /* Per size class block counts (CORAL_STATS builds): written by the owner

@@ -41,9 +41,38 @@ static bool thread_gone(int tid) {
     return syscall(SYS_tgkill, getpid(), tid, 0) != 0 && errno == ESRCH;
 }
 
+/* ---- thread heaps by thread id --------------------------------------------------------
+ * glibc runs a thread's key destructors for at most 4 rounds. A thread
+ * whose first allocation comes in the last one (a program's key visited
+ * before coralloc's in that round) sets coralloc's key after its turn:
+ * coralloc's exit cleanup never runs, and the thread's heaps are left with
+ * their segments, which carry its thread id (its thread pointer). No
+ * thread may abandon them but one whose frees are local to them: a later
+ * thread with the same thread id, which glibc makes when it gives a new
+ * thread the dead one's stack and thread control block (it reuses them
+ * first). So each thread's heap is listed by its thread id, and a thread's
+ * set-up that finds one listed under its own id (no live thread has it:
+ * it is a dead thread's) finishes that thread's cleanup first
+ * (thread_clean_dead). Under heap_pool_lock. */
+#define TID_BUCKETS 1024
+static coral_list_t heaps_by_tid[TID_BUCKETS];
+
+static coral_list_t *tid_bucket(uintptr_t tid) {
+    return &heaps_by_tid[(tid * 0x9E3779B97F4A7C15ull) >> 54];
+}
+
+/* Under heap_pool_lock: a thread heap off heaps_by_tid. */
+static void heap_tid_unlist(coral_heap_t *heap) {
+    coral_thread_t *thread = &heap->thread_storage;
+    if (!thread->tid_listed) return;
+    coral_list_remove(tid_bucket(thread->segments.thread_id), &thread->tid_link);
+    thread->tid_listed = false;
+}
+
 /* Under heap_pool_lock: heap, off the registry, on the free pool (a stack
  * through thread_link.next). */
 static void heap_pool_push(coral_heap_t *heap) {
+    heap_tid_unlist(heap);
     coral_list_remove(&heaps_live, &heap->registry_link);
     heap->thread_link.next = heap_pool_free ? &heap_pool_free->thread_link : NULL;
     heap_pool_free = heap;
@@ -339,6 +368,64 @@ void coral_exit_heap_release(void) { pthread_mutex_unlock(&exit_heap_lock); }
 
 /* ---- threads ----------------------------------------------------------------------------- */
 
+/* Every heap of the thread whose own heap is `heap` abandoned, with its
+ * segments; then each user heap given to `user_heap` (off the thread). */
+static void thread_heaps_abandon(coral_heap_t *heap, void (*user_heap)(coral_heap_t *)) {
+    coral_thread_t *thread = heap->thread;
+    for (coral_link_t *l = thread->heaps.first; l != NULL; l = l->next)
+        coral_heap_abandon(coral_container_of(l, coral_heap_t, thread_link));
+    coral_segments_abandon(&thread->segments);
+    coral_link_t *l = thread->heaps.first;
+    while (l != NULL) {
+        coral_link_t *next = l->next;
+        coral_heap_t *h = coral_container_of(l, coral_heap_t, thread_link);
+        if (h != heap) user_heap(h);
+        l = next;
+    }
+}
+
+/* The heap listed under the calling thread's id (a dead thread's: see
+ * heaps_by_tid), taken off the list; and heap (NULL: none), the calling
+ * thread's new one, listed in its place. */
+static coral_heap_t *thread_heap_list(coral_heap_t *heap) {
+    uintptr_t tid = coral_thread_id();
+    coral_list_t *bucket = tid_bucket(tid);
+    coral_heap_t *dead = NULL;
+    pthread_mutex_lock(&heap_pool_lock);
+    for (coral_link_t *l = bucket->first; l != NULL && dead == NULL; l = l->next) {
+        coral_thread_t *thread = coral_container_of(l, coral_thread_t, tid_link);
+        if (thread->segments.thread_id == tid) dead = thread->heap_default;
+    }
+    if (dead != NULL) heap_tid_unlist(dead);
+    if (heap != NULL) {
+        heap->thread_storage.tid_listed = true;
+        coral_list_push_front(bucket, &heap->thread_storage.tid_link);
+    }
+    pthread_mutex_unlock(&heap_pool_lock);
+    return dead;
+}
+
+/* A dead thread's heaps (of the calling thread's id): its exit cleanup
+ * (thread_done) done for it, with the calling thread's allocations meanwhile
+ * from the exit heap, as in thread_done. But for its exit hook: its bulk
+ * cache and profiler state were in its thread-local storage, which glibc
+ * set anew for this thread (their blocks stay taken; the purger flushes an
+ * idle bulk cache); and for its exit notice (it ended without one, as a
+ * thread that never allocated). No thread can use its user heaps: they go
+ * back to the pool at once. */
+static void user_heap_put_dead(coral_heap_t *heap) {
+    heap->thread = NULL; /* its handle stops working */
+    coral_heap_pool_put(heap);
+}
+
+static void thread_clean_dead(coral_heap_t *dead) {
+    coral_tls_exiting = true;
+    thread_heaps_abandon(dead, user_heap_put_dead);
+    coral_heap_pool_put(dead); /* last: it holds the thread's state */
+    coral_count(&coral_counters.threads, -1);
+    coral_tls_exiting = false;
+}
+
 coral_heap_t *coral_thread_init(void) {
     if (coral_tls_exiting) return NULL; /* the exit heap serves it */
     coral_process_init();
@@ -350,6 +437,8 @@ coral_heap_t *coral_thread_init(void) {
     if (thread->segments.thread_id & ~CORAL_SLICE_TID_MASK)
         coral_fatal("thread pointer %p above 2^56", (void *)thread->segments.thread_id);
     thread->heap_default = heap;
+    coral_heap_t *dead = thread_heap_list(heap);
+    if (dead != NULL) thread_clean_dead(dead);
     coral_list_push_front(&thread->heaps, &heap->thread_link);
     coral_heap_init(heap, thread);
     heap->is_default = true;
@@ -442,18 +531,9 @@ static void thread_done(void *value) {
      * thread still owns). */
     coral_thread_exit_fn hook = atomic_load_explicit(&thread_exit_hook, memory_order_acquire);
     if (hook != NULL) hook();
-    for (coral_link_t *l = thread->heaps.first; l != NULL; l = l->next)
-        coral_heap_abandon(coral_container_of(l, coral_heap_t, thread_link));
-    coral_segments_abandon(&thread->segments);
-    coral_link_t *l = thread->heaps.first;
-    while (l != NULL) {
-        coral_link_t *next = l->next;
-        coral_heap_t *h = coral_container_of(l, coral_heap_t, thread_link);
-        /* A user heap's handle stops working (coral_heap_*: a clear error),
-         * but its struct is not reused while this thread may still hold it. */
-        if (h != heap) coral_heap_park_exited(h);
-        l = next;
-    }
+    /* A user heap's handle stops working (coral_heap_*: a clear error),
+     * but its struct is not reused while this thread may still hold it. */
+    thread_heaps_abandon(heap, coral_heap_park_exited);
     coral_heap_pool_put(heap); /* last: it holds the thread's state */
     coral_count(&coral_counters.threads, -1);
     coral_purger_thread_exiting();

@@ -39,6 +39,7 @@ typedef struct coral_thread_s {
     /* Listed by its thread id (thread.c, heaps_by_tid), under the heap
      * pool's lock, from the thread's set-up until its heap goes back. */
     bool tid_listed;
+    uint32_t tid_generation; /* the process's forks when it was listed */
     coral_link_t tid_link;
 } coral_thread_t;
 

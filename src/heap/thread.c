@@ -53,9 +53,14 @@ static bool thread_gone(int tid) {
  * first). So each thread's heap is listed by its thread id, and a thread's
  * set-up that finds one listed under its own id (no live thread has it:
  * it is a dead thread's) finishes that thread's cleanup first
- * (thread_clean_dead). Under heap_pool_lock. */
+ * (thread_clean_dead). Under heap_pool_lock. Only heaps listed since the
+ * process's last fork count: a fork child's new threads get the stacks of
+ * the parent's other threads, whose heaps the fork may have caught in the
+ * middle of an owner's update (no lock guards those): they stay as they
+ * were, as they did before this list. */
 #define TID_BUCKETS 1024
 static coral_list_t heaps_by_tid[TID_BUCKETS];
+static uint32_t tid_generation; /* +1 in each fork child */
 
 static coral_list_t *tid_bucket(uintptr_t tid) {
     return &heaps_by_tid[(tid * 0x9E3779B97F4A7C15ull) >> 54];
@@ -228,8 +233,10 @@ static int fork_parent_tid;
 /* The child: user heaps that the forking thread parked at its exit (it
  * forked from a later key destructor) are still its own, so it may destroy
  * them; they take its new id. The other parked heaps' threads do not exist
- * in the child: their structs are reused (heaps_exited_reap). */
+ * in the child: their structs are reused (heaps_exited_reap). The thread
+ * heaps listed by id so far are left as they are (heaps_by_tid). */
 static void heaps_exited_postfork_child(void) {
+    tid_generation++; /* (heaps_by_tid) */
     int tid = gettid();
     for (coral_link_t *l = heaps_exited.first; l != NULL; l = l->next) {
         coral_heap_t *heap = coral_container_of(l, coral_heap_t, thread_link);
@@ -394,11 +401,13 @@ static coral_heap_t *thread_heap_list(coral_heap_t *heap) {
     pthread_mutex_lock(&heap_pool_lock);
     for (coral_link_t *l = bucket->first; l != NULL && dead == NULL; l = l->next) {
         coral_thread_t *thread = coral_container_of(l, coral_thread_t, tid_link);
-        if (thread->segments.thread_id == tid) dead = thread->heap_default;
+        if (thread->segments.thread_id == tid && thread->tid_generation == tid_generation)
+            dead = thread->heap_default;
     }
     if (dead != NULL) heap_tid_unlist(dead);
     if (heap != NULL) {
         heap->thread_storage.tid_listed = true;
+        heap->thread_storage.tid_generation = tid_generation;
         coral_list_push_front(bucket, &heap->thread_storage.tid_link);
     }
     pthread_mutex_unlock(&heap_pool_lock);

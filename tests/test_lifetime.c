@@ -381,10 +381,9 @@ static void case_child_destroys_parked(void) {
 
 static int exit_report = -1; /* the write end of a pipe to the parent */
 
-/* The child: the purge thread runs, `handler` is registered with atexit,
- * main ends with pthread_exit. The parent gets status 0 and what the
- * handler wrote (up to size - 1 bytes, NUL-terminated). */
-static void end_by_purge_thread(void (*handler)(void), char *got, size_t size) {
+/* fork, with a pipe from the child (its write end: exit_report) to the
+ * parent (*from_child, its read end). */
+static pid_t fork_reporting(int *from_child) {
     int fds[2];
     CHECK_EQ(pipe(fds), 0);
     pid_t pid = fork();
@@ -392,16 +391,30 @@ static void end_by_purge_thread(void (*handler)(void), char *got, size_t size) {
     if (pid == 0) {
         close(fds[0]);
         exit_report = fds[1];
+        return 0;
+    }
+    close(fds[1]);
+    *from_child = fds[0];
+    return pid;
+}
+
+/* The child: the purge thread runs, `handler` is registered with atexit,
+ * main ends with pthread_exit. The parent gets status 0 and what the
+ * handler wrote (up to size - 1 bytes, NUL-terminated). */
+static void end_by_purge_thread(void (*handler)(void), char *got, size_t size) {
+    int from_child;
+    pid_t pid = fork_reporting(&from_child);
+    if (pid == 0) {
         start_purge_thread();
         CHECK_MSG(task_count() == 2, "%d threads: the purge thread did not start", task_count());
         CHECK_EQ(atexit(handler), 0);
         pthread_exit(NULL);
     }
-    close(fds[1]);
     size_t n = 0;
-    for (ssize_t r; n + 1 < size && (r = read(fds[0], got + n, size - 1 - n)) > 0;) n += (size_t)r;
+    for (ssize_t r; n + 1 < size && (r = read(from_child, got + n, size - 1 - n)) > 0;)
+        n += (size_t)r;
     got[n] = 0;
-    close(fds[0]);
+    close(from_child);
     expect_exit_0(pid, "end_by_purge_thread");
 }
 
@@ -512,7 +525,6 @@ static void case_heap_freed_late(void) {
  * never abandoned (the threads gauge stayed one up per thread). */
 static pthread_key_t last_rounds_key;
 static __thread int last_rounds_seen;
-static char last_rounds_token;
 
 static void last_rounds_destructor(void *value) {
     if (++last_rounds_seen == 4) {
@@ -528,25 +540,58 @@ static void last_rounds_destructor(void *value) {
     pthread_setspecific(last_rounds_key, value);
 }
 
-static void *last_rounds_thread(void *arg) {
-    (void)arg;
-    pthread_setspecific(last_rounds_key, &last_rounds_token); /* allocates nothing */
+static void *set_round_key(void *key) {
+    pthread_setspecific(*(pthread_key_t *)key, key); /* allocates nothing */
     return NULL;
 }
 
-static void case_heap_made_in_last_rounds(void) {
+/* 50 threads in a row whose only allocations are in destructor of *key
+ * (made after coralloc's key, so visited after it in a round; value:
+ * key): how many the threads gauge kept. */
+static long long round_threads_left(pthread_key_t *key, void (*destructor)(void *)) {
     free(opaque(malloc(16))); /* coralloc's key first: its destructor runs first in a round */
-    CHECK_EQ(pthread_key_create(&last_rounds_key, last_rounds_destructor), 0);
+    CHECK_EQ(pthread_key_create(key, destructor), 0);
     long long before = stats_get("threads");
     for (int i = 0; i < 50; i++) {
         pthread_t t;
-        CHECK_EQ(pthread_create(&t, NULL, last_rounds_thread, NULL), 0);
+        CHECK_EQ(pthread_create(&t, NULL, set_round_key, key), 0);
         CHECK_EQ(pthread_join(t, NULL), 0);
     }
-    long long left = stats_get("threads") - before;
+    return stats_get("threads") - before;
+}
+
+static void case_heap_made_in_last_rounds(void) {
+    long long left = round_threads_left(&last_rounds_key, last_rounds_destructor);
     CHECK_MSG(left == 0,
               "%lld of 50 threads whose heaps came in their third key destructor round "
               "were never cleaned up",
+              left);
+}
+
+/* A thread that never allocated allocates first in its fourth (last) key
+ * destructor round, from a key made after coralloc's (so visited after
+ * it in the round): coralloc's key is set after its turn, its destructor
+ * never runs, and the thread's
+ * heap was never abandoned (threads gauge one up per thread, 64 KiB of
+ * pages each). Now the next thread that gets its thread id (glibc gives a
+ * new thread the joined one's stack) finishes that cleanup: of 50 such
+ * threads in a row, at most the last is left. */
+static pthread_key_t first_last_key;
+static __thread int first_last_seen;
+
+static void first_in_last_round(void *value) {
+    if (++first_last_seen == 4) {
+        memset(opaque(malloc(100)), 8, 100); /* the thread's first allocation */
+        return;
+    }
+    pthread_setspecific(first_last_key, value);
+}
+
+static void case_first_alloc_in_last_round(void) {
+    long long left = round_threads_left(&first_last_key, first_in_last_round);
+    CHECK_MSG(left <= 1,
+              "%lld of 50 threads that first allocated in their last key destructor "
+              "round were never cleaned up",
               left);
 }
 
@@ -614,6 +659,74 @@ static void case_child_forked_after_exit(void) {
     late_key_thread(&fork_late_key, fork_and_free_big, set_fork_late_and_return);
 }
 
+/* A thread's first user heap has glibc register a TLS destructor (a
+ * calloc of 32 bytes, through coralloc), and glibc ends the process when
+ * that calloc fails. With the kernel refusing the page it needs,
+ * coral_heap_new ended the process ("Fatal glibc error: failed to
+ * register TLS destructor: out of memory", SIGABRT) instead of working or
+ * failing cleanly. A new thread of a fork child (each the same) takes
+ * 32-byte blocks up to the point where the next one needs a kernel call
+ * (a new segment): one child counts how many (its next malloc fails with
+ * CORALLOC_FAIL_OS_AFTER=1), the next takes that many and then makes its
+ * first user heap with the next kernel call failing. */
+enum { OOM_SIZE = 32 };
+static long long oom_fill = -1; /* -1: count them */
+
+static void *oom_thread(void *arg) {
+    /* No prefaulting (its calls' failures are harmless): the next kernel
+     * call is the mapping of a segment. */
+    CHECK_EQ(coral_option_set("POPULATE", 0), 0);
+    (void)opaque(malloc(64)); /* the thread's heap, and a page of 64-byte blocks */
+    long long n = 0;
+    if (oom_fill < 0) {
+        CHECK_EQ(coral_option_set("FAIL_OS_AFTER", 1), 0);
+        while (opaque(malloc(OOM_SIZE)) != NULL) n++;
+    } else {
+        for (; n < oom_fill; n++) CHECK(opaque(malloc(OOM_SIZE)) != NULL);
+        CHECK_EQ(coral_option_set("FAIL_OS_AFTER", 1), 0);
+        coral_heap_t *heap = coral_heap_new();
+        CHECK_EQ(coral_option_set("FAIL_OS_AFTER", 0), 0);
+        CHECK_MSG(heap != NULL, "coral_heap_new failed (the kernel refused one call)");
+        CHECK_MSG(stats_get("os_failures_injected") == 1,
+                  "coral_heap_new made no kernel call (no TLS destructor registered)");
+        memset(coral_heap_malloc(heap, 64), 7, 64);
+        coral_heap_destroy(heap);
+    }
+    *(long long *)arg = n;
+    return NULL;
+}
+
+/* In a fork child: oom_thread, run to its end. Returns its count (the
+ * child's exit status must be 0), through a pipe. */
+static long long oom_child(long long fill) {
+    int from_child;
+    pid_t pid = fork_reporting(&from_child);
+    if (pid == 0) {
+        oom_fill = fill;
+        long long n = -1;
+        pthread_t t;
+        CHECK_EQ(pthread_create(&t, NULL, oom_thread, &n), 0);
+        CHECK_EQ(pthread_join(t, NULL), 0);
+        CHECK_EQ(write(exit_report, &n, sizeof n), (ssize_t)sizeof n);
+        _exit(0);
+    }
+    long long n = -1;
+    ssize_t got = read(from_child, &n, sizeof n);
+    close(from_child);
+    int status = wait_or_kill(pid, 30);
+    CHECK_MSG(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: status 0x%x%s",
+              fill < 0 ? "counting the blocks" : "coral_heap_new", status,
+              WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT ? " (SIGABRT)" : "");
+    CHECK_EQ(got, (ssize_t)sizeof n);
+    return n;
+}
+
+static void case_heap_new_out_of_memory(void) {
+    coral_heap_destroy(coral_heap_new()); /* a free heap struct: no kernel call for one */
+    long long fill = oom_child(-1);
+    CHECK_EQ(oom_child(fill), fill);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_lifetime CASE\n");
@@ -638,6 +751,8 @@ int main(int argc, char **argv) {
         {"atexit_stack", case_atexit_stack},
         {"atexit_signals", case_atexit_signals},
         {"exit_watch_fd_limit", case_exit_watch_fd_limit},
+        {"heap_new_out_of_memory", case_heap_new_out_of_memory},
+        {"first_alloc_in_last_round", case_first_alloc_in_last_round},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(argv[1], cases[i].name) == 0) {

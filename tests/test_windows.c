@@ -32,6 +32,23 @@ static pthread_t start(thread_fn fn, void *arg) {
 
 static void join(pthread_t t) { CHECK_EQ(pthread_join(t, NULL), 0); }
 
+/* The fork child pid ends with status 0 (what: the defect if it never
+ * ends; killed after 30 s, a hang detector, not a timing). */
+static void expect_child_exit_0(pid_t pid, const char *what) {
+    int status = -1;
+    for (int i = 0; i < 3000 && waitpid(pid, &status, WNOHANG) == 0; i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        status = -1;
+    }
+    if (status == -1) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    }
+    CHECK_MSG(status != -1, "%s (killed after 30 s)", what);
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status 0x%x", status);
+}
+
 /* ---- a destroyed heap's orphan page and the purger --------------------------------------
  * A user heap's page all of whose blocks another thread freed is an orphan.
  * The purger is held holding the orphan lock, the page unlisted; the owner
@@ -701,18 +718,104 @@ static void case_purger_watch_expired(void) {
         gate_arm(CORAL_TP_EXIT_WATCH_SLOW, -1);
         pthread_exit(NULL);
     }
-    int status = -1;
-    for (int i = 0; i < 3000 && waitpid(pid, &status, WNOHANG) == 0; i++) {
-        struct timespec ts = {0, 10 * 1000 * 1000}; /* a hang detector, not a timing */
-        nanosleep(&ts, NULL);
-        status = -1;
+    expect_child_exit_0(pid, "the process whose last thread ended never did");
+}
+
+/* ---- the purge thread's start --------------------------------------------------------------
+ * Its starter creates it, then marks it RUNNING: until then an exit
+ * notice or a free's notification (coral_purger_notify) signals nothing,
+ * and the new thread may already have read them and gone to wait with no
+ * end. So the starter, once RUNNING, wakes it for what came meanwhile
+ * (purger_wake_for_notices). Each case holds the starter S (a thread with
+ * no heap, freeing main's huge block) at CORAL_TP_PURGER_STARTED and the
+ * new thread at its wait (CORAL_TP_PURGER_WAIT), gives the notice, then
+ * lets both go, in a fork child (the purge thread starts once). */
+
+static void *free_block(void *arg) {
+    coral_free(arg); /* the purge thread starts at its end: S is held */
+    return NULL;
+}
+
+/* The fork child: S and the new purge thread held. */
+static pthread_t hold_purger_start(void) {
+    char *big = coral_malloc((size_t)8 << 20);
+    CHECK_NOT_NULL(big);
+    memset(big, 1, (size_t)8 << 20);
+    gate_arm_at(0, CORAL_TP_PURGER_STARTED, -1);
+    gate_arm_at(1, CORAL_TP_PURGER_WAIT, -1);
+    pthread_t s = start(free_block, big);
+    gate_wait_held_at(0);
+    gate_wait_held_at(1);
+    return s;
+}
+
+static void let_purger_start(void) {
+    gate_open_at(1); /* the purge thread waits */
+    gate_open_at(0); /* S marks it RUNNING */
+}
+
+/* main's exit notice (main ends with pthread_exit: the purge thread must
+ * end the process once S, which never told, has ended too). Before
+ * 4bd63d7 the notice was dropped (the process never ended); without the
+ * starter's wake, the purge thread never looked. */
+static pthread_key_t started_key;
+
+static void open_after_notice(void *value) {
+    (void)value;
+    let_purger_start(); /* coralloc's cleanup gave main's notice before */
+}
+
+static void case_purger_started_notice(void) {
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        /* No segment cache: S's free unmaps the block, and notifies
+         * nothing after RUNNING (which would wake the thread anyway). */
+        CHECK_EQ(coral_option_set("SEGMENT_CACHE", 0), 0);
+        (void)hold_purger_start();
+        CHECK_EQ(pthread_key_create(&started_key, open_after_notice), 0); /* after coralloc's */
+        pthread_setspecific(started_key, &started_key);
+        pthread_exit(NULL);
     }
-    if (status == -1) {
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
+    expect_child_exit_0(pid, "the notice given while the purge thread started was not seen");
+}
+
+/* A free's notification: memory to purge, and the purge thread's
+ * `pending` set, which it clears at its next pass. The starter did not
+ * wake it for that: it waited with no end, `pending` stayed set, so every
+ * later notification returned at once, and nothing was ever purged again
+ * by it (the slow paths leave purging to a running purge thread). */
+static _Atomic(int) purger_waits;
+
+static void count_purger_waits(int point, const void *object) {
+    gate_hook(point, object);
+    if (point == CORAL_TP_PURGER_WAIT) {
+        pthread_mutex_lock(&gates_lock);
+        atomic_fetch_add(&purger_waits, 1);
+        pthread_cond_broadcast(&gates_cond);
+        pthread_mutex_unlock(&gates_lock);
     }
-    CHECK_MSG(status != -1, "the process whose last thread ended never did (killed after 30 s)");
-    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status 0x%x", status);
+}
+
+static void case_purger_started_free(void) {
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        pthread_t s = hold_purger_start();
+        coral_test_point_set(count_purger_waits);
+        char *big = coral_malloc((size_t)8 << 20);
+        CHECK_NOT_NULL(big);
+        memset(big, 2, (size_t)8 << 20);
+        coral_free(big); /* notifies: nothing signalled yet */
+        let_purger_start();
+        join(s);
+        pthread_mutex_lock(&gates_lock); /* its next pass ends at the same wait */
+        while (atomic_load(&purger_waits) < 1) pthread_cond_wait(&gates_cond, &gates_lock);
+        pthread_mutex_unlock(&gates_lock);
+        _exit(0);
+    }
+    expect_child_exit_0(pid,
+                        "the purge thread never passed again after a free made while it started");
 }
 
 /* ---- the exit watch while main lives ------------------------------------------------------
@@ -884,6 +987,8 @@ int main(int argc, char **argv) {
         {"parked_unlisted", case_parked_unlisted},
         {"parked_purging", case_parked_purging},
         {"parked_again", case_parked_again},
+        {"purger_started_notice", case_purger_started_notice},
+        {"purger_started_free", case_purger_started_free},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(argv[1], cases[i].name) == 0) {

@@ -84,13 +84,39 @@ static CORAL_NOINLINE void *malloc_first(size_t size, bool zero) {
     return coral_malloc_generic(size, heap, zero);
 }
 
+/* ---- a spare block for glibc's registration -------------------------------------------
+ * A thread's first user heap has glibc register a TLS destructor
+ * (coral_thread_watch_rounds), whose calloc ends the process when it fails
+ * ("failed to register TLS destructor: out of memory"). So the registration
+ * is made only with a spare block in hand: while it runs, a small
+ * allocation of the thread that finds no memory gets the spare instead of
+ * NULL (spare_or_enomem); if none did, the spare is freed after. It is of
+ * the size glibc asks for (struct dtor_list: four pointers), so it takes
+ * no page that glibc's block would not. Only where malloc is coralloc's
+ * (override.c defines coral_serves_malloc): else glibc's calloc is
+ * glibc's own. Set and read by its own thread only. */
+#define SPARE_SIZE (4 * sizeof(void *))
+static __thread void *coral_tls_spare __attribute__((tls_model("initial-exec")));
+extern const char coral_serves_malloc __attribute__((weak));
+
+/* A small allocation of size bytes (the secure build's counts the canary)
+ * found no memory: the spare, when one is held and fits, else NULL. */
+static CORAL_NOINLINE void *spare_or_enomem(size_t size, bool zero) {
+    void *spare = coral_tls_spare;
+    size_t asked = size - CORAL_CANARY_SIZE;
+    if (spare == NULL || asked > SPARE_SIZE) return enomem();
+    coral_tls_spare = NULL;
+    if (zero) memset(spare, 0, asked);
+    return spare;
+}
+
 /* The first page of the class of size (at most CORAL_CLASS_MAX_SIZE) has no
  * free block, or the thread is not set up yet: the slow path's periodic
  * work and other threads' frees, then the next page with a free block. */
 static void *class_refill(coral_heap_t *heap, unsigned cls, size_t size, bool zero) {
     coral_heap_periodic_work(heap);
     coral_page_t *page = coral_heap_find_page(heap, cls); /* takes other threads' frees first */
-    if (page == NULL) return enomem();
+    if (page == NULL) return spare_or_enomem(size, zero);
     return page_pop(heap, page, cls, size, zero);
 }
 
@@ -624,13 +650,35 @@ static coral_heap_t *heap_of_caller(coral_heap_t *heap, const char *what) {
     return heap;
 }
 
+/* The thread's first user heap: it watches for its exit's start, with the
+ * spare in hand (above). The spare is taken as page_pop hands blocks out,
+ * uncounted by the profiler, which counts it once if it is handed out.
+ * Without memory for it the thread is not watched yet (its exit cleanup
+ * does not wait a round, as without glibc's function); its next user heap
+ * tries again. */
+static void watch_rounds(coral_heap_t *self) {
+    if (coral_likely(!coral_thread_rounds_unwatched(self->thread))) return;
+    if (&coral_serves_malloc == NULL) {
+        coral_thread_watch_rounds(self->thread);
+        return;
+    }
+    size_t size = SPARE_SIZE + CORAL_CANARY_SIZE;
+    void *spare = class_alloc(self, coral_size_class(size), size, false);
+    if (spare == NULL) return;
+    coral_tls_spare = spare;
+    coral_thread_watch_rounds(self->thread);
+    spare = coral_tls_spare;
+    coral_tls_spare = NULL;
+    if (spare != NULL) coral_free(spare);
+}
+
 coral_heap_t *coral_heap_new(void) {
-    if (coral_heap_ready() == NULL) return enomem();
+    coral_heap_t *self = coral_heap_ready();
+    if (self == NULL) return enomem();
     coral_heap_t *heap = coral_heap_create();
-    if (heap == NULL)
-        errno = ENOMEM;
-    else if (coral_profile_on)
-        coral_profile_heap_start(heap); /* before its first page */
+    if (heap == NULL) return enomem();
+    if (coral_profile_on) coral_profile_heap_start(heap); /* before its first page */
+    watch_rounds(self);
     return heap;
 }
 

@@ -14,6 +14,9 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
+/* Defined where malloc is coralloc's (alloc.c, watch_rounds). */
+const char coral_serves_malloc = 1;
+
 EXPORT void *malloc(size_t size) { return coral_malloc_inline(size); }
 EXPORT void free(void *p) { coral_free_inline(p); }
 EXPORT void *calloc(size_t n, size_t size) {

@@ -55,6 +55,12 @@ typedef enum coral_test_point_e {
     /* page.c: an owner about to park a page again with one CAS, having
      * seen it still listed (LISTED) */
     CORAL_TP_PARK_AGAIN,
+    /* purge.c: the purge thread's starter created it and has not yet
+     * marked it RUNNING (an exit notice now signals nothing) */
+    CORAL_TP_PURGER_STARTED,
+    /* purge.c: the purge thread read the exit notices and is about to wait
+     * with no end (it holds purger_lock) */
+    CORAL_TP_PURGER_WAIT,
     CORAL_TP_COUNT
 } coral_test_point_t;
 

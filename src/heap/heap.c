@@ -434,7 +434,6 @@ coral_heap_t *coral_heap_create(void) {
     if (heap == NULL) return NULL;
     coral_heap_init(heap, self->thread);
     coral_list_push_back(&self->thread->heaps, &heap->thread_link);
-    coral_thread_user_heap_made(self->thread);
     return heap;
 }
 

@@ -34,8 +34,13 @@ typedef struct coral_thread_s {
      * destructor round for its user heaps (thread.c, thread_done). */
     bool exit_deferred;
     /* Set at its first user heap: it will learn that its exit began
-     * (thread.c, coral_thread_user_heap_made). */
+     * (thread.c, coral_thread_watch_rounds). */
     bool rounds_watched;
+    /* Listed by its thread id (thread.c, heaps_by_tid), under the heap
+     * pool's lock, from the thread's set-up until its heap goes back. */
+    bool tid_listed;
+    uint32_t tid_generation; /* the process's forks when it was listed */
+    coral_link_t tid_link;
 } coral_thread_t;
 
 /* Per size class block counts (CORAL_STATS builds): written by the owner
@@ -114,10 +119,13 @@ extern coral_heap_t coral_heap_empty;
 /* Set up the calling thread (and the process on its first call); its heap,
  * or NULL when the OS has no memory or the thread's exit has begun. */
 coral_heap_t *coral_thread_init(void);
-/* The calling thread made a user heap (coral_heap_create): from the
- * first, it watches for the start of its exit, which says whether its
- * exit cleanup may wait a key destructor round (thread.c). */
-void coral_thread_user_heap_made(coral_thread_t *thread);
+/* From its first user heap on, the calling thread watches for the start
+ * of its exit, which says whether its exit cleanup may wait a key
+ * destructor round (thread.c): unwatched tells whether it should start
+ * now; watch starts it, with a registration that glibc makes with calloc
+ * and that ends the process when that calloc fails. */
+bool coral_thread_rounds_unwatched(const coral_thread_t *thread);
+void coral_thread_watch_rounds(coral_thread_t *thread);
 /* The calling thread's exit has begun (its heaps are abandoned): it
  * allocates from the exit heap (thread.c). */
 bool coral_thread_exiting(void);

@@ -41,9 +41,43 @@ static bool thread_gone(int tid) {
     return syscall(SYS_tgkill, getpid(), tid, 0) != 0 && errno == ESRCH;
 }
 
+/* ---- thread heaps by thread id --------------------------------------------------------
+ * glibc runs a thread's key destructors for at most 4 rounds. A thread
+ * whose first allocation comes in the last one (a program's key visited
+ * before coralloc's in that round) sets coralloc's key after its turn:
+ * coralloc's exit cleanup never runs, and the thread's heaps are left with
+ * their segments, which carry its thread id (its thread pointer). No
+ * thread may abandon them but one whose frees are local to them: a later
+ * thread with the same thread id, which glibc makes when it gives a new
+ * thread the dead one's stack and thread control block (it reuses them
+ * first). So each thread's heap is listed by its thread id, and a thread's
+ * set-up that finds one listed under its own id (no live thread has it:
+ * it is a dead thread's) finishes that thread's cleanup first
+ * (thread_clean_dead). Under heap_pool_lock. Only heaps listed since the
+ * process's last fork count: a fork child's new threads get the stacks of
+ * the parent's other threads, whose heaps the fork may have caught in the
+ * middle of an owner's update (no lock guards those): they stay as they
+ * were, as they did before this list. */
+#define TID_BUCKETS 1024
+static coral_list_t heaps_by_tid[TID_BUCKETS];
+static uint32_t tid_generation; /* +1 in each fork child */
+
+static coral_list_t *tid_bucket(uintptr_t tid) {
+    return &heaps_by_tid[(tid * 0x9E3779B97F4A7C15ull) >> 54];
+}
+
+/* Under heap_pool_lock: a thread heap off heaps_by_tid. */
+static void heap_tid_unlist(coral_heap_t *heap) {
+    coral_thread_t *thread = &heap->thread_storage;
+    if (!thread->tid_listed) return;
+    coral_list_remove(tid_bucket(thread->segments.thread_id), &thread->tid_link);
+    thread->tid_listed = false;
+}
+
 /* Under heap_pool_lock: heap, off the registry, on the free pool (a stack
  * through thread_link.next). */
 static void heap_pool_push(coral_heap_t *heap) {
+    heap_tid_unlist(heap);
     coral_list_remove(&heaps_live, &heap->registry_link);
     heap->thread_link.next = heap_pool_free ? &heap_pool_free->thread_link : NULL;
     heap_pool_free = heap;
@@ -199,8 +233,10 @@ static int fork_parent_tid;
 /* The child: user heaps that the forking thread parked at its exit (it
  * forked from a later key destructor) are still its own, so it may destroy
  * them; they take its new id. The other parked heaps' threads do not exist
- * in the child: their structs are reused (heaps_exited_reap). */
+ * in the child: their structs are reused (heaps_exited_reap). The thread
+ * heaps listed by id so far are left as they are (heaps_by_tid). */
 static void heaps_exited_postfork_child(void) {
+    tid_generation++; /* (heaps_by_tid) */
     int tid = gettid();
     for (coral_link_t *l = heaps_exited.first; l != NULL; l = l->next) {
         coral_heap_t *heap = coral_container_of(l, coral_heap_t, thread_link);
@@ -339,6 +375,66 @@ void coral_exit_heap_release(void) { pthread_mutex_unlock(&exit_heap_lock); }
 
 /* ---- threads ----------------------------------------------------------------------------- */
 
+/* Every heap of the thread whose own heap is `heap` abandoned, with its
+ * segments; then each user heap given to `user_heap` (off the thread). */
+static void thread_heaps_abandon(coral_heap_t *heap, void (*user_heap)(coral_heap_t *)) {
+    coral_thread_t *thread = heap->thread;
+    for (coral_link_t *l = thread->heaps.first; l != NULL; l = l->next)
+        coral_heap_abandon(coral_container_of(l, coral_heap_t, thread_link));
+    coral_segments_abandon(&thread->segments);
+    coral_link_t *l = thread->heaps.first;
+    while (l != NULL) {
+        coral_link_t *next = l->next;
+        coral_heap_t *h = coral_container_of(l, coral_heap_t, thread_link);
+        if (h != heap) user_heap(h);
+        l = next;
+    }
+}
+
+/* The heap listed under the calling thread's id (a dead thread's: see
+ * heaps_by_tid), taken off the list; and heap (NULL: none), the calling
+ * thread's new one, listed in its place. */
+static coral_heap_t *thread_heap_list(coral_heap_t *heap) {
+    uintptr_t tid = coral_thread_id();
+    coral_list_t *bucket = tid_bucket(tid);
+    coral_heap_t *dead = NULL;
+    pthread_mutex_lock(&heap_pool_lock);
+    for (coral_link_t *l = bucket->first; l != NULL && dead == NULL; l = l->next) {
+        coral_thread_t *thread = coral_container_of(l, coral_thread_t, tid_link);
+        if (thread->segments.thread_id == tid && thread->tid_generation == tid_generation)
+            dead = thread->heap_default;
+    }
+    if (dead != NULL) heap_tid_unlist(dead);
+    if (heap != NULL) {
+        heap->thread_storage.tid_listed = true;
+        heap->thread_storage.tid_generation = tid_generation;
+        coral_list_push_front(bucket, &heap->thread_storage.tid_link);
+    }
+    pthread_mutex_unlock(&heap_pool_lock);
+    return dead;
+}
+
+/* A dead thread's heaps (of the calling thread's id): its exit cleanup
+ * (thread_done) done for it, with the calling thread's allocations meanwhile
+ * from the exit heap, as in thread_done. But for its exit hook: its bulk
+ * cache and profiler state were in its thread-local storage, which glibc
+ * set anew for this thread (their blocks stay taken; the purger flushes an
+ * idle bulk cache); and for its exit notice (it ended without one, as a
+ * thread that never allocated). No thread can use its user heaps: they go
+ * back to the pool at once. */
+static void user_heap_put_dead(coral_heap_t *heap) {
+    heap->thread = NULL; /* its handle stops working */
+    coral_heap_pool_put(heap);
+}
+
+static void thread_clean_dead(coral_heap_t *dead) {
+    coral_tls_exiting = true;
+    thread_heaps_abandon(dead, user_heap_put_dead);
+    coral_heap_pool_put(dead); /* last: it holds the thread's state */
+    coral_count(&coral_counters.threads, -1);
+    coral_tls_exiting = false;
+}
+
 coral_heap_t *coral_thread_init(void) {
     if (coral_tls_exiting) return NULL; /* the exit heap serves it */
     coral_process_init();
@@ -350,6 +446,8 @@ coral_heap_t *coral_thread_init(void) {
     if (thread->segments.thread_id & ~CORAL_SLICE_TID_MASK)
         coral_fatal("thread pointer %p above 2^56", (void *)thread->segments.thread_id);
     thread->heap_default = heap;
+    coral_heap_t *dead = thread_heap_list(heap);
+    if (dead != NULL) thread_clean_dead(dead);
     coral_list_push_front(&thread->heaps, &heap->thread_link);
     coral_heap_init(heap, thread);
     heap->is_default = true;
@@ -370,9 +468,21 @@ coral_heap_t *coral_thread_init(void) {
  * thread whose heap was made in the rounds themselves (a key destructor's
  * allocation) never gets that call: its cleanup, in what may be the last
  * round, cannot wait. Registered at the thread's first user heap only
- * (the only reason to wait); glibc's registration allocates (through this
- * allocator, at a point where the thread holds no lock). */
+ * (the only reason to wait), by the api layer (coral_heap_new): glibc's
+ * registration allocates (through this allocator, at a point where the
+ * thread holds no lock), and ends the process when that fails, so its
+ * caller makes sure it cannot. */
+/* glibc has it (since 2.18): a strong reference, so that a static link
+ * takes it from libc.a too (a weak one does not pull it in: a static
+ * program had no registration, and the cleanup of a thread with user
+ * heaps never waited). Weak elsewhere (absent: never registered). */
+#ifdef __GLIBC__
+extern int __cxa_thread_atexit_impl(void (*fn)(void *), void *obj, void *dso);
+#define CORAL_HAVE_TLS_DTORS 1
+#else
 extern int __cxa_thread_atexit_impl(void (*fn)(void *), void *obj, void *dso) __attribute__((weak));
+#define CORAL_HAVE_TLS_DTORS (__cxa_thread_atexit_impl != NULL)
+#endif
 extern char __dso_handle __attribute__((visibility("hidden")));
 static __thread bool coral_tls_rounds_ahead __attribute__((tls_model("initial-exec")));
 
@@ -381,8 +491,11 @@ static void thread_rounds_ahead(void *unused) {
     coral_tls_rounds_ahead = true;
 }
 
-void coral_thread_user_heap_made(coral_thread_t *thread) {
-    if (thread->rounds_watched || coral_tls_exiting || __cxa_thread_atexit_impl == NULL) return;
+bool coral_thread_rounds_unwatched(const coral_thread_t *thread) {
+    return !thread->rounds_watched && !coral_tls_exiting && CORAL_HAVE_TLS_DTORS;
+}
+
+void coral_thread_watch_rounds(coral_thread_t *thread) {
     thread->rounds_watched = true;
     (void)__cxa_thread_atexit_impl(thread_rounds_ahead, NULL, &__dso_handle);
 }
@@ -427,18 +540,9 @@ static void thread_done(void *value) {
      * thread still owns). */
     coral_thread_exit_fn hook = atomic_load_explicit(&thread_exit_hook, memory_order_acquire);
     if (hook != NULL) hook();
-    for (coral_link_t *l = thread->heaps.first; l != NULL; l = l->next)
-        coral_heap_abandon(coral_container_of(l, coral_heap_t, thread_link));
-    coral_segments_abandon(&thread->segments);
-    coral_link_t *l = thread->heaps.first;
-    while (l != NULL) {
-        coral_link_t *next = l->next;
-        coral_heap_t *h = coral_container_of(l, coral_heap_t, thread_link);
-        /* A user heap's handle stops working (coral_heap_*: a clear error),
-         * but its struct is not reused while this thread may still hold it. */
-        if (h != heap) coral_heap_park_exited(h);
-        l = next;
-    }
+    /* A user heap's handle stops working (coral_heap_*: a clear error),
+     * but its struct is not reused while this thread may still hold it. */
+    thread_heaps_abandon(heap, coral_heap_park_exited);
     coral_heap_pool_put(heap); /* last: it holds the thread's state */
     coral_count(&coral_counters.threads, -1);
     coral_purger_thread_exiting();

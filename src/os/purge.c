@@ -21,7 +21,9 @@
  * (coral_purger_notify); the thread clears it *before* each pass, and waits
  * only when a pass found nothing and `pending` is still clear. So a
  * notification is never lost, and the futex wake (a system call) happens
- * only on the idle -> busy transition. A new purge is never due earlier than
+ * only on the idle -> busy transition. (One that came while the thread
+ * was being started signalled nothing: its starter wakes it,
+ * purger_wake_for_notices.) A new purge is never due earlier than
  * the ones already pending (its delay starts now), so a sleeping thread need
  * not be woken for it.
  *
@@ -353,13 +355,16 @@ void coral_purger_thread_exiting(void) {
 }
 
 /* The starter of the purge thread, once its state is RUNNING: a notice that
- * saw it not yet RUNNING signalled nothing, and the thread may have looked
- * before the notice and be waiting with no end. Each side stores, then
- * loads what the other stores, all seq_cst: the notice sees RUNNING or
- * this sees the notice, and the thread is woken either way. */
+ * saw it not yet RUNNING signalled nothing (an exit notice, or a free's
+ * coral_purger_notify, which leaves `pending` set: every later one then
+ * returns at once), and the thread may have looked before the notice and
+ * be waiting with no end. Each side stores, then loads what the other
+ * stores, all seq_cst: the notice sees RUNNING or this sees the notice,
+ * and the thread is woken either way. */
 static void purger_wake_for_notices(void) {
     if (atomic_load_explicit(&exit_watch_until_ms, memory_order_seq_cst) == 0 &&
-        atomic_load_explicit(&main_look_ms, memory_order_seq_cst) == 0)
+        atomic_load_explicit(&main_look_ms, memory_order_seq_cst) == 0 &&
+        atomic_load_explicit(&purger_pending, memory_order_seq_cst) == 0)
         return;
     pthread_mutex_lock(&purger_lock);
     pthread_cond_signal(&purger_cond);
@@ -386,10 +391,12 @@ static bool purger_sleep(uint64_t next) {
         uint64_t main_look = atomic_load_explicit(&main_look_ms, memory_order_relaxed);
         if (main_look != 0 && (look == 0 || main_look < look)) look = main_look;
         if (look != 0 && (wake == 0 || look < wake)) wake = look;
-        if (wake == 0)
+        if (wake == 0) {
+            coral_test_point(CORAL_TP_PURGER_WAIT, NULL);
             pthread_cond_wait(&purger_cond, &purger_lock);
-        else
+        } else {
             timed_wait_until(wake);
+        }
         if (look != 0 && coral_clock_ms() >= look) return false;
     }
 }
@@ -443,7 +450,8 @@ bool coral_purge_wait_pass(void) {
 void coral_purger_notify(void) {
     if (atomic_load_explicit(&purger_pending, memory_order_relaxed)) return;
     if (atomic_exchange_explicit(&purger_pending, 1, memory_order_seq_cst)) return;
-    if (atomic_load_explicit(&purger_state, memory_order_acquire) == PURGER_RUNNING) {
+    /* (seq_cst: purger_wake_for_notices) */
+    if (atomic_load_explicit(&purger_state, memory_order_seq_cst) == PURGER_RUNNING) {
         pthread_mutex_lock(&purger_lock);
         pthread_cond_signal(&purger_cond);
         pthread_mutex_unlock(&purger_lock);
@@ -504,6 +512,7 @@ void coral_purger_start_if_wanted(void) {
     int rc = pthread_create(&thread, &attr, purger_main, NULL);
     pthread_attr_destroy(&attr);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc == 0) coral_test_point(CORAL_TP_PURGER_STARTED, NULL);
     if (rc != 0)
         coral_message("cannot start the purge thread (error %d): purging from slow paths", rc);
     atomic_store_explicit(&purger_state, rc == 0 ? PURGER_RUNNING : PURGER_FAILED,

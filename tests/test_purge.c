@@ -145,21 +145,25 @@ enum { KEPT_SMALL_N = 4 * 1024, KEPT_SMALL_SIZE = 64, KEPT_MID_N = 8 * 8 };
 #define KEPT_MID_SIZE (15 * KiB) /* a class of 8 blocks a page, 2 slices */
 #define KEPT_PARKED_BYTES ((3 + 7 * 2) * 64 * KiB)
 static char *kept_small[KEPT_SMALL_N], *kept_mid[KEPT_MID_N];
-static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t kept_cond = PTHREAD_COND_INITIALIZER;
-static int kept_step; /* 1: the thread freed its blocks; 2: it may go on; 3: done */
+/* The step a two-thread case has reached: one thread sets it, the other
+ * waits for it (each case runs in a child process of its own, so the cases
+ * share these). The kept-pages cases: 1: the thread freed its blocks; 2: it
+ * may go on; 3: done. */
+static pthread_mutex_t step_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t step_cond = PTHREAD_COND_INITIALIZER;
+static int step_now;
 
-static void kept_set(int step) {
-    pthread_mutex_lock(&kept_lock);
-    kept_step = step;
-    pthread_cond_broadcast(&kept_cond);
-    pthread_mutex_unlock(&kept_lock);
+static void step_set(int step) {
+    pthread_mutex_lock(&step_lock);
+    step_now = step;
+    pthread_cond_broadcast(&step_cond);
+    pthread_mutex_unlock(&step_lock);
 }
 
-static void kept_wait(int step) {
-    pthread_mutex_lock(&kept_lock);
-    while (kept_step < step) pthread_cond_wait(&kept_cond, &kept_lock);
-    pthread_mutex_unlock(&kept_lock);
+static void step_wait(int step) {
+    pthread_mutex_lock(&step_lock);
+    while (step_now < step) pthread_cond_wait(&step_cond, &step_lock);
+    pthread_mutex_unlock(&step_lock);
 }
 
 /* Allocate and write every block (pattern `fill`), in allocation order. */
@@ -206,8 +210,8 @@ static void *kept_idle_thread(void *arg) {
     (void)arg;
     kept_fill(0xab);
     kept_free();
-    kept_set(1);
-    kept_wait(2); /* no call into the allocator meanwhile */
+    step_set(1);
+    step_wait(2); /* no call into the allocator meanwhile */
     /* Back: the same blocks again, from the pages the purger took (zero
      * memory, carved anew: calloc's blocks read as zero). */
     for (size_t i = 0; i < KEPT_SMALL_N; i++) {
@@ -216,7 +220,7 @@ static void *kept_idle_thread(void *arg) {
     }
     CHECK_EQ(coral_test_check(), 0);
     for (size_t i = 0; i < KEPT_SMALL_N; i++) coral_free(kept_small[i]);
-    kept_set(3);
+    step_set(3);
     return NULL;
 }
 
@@ -225,7 +229,7 @@ static int child_idle_kept(void) {
     long long reclaimed0 = stats_get("parked_bytes_reclaimed");
     pthread_t t;
     CHECK_EQ(pthread_create(&t, NULL, kept_idle_thread, NULL), 0);
-    kept_wait(1);
+    step_wait(1);
     size_t before = kept_parked_resident();
     CHECK_GE(before, (size_t)KEPT_PARKED_BYTES / 4096 / 2); /* the blocks were written */
     coral_test_advance_clock(3600 * 1000);                  /* past the delay, the thread idle */
@@ -238,8 +242,8 @@ static int child_idle_kept(void) {
     CHECK_EQ(reclaimed, (long long)KEPT_PARKED_BYTES);
     /* The first page of each queue stays kept, resident. */
     CHECK_GT(resident_pages(kept_small[KEPT_SMALL_N - 1024], 1024 * KEPT_SMALL_SIZE), 0);
-    kept_set(2);
-    kept_wait(3);
+    step_set(2);
+    step_wait(3);
     CHECK_EQ(pthread_join(t, NULL), 0);
     return 0;
 }
@@ -364,27 +368,10 @@ static int child_window(void) {
  * Without the segment's window the pass purged them (3 MiB) and A faulted
  * every page in again (768 faults). */
 enum { SEG_WINDOW_BLOCKS = 12 };
-typedef struct {
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int step; /* main moves it on; each thread waits for its own steps */
-    void *blocks[SEG_WINDOW_BLOCKS];
-    long faults;
-} seg_window_t;
-static seg_window_t seg_window = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, {0}, -1};
-
-static void seg_window_wait(int step) {
-    pthread_mutex_lock(&seg_window.lock);
-    while (seg_window.step < step) pthread_cond_wait(&seg_window.cond, &seg_window.lock);
-    pthread_mutex_unlock(&seg_window.lock);
-}
-
-static void seg_window_set(int step) {
-    pthread_mutex_lock(&seg_window.lock);
-    seg_window.step = step;
-    pthread_cond_broadcast(&seg_window.cond);
-    pthread_mutex_unlock(&seg_window.lock);
-}
+static struct {
+    void *blocks[SEG_WINDOW_BLOCKS]; /* B's */
+    long faults;                     /* A's, as it takes its blocks again */
+} seg_window = {{0}, -1};
 
 static void seg_window_fill(void **blocks) {
     for (size_t i = 0; i < SEG_WINDOW_BLOCKS; i++) {
@@ -406,27 +393,27 @@ static void *seg_window_a(void *arg) {
     void *keep = coral_malloc(64);
     void *blocks[SEG_WINDOW_BLOCKS];
     seg_window_fill(blocks);
-    seg_window_set(1);
-    seg_window_wait(2);
+    step_set(1);
+    step_wait(2);
     seg_window_empty(blocks);
-    seg_window_set(3);
-    seg_window_wait(5);
+    step_set(3);
+    step_wait(5);
     long before = thread_minor_faults();
     seg_window_fill(blocks);
     seg_window.faults = thread_minor_faults() - before;
     seg_window_empty(blocks);
     coral_free(keep);
-    seg_window_set(6);
+    step_set(6);
     return NULL;
 }
 
 /* B: takes as many blocks as A gave back (step 4 done), keeps them. */
 static void *seg_window_b(void *arg) {
     (void)arg;
-    seg_window_wait(3);
+    step_wait(3);
     seg_window_fill(seg_window.blocks);
-    seg_window_set(4);
-    seg_window_wait(6);
+    step_set(4);
+    step_wait(6);
     seg_window_empty(seg_window.blocks);
     return NULL;
 }
@@ -436,14 +423,14 @@ static int child_segment_window(void) {
     pthread_t a, b;
     CHECK_EQ(pthread_create(&a, NULL, seg_window_a, NULL), 0);
     CHECK_EQ(pthread_create(&b, NULL, seg_window_b, NULL), 0);
-    seg_window_wait(1);
-    seg_window_set(2);
-    seg_window_wait(4);
+    step_wait(1);
+    step_set(2);
+    step_wait(4);
     long long purged = stats_os_bytes("purge");
     coral_test_advance_clock(100); /* A's free slices are due */
     CHECK_EQ(coral_test_purge_pass(), 1);
     long long purged_now = stats_os_bytes("purge") - purged;
-    seg_window_set(5);
+    step_set(5);
     CHECK_EQ(pthread_join(a, NULL), 0);
     CHECK_EQ(pthread_join(b, NULL), 0);
     printf("segment window: %lld KiB purged past the delay; thread A took its 3 MiB again with "

@@ -386,8 +386,8 @@ static void seg_window_empty(void **blocks) {
 }
 
 /* A: fills (step 1 done), frees (step 3 done), fills again after the
- * purge pass, counting its faults (step 6 done). A small block keeps its
- * segment in use throughout. */
+ * purge pass, counting its faults, and frees (step 6 done). A small block
+ * keeps its segment in use until step 7. */
 static void *seg_window_a(void *arg) {
     (void)arg;
     void *keep = coral_malloc(64);
@@ -402,18 +402,20 @@ static void *seg_window_a(void *arg) {
     seg_window_fill(blocks);
     seg_window.faults = thread_minor_faults() - before;
     seg_window_empty(blocks);
-    coral_free(keep);
     step_set(6);
+    step_wait(7);
+    coral_free(keep);
     return NULL;
 }
 
-/* B: takes as many blocks as A gave back (step 4 done), keeps them. */
+/* B: takes as many blocks as A gave back (step 4 done), keeps them until
+ * step 7. */
 static void *seg_window_b(void *arg) {
     (void)arg;
     step_wait(3);
     seg_window_fill(seg_window.blocks);
     step_set(4);
-    step_wait(6);
+    step_wait(7);
     seg_window_empty(seg_window.blocks);
     return NULL;
 }
@@ -431,11 +433,19 @@ static int child_segment_window(void) {
     CHECK_EQ(coral_test_purge_pass(), 1);
     long long purged_now = stats_os_bytes("purge") - purged;
     step_set(5);
+    step_wait(6);
+    /* A freed its 3 MiB again, within its segment's window: a forced
+     * purge returns them anyway, as it ignores the process's window. */
+    purged = stats_os_bytes("purge");
+    coral_collect(1);
+    long long forced = stats_os_bytes("purge") - purged;
+    step_set(7);
     CHECK_EQ(pthread_join(a, NULL), 0);
     CHECK_EQ(pthread_join(b, NULL), 0);
     printf("segment window: %lld KiB purged past the delay; thread A took its 3 MiB again with "
-           "%ld faults\n",
-           purged_now >> 10, seg_window.faults);
+           "%ld faults; coral_collect(1) then purged %lld KiB\n",
+           purged_now >> 10, seg_window.faults, forced >> 10);
+    CHECK_GE(forced, (long long)(3 * MiB));
     CHECK_LT(purged_now, (long long)(512 * KiB));
     CHECK_LT(seg_window.faults, 128); /* 3 MiB faulted in anew is 768 */
     return 0;

@@ -136,15 +136,16 @@ static void window_note_used(coral_segment_t *seg, uint64_t used) {
  * stay would see its free slices purged and faulted in again. A window
  * begins at the first look after the last one expired, from the most
  * seen since the look before (used_high), so what no span needed for a
- * whole window goes back. Under span_lock. Returns the slices held,
- * taken out of *purge. */
+ * whole window goes back; a forced purge (coral_collect(1), malloc_trim)
+ * holds nothing, as it ignores the process's window. Under span_lock.
+ * Returns the slices held, taken out of *purge. */
 static uint64_t segment_window_hold(coral_segment_t *seg, uint64_t *purge, unsigned used_count,
-                                    uint64_t now) {
+                                    uint64_t now, bool force) {
     uint64_t window_ms =
         (uint64_t)coral_option(CORAL_OPT_PURGE_DELAY_MS) * CORAL_PURGE_WINDOW_DELAYS;
     unsigned high = seg->used_high > used_count ? seg->used_high : used_count;
     seg->used_high = (uint8_t)used_count;
-    if (window_ms == 0) return 0;
+    if (window_ms == 0 || force) return 0;
     if (now - seg->window_ms >= window_ms) {
         seg->window_peak = (uint8_t)high;
         seg->window_ms = now;
@@ -166,11 +167,12 @@ static uint64_t segment_window_hold(coral_segment_t *seg, uint64_t *purge, unsig
  * what is left of it stays (the demand window keeps it, os/purge.c). A
  * run held back makes the segment due again when the window has moved
  * on; one the kernel refused, after the delay. */
-static void segment_purge_free(coral_segment_t *seg, int64_t *budget, uint64_t now) {
+static void segment_purge_free(coral_segment_t *seg, int64_t *budget, uint64_t now, bool force) {
     uint64_t used = atomic_load_explicit(&seg->used_slices, memory_order_relaxed);
     uint64_t dirty = atomic_load_explicit(&seg->dirty_slices, memory_order_relaxed);
     uint64_t purge = dirty & ~used & ~(uint64_t)1;
-    uint64_t held = segment_window_hold(seg, &purge, (unsigned)__builtin_popcountll(used), now);
+    uint64_t held =
+        segment_window_hold(seg, &purge, (unsigned)__builtin_popcountll(used), now, force);
     uint64_t left = purge, refused = 0;
     while (left) {
         unsigned first = (unsigned)__builtin_ctzll(left);
@@ -215,7 +217,7 @@ static uint64_t segments_purge_due(uint64_t now, bool force) {
              * marks the segment again. */
             atomic_store_explicit(&seg->purge_due_ms, 0, memory_order_relaxed);
             atomic_thread_fence(memory_order_seq_cst); /* segment_mark_purgeable */
-            segment_purge_free(seg, &budget, now);
+            segment_purge_free(seg, &budget, now, force);
             span_unlock(seg);
             due = atomic_load_explicit(&seg->purge_due_ms, memory_order_relaxed);
             if (due != 0 && (next == 0 || due < next)) next = due;

@@ -963,6 +963,60 @@ static void case_parked_again(void) {
     join(owner);
 }
 
+/* ---- a fork while the segment cache is purged --------------------------------------------
+ * A purger takes a dirty region out of the segment cache, returns its
+ * memory and puts it back (cache.c). A fork in between would leave the
+ * child without the region: still mapped, its data resident in the child
+ * (the purge was the parent's), and reused by nobody, since the child's
+ * cache no longer holds it. A thread of the test runs a forced pass
+ * (coral_collect(0)) and is held with the freed segment of a 6 MiB block
+ * out of the table while the main thread forks; the fork waits for the
+ * purge to end (the gate opens when it starts waiting), and the child
+ * takes a block of the same size from that region, with no new mapping.
+ * Without the wait the child mapped a new segment for it: the region was
+ * lost to the child. */
+#define CACHE_BLOCK ((size_t)6 << 20)
+
+static void *forced_pass_thread(void *arg) {
+    (void)arg;
+    coral_collect(0); /* a forced pass: every dirty region of the cache */
+    return NULL;
+}
+
+static void fork_cache_child(uintptr_t region) {
+    long long maps = stats_os_calls("mmap");
+    char *again = coral_malloc(CACHE_BLOCK);
+    CHECK(again != NULL);
+    CHECK_MSG((uintptr_t)again - region < ((size_t)8 << 20),
+              "the child's block at %p is not in the region at %p, which the fork lost",
+              (void *)again, (void *)region);
+    CHECK_EQ(stats_os_calls("mmap"), maps);
+    memset(again, 1, CACHE_BLOCK);
+    coral_free(again);
+    coral_collect(1);
+    CHECK_EQ(coral_test_check(), 0);
+    _exit(0);
+}
+
+static void case_fork_cache_purge(void) {
+    char *block = coral_malloc(CACHE_BLOCK);
+    CHECK(block != NULL);
+    memset(block, 7, CACHE_BLOCK);
+    uintptr_t region = (uintptr_t)block & ~(uintptr_t)((4u << 20) - 1);
+    coral_free(block); /* its segment goes to the cache, dirty */
+    gate_arm(CORAL_TP_CACHE_PURGING, CORAL_TP_FORK_CACHE_WAIT);
+    pthread_t purger = start(forced_pass_thread, NULL);
+    CHECK_EQ((uintptr_t)gate_wait_held(), region);
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) fork_cache_child(region);
+    expect_child_exit_0(pid, "the fork child did not end");
+    gate_open(); /* (opened already by the fork's wait) */
+    join(purger);
+    CHECK_EQ(coral_test_check(), 0);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_windows CASE\n");
@@ -989,6 +1043,7 @@ int main(int argc, char **argv) {
         {"parked_again", case_parked_again},
         {"purger_started_notice", case_purger_started_notice},
         {"purger_started_free", case_purger_started_free},
+        {"fork_cache_purge", case_fork_cache_purge},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(argv[1], cases[i].name) == 0) {

@@ -61,6 +61,13 @@ typedef enum coral_test_point_e {
     /* purge.c: the purge thread read the exit notices and is about to wait
      * with no end (it holds purger_lock) */
     CORAL_TP_PURGER_WAIT,
+    /* cache.c: a purger (the purge thread, or coral_collect's thread) took
+     * a dirty region out of the segment cache and is about to return its
+     * memory; the object is the region's base */
+    CORAL_TP_CACHE_PURGING,
+    /* cache.c: the fork's prepare handler is about to wait for a purge of
+     * the segment cache in progress */
+    CORAL_TP_FORK_CACHE_WAIT,
     CORAL_TP_COUNT
 } coral_test_point_t;
 

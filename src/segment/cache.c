@@ -58,6 +58,15 @@ typedef struct cache_region_s {
 } cache_region_t;
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+/* One purger of the cache at a time (the purge thread, or a thread in
+ * coral_collect or a slow path's pass), held from a region's take out of
+ * the table until it is back (coral_segment_cache_purge), around the
+ * madvise that cache_lock is not held across. A fork takes it before
+ * cache_lock: a region out of the table at the fork would be lost to the
+ * child (mapped, its data resident there, reused by nobody), half purged
+ * by a thread the child does not have. Taken before cache_lock, never
+ * while holding it. */
+static pthread_mutex_t purge_lock = PTHREAD_MUTEX_INITIALIZER;
 static cache_region_t regions[CACHE_SLOTS]; /* regions[0, region_count) are in use */
 static size_t region_count;
 static _Atomic(size_t) cache_bytes; /* written under the lock; read as a hint */
@@ -427,6 +436,7 @@ uint64_t coral_segment_cache_purge(uint64_t now, bool force) {
     cache_region_t r;
     if (atomic_load_explicit(&cache_dirty, memory_order_relaxed) == 0) return 0;
     int64_t budget = force ? INT64_MAX : coral_segment_purge_budget(now);
+    pthread_mutex_lock(&purge_lock);
     /* Each pass takes one region out; a purged region that merges with a
      * dirty neighbour on its way back is seen again. Bounded by the table. */
     for (size_t passes = 0; passes < 2 * CACHE_SLOTS; passes++) {
@@ -435,6 +445,7 @@ uint64_t coral_segment_cache_purge(uint64_t now, bool force) {
         /* Up to the 2 MiB its data ends in: in huge pages, all of it is
          * resident (the region is whole chunks, so this stays inside). */
         size_t huge = (size_t)2 << 20;
+        coral_test_point(CORAL_TP_CACHE_PURGING, r.base);
         if (coral_os_purge(r.base, (r.dirty + huge - 1) & ~(huge - 1))) {
             if (!force) budget -= (int64_t)r.dirty;
             r.dirty = 0; /* all zero now, the header too */
@@ -442,8 +453,21 @@ uint64_t coral_segment_cache_purge(uint64_t now, bool force) {
         }
         cache_insert(r);
     }
+    pthread_mutex_unlock(&purge_lock);
     return next;
 }
 
-void coral_segment_cache_prefork(void) { pthread_mutex_lock(&cache_lock); }
-void coral_segment_cache_postfork(void) { pthread_mutex_unlock(&cache_lock); }
+/* A purge in progress ends first (purge_lock): the child gets every region
+ * back in the table. */
+void coral_segment_cache_prefork(void) {
+    if (pthread_mutex_trylock(&purge_lock) != 0) {
+        coral_test_point(CORAL_TP_FORK_CACHE_WAIT, NULL);
+        pthread_mutex_lock(&purge_lock);
+    }
+    pthread_mutex_lock(&cache_lock);
+}
+
+void coral_segment_cache_postfork(void) {
+    pthread_mutex_unlock(&cache_lock);
+    pthread_mutex_unlock(&purge_lock);
+}

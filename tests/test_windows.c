@@ -963,6 +963,71 @@ static void case_parked_again(void) {
     join(owner);
 }
 
+/* A thread that exits while the purger holds its parked pages: the owner
+ * (a thread of its own) fills and frees 4 pages of 64-byte blocks and 8
+ * of 15 KiB blocks, and waits; the purger, past the delay, claims every
+ * parked page in one batch and is held before it returns the first one's
+ * memory (BUSY). The owner then exits: it takes each claimed page back
+ * once its purge ends (the gate opens when it starts waiting) and
+ * releases it with the rest, so that no page or segment of the thread
+ * is left: its span and segment figures fall back to where they were
+ * before it started, every parked page counts as returned once, and a
+ * later thread uses the memory with no trace of the old blocks. */
+static bool exit_owner_freed, exit_owner_go;
+
+static void *exiting_parker(void *arg) {
+    (void)arg;
+    for (size_t i = 0; i < PARK_SMALL; i++) CHECK((park_small[i] = coral_malloc(64)) != NULL);
+    for (size_t i = 0; i < PARK_MID; i++) CHECK((park_mid[i] = coral_malloc(15360)) != NULL);
+    for (size_t i = 0; i < PARK_SMALL; i++) memset(park_small[i], 0xab, 64);
+    for (size_t i = 0; i < PARK_SMALL; i++) coral_free(park_small[i]);
+    for (size_t i = 0; i < PARK_MID; i++) coral_free(park_mid[i]);
+    CHECK_EQ(coral_test_check(), 0);
+    gate_signal(&exit_owner_freed);
+    gate_wait_for(&exit_owner_go, GATES); /* idle until the purger holds its pages */
+    return NULL;                          /* exits */
+}
+
+static void *calloc_user(void *arg) {
+    (void)arg;
+    for (size_t i = 0; i < PARK_SMALL; i++) {
+        char *p = coral_calloc(1, 64);
+        CHECK(p != NULL);
+        for (size_t b = 0; b < 64; b++) CHECK_MSG(p[b] == 0, "block %p not zero", (void *)p);
+    }
+    CHECK_EQ(coral_test_check(), 0);
+    return NULL;
+}
+
+static void case_parked_exit(void) {
+    coral_free(coral_malloc(1));
+    long long segments0 = stats_get("segments"), pages0 = stats_get("page_bytes");
+    long long reclaimed0 = park_reclaimed(), count0 = stats_get("parked_pages_reclaimed");
+    pthread_t owner = start(exiting_parker, NULL);
+    gate_wait_for(&exit_owner_freed, GATES);
+    gate_arm(CORAL_TP_ORPHAN_PURGING, CORAL_TP_WAIT_BUSY);
+    coral_test_advance_clock(3600 * 1000); /* every parked page due */
+    purge_pass_done = false;
+    pthread_t purger = start(purge_pass_thread, NULL);
+    gate_wait_held();
+    gate_signal(&exit_owner_go);
+    join(owner);
+    join(purger);
+    long long pages = stats_get("parked_pages_reclaimed") - count0;
+    printf("an owner's exit while the purger held its parked pages: %lld pages (%lld KiB) "
+           "returned; segments %lld -> %lld, bytes in pages %lld -> %lld\n",
+           pages, (park_reclaimed() - reclaimed0) / 1024, segments0, stats_get("segments"), pages0,
+           stats_get("page_bytes"));
+    /* Every page but the first of each class queue (kept, never parked):
+     * 3 pages of 64-byte blocks (64 KiB each), 7 of 15 KiB blocks (128). */
+    CHECK_EQ(pages, 10);
+    CHECK_EQ(park_reclaimed() - reclaimed0, (3 * 64 + 7 * 128) * 1024);
+    CHECK_EQ(stats_get("segments"), segments0);
+    CHECK_EQ(stats_get("page_bytes"), pages0);
+    CHECK_EQ(coral_test_check(), 0);
+    join(start(calloc_user, NULL));
+}
+
 /* ---- a fork while the segment cache is purged --------------------------------------------
  * A purger takes a dirty region out of the segment cache, returns its
  * memory and puts it back (cache.c). A fork in between would leave the
@@ -1041,6 +1106,7 @@ int main(int argc, char **argv) {
         {"parked_unlisted", case_parked_unlisted},
         {"parked_purging", case_parked_purging},
         {"parked_again", case_parked_again},
+        {"parked_exit", case_parked_exit},
         {"purger_started_notice", case_purger_started_notice},
         {"purger_started_free", case_purger_started_free},
         {"fork_cache_purge", case_fork_cache_purge},

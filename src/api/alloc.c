@@ -232,10 +232,27 @@ static void remote_free(coral_segment_t *seg, coral_page_t *page, void *p) {
         coral_heap_free_remote(seg, page, p);
 }
 
+/* The owner's free of p, a block of slice (a page's head) whose only flag
+ * is CORAL_PAGE_SAMPLED (the profiler has forgotten p): the fast path's
+ * own tests and push (api.h), so that a page holding a sampled block
+ * costs its other blocks' frees the profiler's look-up only. */
+static bool sampled_page_free_fast(coral_page_t *slice, void *p) {
+    const uintptr_t sampled = (uintptr_t)CORAL_PAGE_SAMPLED << CORAL_SLICE_FLAG_SHIFT;
+    if ((coral_slice_tid_flags(slice) & ~sampled) != coral_thread_id() ||
+        !coral_block_start_fast(slice, p) ||
+        (CORAL_FREED_MARKS ? coral_freed_mark_seen(p) : p == slice->free))
+        return false;
+    coral_free_push_local(slice, p);
+    return true;
+}
+
 void coral_free_unusual(coral_segment_t *seg, coral_page_t *slice, void *p) {
     coral_page_t *page = coral_slice_head(slice);
+    if (coral_unlikely(coral_slice_flags(page) & CORAL_PAGE_SAMPLED)) {
+        coral_profile_forget(page, p);
+        if (!CORAL_SECURE && page == slice && sampled_page_free_fast(slice, p)) return;
+    }
     coral_count_frees(page->class_idx, 1);
-    if (coral_unlikely(coral_slice_flags(page) & CORAL_PAGE_SAMPLED)) coral_profile_forget(page, p);
     /* The segment says who owns it: the slice's own id part is 0 on an
      * interior or released slice. */
     if (atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == coral_thread_id())

@@ -275,30 +275,40 @@ void coral_profile_sites_visit(coral_profile_site_fn fn, void *arg) {
 
 /* ---- numbers: the exponential draw and the weights, without libm --------------- */
 
-/* ln x, x > 0: x = m 2^e with m in [1, 2); ln m = 2 atanh((m-1)/(m+1)), a
- * series in t^2 with t <= 1/3 (1e-12 after 12 terms). */
+/* ln x, x a positive normal double: x = m 2^e with m in [sqrt(1/2),
+ * sqrt(2)) (the exponent read from the bits); ln m = 2 atanh(t), t =
+ * (m-1)/(m+1), |t| < 0.172, the odd series in t^2 to t^17 (error below
+ * 1e-14), in Horner form: one division in all. */
 static double ln_of(double x) {
-    int e = 0;
-    while (x >= 2.0) x *= 0.5, e++;
-    while (x < 1.0) x *= 2.0, e--;
-    double t = (x - 1.0) / (x + 1.0), t2 = t * t, term = t, sum = 0.0;
-    for (int k = 1; k <= 25; k += 2) {
-        sum += term / k;
-        term *= t2;
-    }
-    return 2.0 * sum + e * 0.6931471805599453;
+    uint64_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    int e = (int)((bits >> 52) & 0x7ff) - 1023;
+    bits = (bits & (((uint64_t)1 << 52) - 1)) | ((uint64_t)1023 << 52);
+    double m;
+    memcpy(&m, &bits, sizeof m);
+    if (m > 1.4142135623730951) m *= 0.5, e++;
+    double t = (m - 1.0) / (m + 1.0), t2 = t * t;
+    static const double inv_odd[9] = {1.0,      1.0 / 3,  1.0 / 5,  1.0 / 7, 1.0 / 9,
+                                      1.0 / 11, 1.0 / 13, 1.0 / 15, 1.0 / 17};
+    double series = inv_odd[8];
+    for (int j = 7; j >= 0; j--) series = series * t2 + inv_odd[j];
+    return 2.0 * t * series + e * 0.6931471805599453;
 }
 
-/* 1 - e^-x for x >= 0: the series below 1 (no cancellation), else
- * e^-x = (e^-(x/2^k))^(2^k) with the series for the small power. */
+/* 1 - e^-x for x >= 0: below 1 the series x - x^2/2! + ... to x^18/18!
+ * (no cancellation, error below 1e-16), in Horner form with the
+ * reciprocal factorials; above, e^-x = (e^-(x/2^k))^(2^k) with the series
+ * for the small power. */
 static double one_minus_exp_neg(double x) {
     if (x < 1.0) {
-        double term = x, sum = 0.0;
-        for (int k = 1; k <= 20; k++) {
-            sum += term;
-            term *= -x / (k + 1);
-        }
-        return sum;
+        /* x (1 - x/2 (1 - x/3 (1 - ... (1 - x/19)))) */
+        static const double inv[20] = {0,        1.0,      1.0 / 2,  1.0 / 3,  1.0 / 4,
+                                       1.0 / 5,  1.0 / 6,  1.0 / 7,  1.0 / 8,  1.0 / 9,
+                                       1.0 / 10, 1.0 / 11, 1.0 / 12, 1.0 / 13, 1.0 / 14,
+                                       1.0 / 15, 1.0 / 16, 1.0 / 17, 1.0 / 18, 1.0 / 19};
+        double g = 1.0;
+        for (int k = 18; k >= 1; k--) g = 1.0 - x * g * inv[k + 1];
+        return x * g;
     }
     if (x > 700.0) return 1.0;
     int k = 0;
@@ -375,6 +385,23 @@ static CORAL_NOINLINE uint32_t stack_walk(uintptr_t *pcs, uint32_t max) {
 
 /* ---- sampling ----------------------------------------------------------------- */
 
+/* The probability that a block counted as c bytes is sampled, 1 - e^(-c/rate)
+ * (above 0): the last one computed is kept per thread, since a thread's
+ * samples often repeat a size (a class's block size, a program's buffer).
+ * Called in the thread's critical section only, so a signal handler never
+ * splits the pair's update (a handler inside the section samples nothing). */
+static __thread size_t prob_counted __attribute__((tls_model("initial-exec")));
+static __thread double prob_last __attribute__((tls_model("initial-exec")));
+
+static double sample_probability(size_t counted) {
+    if (counted == prob_counted && prob_last > 0.0) return prob_last;
+    double prob = one_minus_exp_neg((double)counted / (double)profile_rate);
+    if (prob <= 0.0) prob = 1e-300;
+    prob_counted = counted;
+    prob_last = prob;
+    return prob;
+}
+
 static __thread bool thread_seeded __attribute__((tls_model("initial-exec")));
 
 /* The page descriptor a record of p is keyed by, and flagged. */
@@ -393,12 +420,11 @@ static void sample_record(coral_heap_t *heap, void *p, size_t size, size_t count
     if (page == NULL) return; /* (a secure build's malloc(0) slot: no bytes) */
     uintptr_t pcs[CORAL_PROFILE_DEPTH];
     uint32_t depth = stack_walk(pcs, CORAL_PROFILE_DEPTH);
+    if (!crit_enter()) return; /* a handler's malloc inside the section: not sampled */
     /* A block counted as c bytes is sampled with probability
      * 1 - e^(-c/rate); it stands for 1/that many blocks and size/that bytes
      * (docs/PROFILING.md). */
-    double prob = one_minus_exp_neg((double)counted / (double)profile_rate);
-    if (prob <= 0.0) prob = 1e-300;
-    if (!crit_enter()) return; /* a handler's malloc inside the section: not sampled */
+    double prob = sample_probability(counted);
     coral_profile_site_t *site = site_add(pcs, depth, 1.0 / prob, (double)size / prob);
     live_bucket_t *b = live_bucket_of(page);
     spin_lock(&b->lock);
@@ -443,15 +469,23 @@ static bool page_has_records(const live_bucket_t *b, const coral_page_t *page) {
 }
 
 /* The owner's free found no record of p on a flagged page: the flag goes
- * when the page has no record left. */
+ * when the page's filter count says it has no record left (no lock: a
+ * count that another page's record keeps above 0 leaves the flag to
+ * page_flag_check, at the page's next batch). Returns whether the page
+ * may still hold a record. */
+static bool page_flag_quick(coral_page_t *page) {
+    if (coral_slice_tid(page) != coral_thread_id()) return true;
+    if (atomic_load_explicit(page_count(page), memory_order_relaxed) != 0) return true;
+    coral_slice_set_flags(page, coral_slice_flags(page) & ~CORAL_PAGE_SAMPLED);
+    return false;
+}
+
+/* The same, exact: when the filter count is not 0, the page's bucket is
+ * searched (under its lock). */
 static void page_flag_check(coral_page_t *page) {
-    if (coral_slice_tid(page) != coral_thread_id()) return;
-    if (atomic_load_explicit(page_count(page), memory_order_relaxed) == 0) {
-        coral_slice_set_flags(page, coral_slice_flags(page) & ~CORAL_PAGE_SAMPLED);
-        return;
-    }
+    if (!page_flag_quick(page) || coral_slice_tid(page) != coral_thread_id()) return;
     live_bucket_t *b = live_bucket_of(page);
-    if (!crit_enter()) return; /* (the next free clears it) */
+    if (!crit_enter()) return; /* (the page's next batch clears it) */
     spin_lock(&b->lock);
     if (!page_has_records(b, page))
         coral_slice_set_flags(page, coral_slice_flags(page) & ~CORAL_PAGE_SAMPLED);
@@ -660,7 +694,7 @@ void coral_profile_forget(coral_page_t *page, const void *p) {
     /* A record of p is made before p is handed out, so a free of p (which
      * the program orders after that) sees its count. */
     if (atomic_load_explicit(addr_count(p), memory_order_relaxed) == 0) {
-        page_flag_check(page);
+        (void)page_flag_quick(page);
         return;
     }
     if (!crit_enter()) {

@@ -176,24 +176,29 @@ static _Atomic(uint64_t) sites_used[SITE_BUCKETS / 64];
  * page. Incremented when a record is made, before its block is handed
  * out; decremented when it is removed (both under the record's bucket
  * lock). A zero means no record (for that block, for that page); a nonzero
- * count may be another's (then the bucket is searched). In static memory
- * (untouched, so not resident, while profiling is off). */
-#define ADDR_FILTER (1u << 18)
-#define PAGE_FILTER (1u << 16)
-static _Atomic(uint32_t) addr_filter[ADDR_FILTER];
-static _Atomic(uint32_t) page_filter[PAGE_FILTER];
+ * count may be another's (then the bucket is searched). Small, so that the
+ * look-up of every such free stays in the cache: 64 KiB of 16-bit counts
+ * for addresses (a count would need 2^16 live records in one slot, about
+ * 2^31 in all, to wrap), 32 KiB for pages. In static memory (untouched, so
+ * not resident, while profiling is off). */
+#define ADDR_FILTER_BITS 15
+#define PAGE_FILTER_BITS 14
+static _Atomic(uint16_t) addr_filter[1u << ADDR_FILTER_BITS];
+static _Atomic(uint16_t) page_filter[1u << PAGE_FILTER_BITS];
 
-static _Atomic(uint32_t) *addr_count(const void *p) {
-    return &addr_filter[((uint64_t)(uintptr_t)p * 0x9E3779B97F4A7C15ull) >> (64 - 18)];
+static _Atomic(uint16_t) *addr_count(const void *p) {
+    return &addr_filter[((uint64_t)(uintptr_t)p * 0x9E3779B97F4A7C15ull) >>
+                        (64 - ADDR_FILTER_BITS)];
 }
 
-static _Atomic(uint32_t) *page_count(const coral_page_t *page) {
-    return &page_filter[((uint64_t)(uintptr_t)page * 0xC2B2AE3D27D4EB4Full) >> (64 - 16)];
+static _Atomic(uint16_t) *page_count(const coral_page_t *page) {
+    return &page_filter[((uint64_t)(uintptr_t)page * 0xC2B2AE3D27D4EB4Full) >>
+                        (64 - PAGE_FILTER_BITS)];
 }
 
 static void filters_add(const void *p, const coral_page_t *page, int delta) {
-    atomic_fetch_add_explicit(addr_count(p), (uint32_t)delta, memory_order_relaxed);
-    atomic_fetch_add_explicit(page_count(page), (uint32_t)delta, memory_order_relaxed);
+    atomic_fetch_add_explicit(addr_count(p), (uint16_t)delta, memory_order_relaxed);
+    atomic_fetch_add_explicit(page_count(page), (uint16_t)delta, memory_order_relaxed);
 }
 
 static live_bucket_t *live_bucket_of(const coral_page_t *page) {
@@ -468,28 +473,25 @@ static bool page_has_records(const live_bucket_t *b, const coral_page_t *page) {
     return false;
 }
 
-/* The owner's free found no record of p on a flagged page: the flag goes
- * when the page's filter count says it has no record left (no lock: a
- * count that another page's record keeps above 0 leaves the flag to
- * page_flag_check, at the page's next batch). Returns whether the page
- * may still hold a record. */
-static bool page_flag_quick(coral_page_t *page) {
-    if (coral_slice_tid(page) != coral_thread_id()) return true;
-    if (atomic_load_explicit(page_count(page), memory_order_relaxed) != 0) return true;
-    coral_slice_set_flags(page, coral_slice_flags(page) & ~CORAL_PAGE_SAMPLED);
-    return false;
-}
-
-/* The same, exact: when the filter count is not 0, the page's bucket is
- * searched (under its lock). */
+/* The owner takes a batch from a flagged page (a free of an unsampled
+ * block leaves the flag alone: its look-up reads the address filter
+ * only): the flag goes when the page has no record left, by the page
+ * filter's count, else by a search of the page's bucket (under its lock).
+ * So a page whose sampled blocks other threads freed has its frees back
+ * on the fast path from its owner's next batch of it. */
 static void page_flag_check(coral_page_t *page) {
-    if (!page_flag_quick(page) || coral_slice_tid(page) != coral_thread_id()) return;
-    live_bucket_t *b = live_bucket_of(page);
+    if (coral_slice_tid(page) != coral_thread_id()) return;
+    /* In the section no record of the page can come (only this thread
+     * makes them, and a handler's malloc in the section is not sampled). */
     if (!crit_enter()) return; /* (the page's next batch clears it) */
-    spin_lock(&b->lock);
-    if (!page_has_records(b, page))
-        coral_slice_set_flags(page, coral_slice_flags(page) & ~CORAL_PAGE_SAMPLED);
-    spin_unlock(&b->lock);
+    bool held = false;
+    if (atomic_load_explicit(page_count(page), memory_order_relaxed) != 0) {
+        live_bucket_t *b = live_bucket_of(page);
+        spin_lock(&b->lock);
+        held = page_has_records(b, page);
+        spin_unlock(&b->lock);
+    }
+    if (!held) coral_slice_set_flags(page, coral_slice_flags(page) & ~CORAL_PAGE_SAMPLED);
     crit_leave();
 }
 
@@ -693,10 +695,7 @@ static void profile_thread_exit(void) {
 void coral_profile_forget(coral_page_t *page, const void *p) {
     /* A record of p is made before p is handed out, so a free of p (which
      * the program orders after that) sees its count. */
-    if (atomic_load_explicit(addr_count(p), memory_order_relaxed) == 0) {
-        (void)page_flag_quick(page);
-        return;
-    }
+    if (atomic_load_explicit(addr_count(p), memory_order_relaxed) == 0) return;
     if (!crit_enter()) {
         defer_free(page, p);
         return;
@@ -711,7 +710,7 @@ void coral_profile_forget(coral_page_t *page, const void *p) {
     }
     /* The owner clears the flag when no sampled block of the page is left
      * (only it sets it, so none can appear meanwhile); another thread's
-     * free leaves it to the owner's next free. */
+     * free leaves it to the owner's next batch of the page. */
     if (coral_slice_tid(page) == coral_thread_id() && !page_has_records(b, page))
         coral_slice_set_flags(page, coral_slice_flags(page) & ~CORAL_PAGE_SAMPLED);
     spin_unlock(&b->lock);

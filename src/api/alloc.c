@@ -395,10 +395,31 @@ void *coral_secure_alloc_zero(coral_heap_t *heap) {
     return coral_malloc_generic(CORAL_CANARY_SIZE, heap, false); /* every slot is taken: a block */
 }
 
+/* Whether a block of page that passed its checks (coral_secure_page_check:
+ * its canary stands for the block-start test, page.h) is another thread's
+ * block of a size class that can be pushed at once: no aligned block in
+ * the page (whose free gives back another pointer), not sampled by the
+ * profiler (whose free forgets it first). */
+CORAL_INLINE bool secure_plain_remote(const coral_segment_t *seg, const coral_page_t *page) {
+    return page->class_idx != CORAL_CLASS_LARGE &&
+           !(coral_slice_flags(page) & (CORAL_PAGE_HAS_ALIGNED | CORAL_PAGE_SAMPLED)) &&
+           atomic_load_explicit(&seg->thread_id, memory_order_relaxed) != coral_thread_id();
+}
+
 void coral_secure_free_checked(coral_segment_t *seg, coral_page_t *slice, void *p) {
     if (seg->kind == CORAL_SEGMENT_NORMAL) {
         coral_page_t *page = coral_slice_head(slice);
-        if (page->slice_count != 0 && !coral_secure_page_check(page, p, true)) return;
+        if (page->slice_count != 0) {
+            if (!coral_secure_page_check(page, p, true)) return;
+            /* Another thread's block: pushed on its page's remote list
+             * (which checks the count and the page's state), without the
+             * division of the unchecked path's block-start test. */
+            if (coral_likely(secure_plain_remote(seg, page))) {
+                coral_count_frees(page->class_idx, 1);
+                coral_page_push_remote_marked(page, p, 0);
+                return;
+            }
+        }
     }
     coral_free_in_segment(seg, slice, p, 0, NULL);
 }

@@ -194,18 +194,6 @@ static uint32_t carve_step(const coral_page_t *page) {
     return (uint32_t)((span + bs - 1) / bs);
 }
 
-/* The secure build: n blocks from `first`, about to be carved, get the
- * fill and freed mark of a freed block (page.h). So every block on a free
- * list looks freed (a free of one never handed out is a double free), and
- * the first touch of a fresh block's last word is this write, not the read
- * of malloc's check: a read of an untouched OS page maps the zero page,
- * and the write after it faults a second time. */
-static void page_mark_carved(const coral_page_t *page, uint8_t *first, uint32_t n) {
-    size_t bs = page->block_size;
-    for (uint8_t *b = first, *end = first + (size_t)n * bs; b < end; b += bs)
-        coral_secure_mark_freed(page, b, coral_canary_of(page, b));
-}
-
 /* Link up to n more blocks after the carved ones, in front of page->free. */
 static void page_carve(coral_page_t *page, uint32_t n) {
     size_t bs = page->block_size;
@@ -218,9 +206,8 @@ static void page_carve(coral_page_t *page, uint32_t n) {
     page->free_is_zero =
         !CORAL_SECURE && page->is_fresh && (page->free == NULL || page->free_is_zero);
     coral_page_set_capacity(page, page->capacity + n);
-    if (CORAL_SECURE) page_mark_carved(page, first, n);
-    if (CORAL_SECURE && n > 1) { /* (one block has one order) */
-        page->free = coral_secure_carve(first, n, bs, page->free);
+    if (CORAL_SECURE) { /* each block gets its fill and freed mark as it is linked */
+        page->free = coral_secure_carve(page, first, n, page->free);
         return;
     }
     uint8_t *last = first + (size_t)(n - 1) * bs;

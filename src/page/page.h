@@ -567,13 +567,18 @@ void coral_secure_init(void);
  * freed marks, so that the marks a span's earlier pages left in its memory
  * never match a new page's blocks. */
 uint32_t coral_secure_next_epoch(void);
-/* Link n >= 1 fresh blocks from `first` (block_size apart) in a random
- * order in front of `rest`: the head of the new list. Each block is drawn
+/* Link n >= 1 fresh blocks of page from `first` in a random order in
+ * front of `rest`: the head of the new list. Each gets the fill and freed
+ * mark of a freed block as it is linked (so every block on a free list
+ * looks freed, page.h above; and the first touch of a fresh block's last
+ * word is a write, not the read of malloc's check: a read of an untouched
+ * OS page maps the zero page, and the write after it faults a second
+ * time). Each block is drawn
  * uniformly from the CORAL_CARVE_WINDOW lowest blocks not linked yet (so
  * log2 of it, 2 bits, of secret randomness per block while the window is
  * full), which keeps the order close to the address order (secure.c). */
 #define CORAL_CARVE_WINDOW 4u
-coral_block_t *coral_secure_carve(uint8_t *first, uint32_t n, size_t block_size,
+coral_block_t *coral_secure_carve(const coral_page_t *page, uint8_t *first, uint32_t n,
                                   coral_block_t *rest);
 /* malloc(0) and every other zero-size request: a slot of an
  * inaccessible region, aligned to `alignment` (NULL when no such slot is
@@ -742,6 +747,21 @@ CORAL_INLINE bool coral_secure_free_fast(coral_page_t *slice, void *p) {
     return true;
 }
 
+/* The offset of p from the first block of the page whose head descriptor
+ * is `page`, for a p in the page's segment: both offsets taken within the
+ * segment (a mask each), the page's from its descriptor's index (a shift:
+ * a descriptor of 128 bytes stands for a slice of 64 KiB). Every block on
+ * a page's lists is in its segment (the decode of each link checks it,
+ * coral_block_next, and the blocks a carve or a free puts there are the
+ * page's), so a block malloc pops needs no other bound; a p outside the
+ * page gives an offset above its last block (an unsigned wrap below it). */
+CORAL_INLINE size_t coral_block_offset_in_segment(const coral_page_t *page, const void *p) {
+    _Static_assert(CORAL_SLICE_SIZE / sizeof(coral_page_t) == 512, "the shift below");
+    const uintptr_t pages_at = offsetof(coral_segment_t, pages) << 9;
+    return ((uintptr_t)p & CORAL_SEGMENT_MASK) + pages_at -
+           (((uintptr_t)page & CORAL_SEGMENT_MASK) << 9);
+}
+
 /* A block of a size class just popped off `page`'s free list by its
  * owner: a block outside the page (a link forged or overwritten: the
  * decode kept it in the segment only) or a write after free is reported
@@ -757,7 +777,7 @@ CORAL_INLINE bool coral_secure_free_fast(coral_page_t *slice, void *p) {
 CORAL_INLINE void *coral_secure_small_out(coral_page_t *page, void *p, size_t zero) {
     size_t bs = page->owner_block_size;
     uint64_t canary = coral_owner_canary_of(page, p);
-    size_t offset = (size_t)((uint8_t *)p - coral_page_start_of(page));
+    size_t offset = coral_block_offset_in_segment(page, p);
     if (coral_unlikely(offset > page->owner_last_block) ||
         coral_unlikely(!coral_secure_fill_intact(bs, p, canary)))
         return coral_secure_write_after_free(page, p);

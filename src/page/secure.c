@@ -148,8 +148,27 @@ static uint32_t draw_below(uint64_t *bits, uint32_t count) {
     return r;
 }
 
-coral_block_t *coral_secure_carve(uint8_t *first, uint32_t n, size_t block_size,
+/* A fresh block of a page (its canary `canary`, its size bs) made to look
+ * freed (page.h, coral_secure_mark_freed) and linked to next with the list
+ * key `key`, both as their inline functions do; here with the keys in
+ * registers, which the stores into the blocks would otherwise make the
+ * compiler reload (a uint64_t store may alias the global key). */
+static inline void carve_one(uint8_t *b, size_t bs, uint64_t canary, uintptr_t key,
+                             coral_block_t *next) {
+    if (bs > 16) coral_secure_fill_words(b);
+    *(uint64_t *)(void *)(b + bs - CORAL_CANARY_SIZE) = coral_freed_mark_of(canary);
+    ((coral_block_t *)(void *)b)->next = (coral_block_t *)((uintptr_t)next ^ key ^ (uintptr_t)b);
+}
+
+coral_block_t *coral_secure_carve(const coral_page_t *page, uint8_t *first, uint32_t n,
                                   coral_block_t *rest) {
+    size_t bs = page->block_size;
+    uint64_t canary0 = coral_canary_of(page, NULL); /* a block's: ^ its address (page.h) */
+    uintptr_t key = coral_list_key;
+    if (n == 1) {
+        carve_one(first, bs, canary0 ^ ((uintptr_t)first & CORAL_CANARY_VARY), key, rest);
+        return (coral_block_t *)first;
+    }
     /* A fresh secret per carve: another order each time, even for the
      * same blocks carved again (a page reset, a span made a page again),
      * none an attacker can predict. */
@@ -159,20 +178,22 @@ coral_block_t *coral_secure_carve(uint8_t *first, uint32_t n, size_t block_size,
     uint32_t window[CORAL_CARVE_WINDOW];
     uint32_t in_window = n < CORAL_CARVE_WINDOW ? n : CORAL_CARVE_WINDOW, next = in_window;
     for (uint32_t i = 0; i < in_window; i++) window[i] = i;
-    coral_block_t *head = NULL, *tail = NULL;
+    uint8_t *head = NULL, *tail = NULL;
     for (uint32_t i = 0; i < n; i++) {
         if ((i & 3) == 0) bits = mix_next(&state); /* four 16-bit draws a step */
         uint32_t j = draw_below(&bits, in_window);
-        coral_block_t *b = (coral_block_t *)(void *)(first + (size_t)window[j] * block_size);
+        uint8_t *b = first + (size_t)window[j] * bs;
         window[j] = next < n ? next++ : window[--in_window];
+        /* The block drawn before this one is linked to it now. */
         if (tail != NULL)
-            coral_block_set_next(tail, b);
+            carve_one(tail, bs, canary0 ^ ((uintptr_t)tail & CORAL_CANARY_VARY), key,
+                      (coral_block_t *)(void *)b);
         else
             head = b;
         tail = b;
     }
-    coral_block_set_next(tail, rest); /* (n >= 1: tail is a block) */
-    return head;
+    carve_one(tail, bs, canary0 ^ ((uintptr_t)tail & CORAL_CANARY_VARY), key, rest);
+    return (coral_block_t *)(void *)head;
 }
 
 /* ---- malloc(0): inaccessible slots --------------------------------------------------

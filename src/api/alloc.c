@@ -416,7 +416,7 @@ void coral_secure_free_checked(coral_segment_t *seg, coral_page_t *slice, void *
              * division of the unchecked path's block-start test. */
             if (coral_likely(secure_plain_remote(seg, page))) {
                 coral_count_frees(page->class_idx, 1);
-                coral_page_push_remote_marked(page, p, 0);
+                coral_page_free_remote_checked(page, p);
                 return;
             }
         }

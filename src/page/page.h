@@ -501,6 +501,28 @@ CORAL_INLINE bool coral_page_is_block_start(const coral_page_t *page, const void
  * full path, which reports a misuse. The freed mark is swapped in once,
  * before the attempt, and stays if the attempt fails: the full path is
  * told what it found (*suspect). */
+/* Whether a push of one block p onto the remote-free word tf of page may
+ * take the quick way: no purge or reclaim under way, a push that neither
+ * tells the owner (state USE) nor frees the page's last block (the orphan
+ * lock), and p not the block pushed last. */
+CORAL_INLINE bool coral_tf_quick_push_ok(const coral_page_t *page, uintptr_t tf, const void *p) {
+    return !((tf & (CORAL_TF_RECLAIMED | CORAL_TF_BUSY)) != 0 ||
+             (tf & CORAL_DELAY_MASK) == CORAL_DELAY_USE ||
+             coral_tf_count(tf) + 1 >= page->reserved ||
+             coral_tf_list(tf) == (const coral_block_t *)p);
+}
+
+/* The quick push of block on tf (coral_tf_quick_push_ok said so): one CAS
+ * attempt, false when another push came first. */
+CORAL_INLINE bool coral_tf_quick_push(coral_page_t *page, uintptr_t tf, coral_block_t *block,
+                                      uintptr_t suspect) {
+    coral_block_set_next(block, coral_tf_list(tf));
+    uintptr_t next =
+        coral_tf_pushed(tf, block, coral_tf_count(tf) + 1, suspect, tf & CORAL_DELAY_MASK);
+    return coral_likely(atomic_compare_exchange_strong_explicit(
+        &page->thread_free, &tf, next, memory_order_release, memory_order_relaxed));
+}
+
 CORAL_INLINE bool coral_page_free_remote_quick(coral_page_t *page, void *p, uintptr_t *suspect) {
     *suspect = 0;
     if (coral_unlikely(page->slice_count == 0 || page->class_idx == CORAL_CLASS_LARGE ||
@@ -508,18 +530,24 @@ CORAL_INLINE bool coral_page_free_remote_quick(coral_page_t *page, void *p, uint
                        !coral_page_is_block_start(page, p)))
         return false;
     uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_acquire);
-    uint32_t count = coral_tf_count(tf) + 1;
-    uintptr_t state = tf & CORAL_DELAY_MASK;
-    if (coral_unlikely((tf & (CORAL_TF_RECLAIMED | CORAL_TF_BUSY)) != 0 ||
-                       state == CORAL_DELAY_USE || count >= page->reserved ||
-                       coral_tf_list(tf) == (coral_block_t *)p))
-        return false;
+    if (coral_unlikely(!coral_tf_quick_push_ok(page, tf, p))) return false;
     coral_block_t *block = p;
     *suspect = coral_remote_mark_swap(block) | CORAL_TF_MARKED;
-    coral_block_set_next(block, coral_tf_list(tf));
-    uintptr_t next = coral_tf_pushed(tf, block, count, *suspect & CORAL_TF_SUSPECT, state);
-    return coral_likely(atomic_compare_exchange_strong_explicit(
-        &page->thread_free, &tf, next, memory_order_release, memory_order_relaxed));
+    return coral_tf_quick_push(page, tf, block, *suspect & CORAL_TF_SUSPECT);
+}
+
+/* The secure build's push of p, a block start of page (a size class, no
+ * aligned block: its canary check passed, which stands for the
+ * block-start test), by a thread that does not own it: the quick push
+ * when it may, else the full one (which checks the count and the page's
+ * state). The secure build has no remote freed mark to swap (its mark,
+ * in the block, was written by the check). */
+CORAL_INLINE void coral_page_free_remote_checked(coral_page_t *page, void *p) {
+    uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_acquire);
+    if (coral_likely(coral_tf_quick_push_ok(page, tf, p)) &&
+        coral_tf_quick_push(page, tf, (coral_block_t *)p, 0))
+        return;
+    coral_page_push_remote_marked(page, (coral_block_t *)p, 0);
 }
 
 /* ---- the secure build (secure.c) ----------------------------------------------------

@@ -1082,6 +1082,53 @@ static void case_fork_cache_purge(void) {
     CHECK_EQ(coral_test_check(), 0);
 }
 
+/* ---- the first bulk cache made while another thread forks ----------------------------
+ * The bulk caches' fork hooks (their flush and registry locks) are set when
+ * the process makes its first cache. A thread that makes it while another
+ * is inside fork(), after the prepare handler looked for the hooks, set
+ * them before the parent handler ran: that ran the parent hook, which
+ * unlocked the two locks its prepare never took (TSan: "unlock of an
+ * unlocked mutex"; a purge thread holding the flush lock then would have
+ * lost it). The forking thread is held once it has taken every lock; the
+ * other thread makes its first cache then. */
+enum { FIRST_CACHE_BLOCKS = 64 };
+static void *first_cache_blocks[FIRST_CACHE_BLOCKS];
+static bool first_cache_ready;
+
+static void *first_cache_maker(void *arg) {
+    (void)arg;
+    CHECK_EQ(coral_malloc_bulk(48, FIRST_CACHE_BLOCKS, first_cache_blocks), FIRST_CACHE_BLOCKS);
+    gate_signal(&first_cache_ready);
+    gate_wait_held();
+    coral_free_bulk(first_cache_blocks, FIRST_CACHE_BLOCKS); /* makes the first cache */
+    gate_open();
+    return NULL;
+}
+
+static void case_fork_hooks_set(void) {
+    gate_arm(CORAL_TP_FORK_PREPARED, -1);
+    pthread_t maker = start(first_cache_maker, NULL);
+    gate_wait_for(&first_cache_ready, GATES);
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        alarm(20);
+        void *blocks[8];
+        CHECK_EQ(coral_malloc_bulk(48, 8, blocks), 8);
+        coral_free_bulk(blocks, 8);
+        _exit(0);
+    }
+    expect_child_exit_0(pid, "the fork child did not end");
+    join(maker);
+    /* The next fork takes the hooks' locks and gives them back. */
+    pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) _exit(0);
+    expect_child_exit_0(pid, "the second fork child did not end");
+    CHECK_EQ(coral_test_check(), 0);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_windows CASE\n");
@@ -1110,6 +1157,7 @@ int main(int argc, char **argv) {
         {"purger_started_notice", case_purger_started_notice},
         {"purger_started_free", case_purger_started_free},
         {"fork_cache_purge", case_fork_cache_purge},
+        {"fork_hooks_set", case_fork_hooks_set},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(argv[1], cases[i].name) == 0) {

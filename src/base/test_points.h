@@ -34,6 +34,9 @@ typedef enum coral_test_point_e {
     CORAL_TP_HUGE_LIST_LOCKED,
     /* thread.c: the fork's prepare handler starts (before any lock) */
     CORAL_TP_FORK_PREPARE,
+    /* thread.c: the fork's prepare handler has taken every lock (the
+     * layer above's hooks included, if set) */
+    CORAL_TP_FORK_PREPARED,
     /* purge.c: the purge thread found no program thread left and is about
      * to end the process */
     CORAL_TP_PURGER_LAST_THREAD,

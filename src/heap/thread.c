@@ -204,8 +204,26 @@ void coral_fork_hooks_set(coral_fork_fn prepare, coral_fork_fn parent, coral_for
     atomic_store_explicit(&fork_hook_prepare, prepare, memory_order_release);
 }
 
-static void fork_hook_run(_Atomic(coral_fork_fn) *hook) {
-    coral_fork_fn fn = atomic_load_explicit(hook, memory_order_acquire);
+/* The layer above's parent and child hooks of the fork in progress: those
+ * whose prepare hook ran. The hooks may be set while another thread is in
+ * fork() (the first bulk cache is made then): run from the globals, the
+ * parent hook would unlock locks its prepare never took (another thread's
+ * lock, given away). Written by the prepare handler and read by the parent
+ * and child handlers of the same fork; glibc runs the handlers of
+ * concurrent forks under its atfork lock, one fork at a time. */
+static coral_fork_fn fork_taken_parent, fork_taken_child;
+
+static void fork_hooks_prepare(void) {
+    coral_fork_fn prepare = atomic_load_explicit(&fork_hook_prepare, memory_order_acquire);
+    /* (set before prepare, with release: seen with it) */
+    fork_taken_parent =
+        prepare ? atomic_load_explicit(&fork_hook_parent, memory_order_relaxed) : NULL;
+    fork_taken_child =
+        prepare ? atomic_load_explicit(&fork_hook_child, memory_order_relaxed) : NULL;
+    if (prepare != NULL) prepare();
+}
+
+static void fork_hook_run(coral_fork_fn fn) {
     if (fn != NULL) fn();
 }
 
@@ -248,7 +266,7 @@ static void heaps_exited_postfork_child(void) {
 static void fork_prepare(void) {
     coral_test_point(CORAL_TP_FORK_PREPARE, NULL);
     fork_parent_tid = gettid();
-    fork_hook_run(&fork_hook_prepare);
+    fork_hooks_prepare();
     pthread_mutex_lock(&exit_heap_lock);
     coral_purger_prefork();
     pthread_mutex_lock(&heap_pool_lock);
@@ -256,6 +274,7 @@ static void fork_prepare(void) {
     coral_segment_locks_prefork();
     coral_segment_cache_prefork();
     coral_orphans_prefork();
+    coral_test_point(CORAL_TP_FORK_PREPARED, NULL);
 }
 
 static void fork_unlock(bool child) {
@@ -273,7 +292,7 @@ static void fork_unlock(bool child) {
 
 static void fork_parent(void) {
     fork_unlock(false);
-    fork_hook_run(&fork_hook_parent);
+    fork_hook_run(fork_taken_parent);
 }
 
 static void fork_child(void) {
@@ -285,7 +304,7 @@ static void fork_child(void) {
      * not tell again: it tells the child's, which a later free may start,
      * so that its end still ends the child. */
     if (coral_thread_exiting()) coral_purger_thread_exiting();
-    fork_hook_run(&fork_hook_child);
+    fork_hook_run(fork_taken_child);
     /* The exit heap is the child's too (its exiting threads allocate from
      * it): a parent thread's notice to it in flight is as for the forking
      * thread's heaps (window_fork_exit_heap_notice). */

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1063,22 +1064,86 @@ static void fork_cache_child(uintptr_t region) {
     _exit(0);
 }
 
+/* A thread of the test runs fn and is held at `point` with the region at
+ * `region` (the point's object) out of the cache's table; the main thread
+ * forks, child(region) runs in the child, and the gate opens at `opener`,
+ * where the fork starts to wait for the held thread. */
+static void fork_while_held(thread_fn fn, int point, int opener, uintptr_t region,
+                            void (*child)(uintptr_t)) {
+    gate_arm(point, opener);
+    pthread_t held = start(fn, NULL);
+    CHECK_EQ((uintptr_t)gate_wait_held(), region);
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) child(region);
+    expect_child_exit_0(pid, "the fork child did not end");
+    gate_open(); /* (opened already by the fork's wait) */
+    join(held);
+}
+
 static void case_fork_cache_purge(void) {
     char *block = coral_malloc(CACHE_BLOCK);
     CHECK(block != NULL);
     memset(block, 7, CACHE_BLOCK);
     uintptr_t region = (uintptr_t)block & ~(uintptr_t)((4u << 20) - 1);
     coral_free(block); /* its segment goes to the cache, dirty */
-    gate_arm(CORAL_TP_CACHE_PURGING, CORAL_TP_FORK_CACHE_WAIT);
-    pthread_t purger = start(forced_pass_thread, NULL);
-    CHECK_EQ((uintptr_t)gate_wait_held(), region);
-    fflush(stdout);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) fork_cache_child(region);
-    expect_child_exit_0(pid, "the fork child did not end");
-    gate_open(); /* (opened already by the fork's wait) */
-    join(purger);
+    fork_while_held(forced_pass_thread, CORAL_TP_CACHE_PURGING, CORAL_TP_FORK_CACHE_WAIT, region,
+                    fork_cache_child);
+    CHECK_EQ(coral_test_check(), 0);
+}
+
+/* ---- a fork while the full segment cache evicts ------------------------------------------
+ * A region put into the full segment cache makes room: the least recently
+ * freed regions leave the table and are unmapped (cache.c, cache_insert). A
+ * fork in between would leave the child those regions mapped, their data
+ * resident in the child, and referenced by nothing (its cache no longer
+ * holds them, and the unmap was the parent's). The cache holds two 8 MiB
+ * regions (CORALLOC_SEGMENT_CACHE=4: 16 MiB), those of blocks A and B; a
+ * thread of the test frees a third, C, and is held with A's region out of
+ * the table, not yet unmapped, while the main thread forks; the fork waits
+ * for the unmap (the gate opens when it starts waiting), and the child has
+ * no mapping there. Without the wait the child kept all of A's region. */
+static void *evict_block;
+
+static void *free_evict_block(void *arg) {
+    (void)arg;
+    coral_free(evict_block); /* the cache is full: the oldest region leaves */
+    return NULL;
+}
+
+/* Whether no page of [base, base + size) is mapped in full: mincore fails
+ * with ENOMEM when any page of the range is not mapped. */
+static bool range_unmapped(uintptr_t base, size_t size) {
+    static unsigned char vec[((size_t)8 << 20) / 4096];
+    CHECK(size / (size_t)sysconf(_SC_PAGESIZE) <= sizeof vec);
+    return mincore((void *)base, size, vec) == -1 && errno == ENOMEM;
+}
+
+static void fork_evict_child(uintptr_t region) {
+    CHECK_MSG(range_unmapped(region, (size_t)8 << 20),
+              "the evicted region at %p is still mapped in the fork child, in no table",
+              (void *)region);
+    CHECK_EQ(coral_test_check(), 0);
+    _exit(0);
+}
+
+static void case_fork_cache_evict(void) {
+    char *blocks[3];
+    for (int i = 0; i < 3; i++) {
+        blocks[i] = coral_malloc(CACHE_BLOCK);
+        CHECK(blocks[i] != NULL);
+        memset(blocks[i], 7, CACHE_BLOCK);
+    }
+    uintptr_t oldest = (uintptr_t)blocks[0] & ~(uintptr_t)((4u << 20) - 1);
+    coral_free(blocks[0]);
+    coral_test_advance_clock(1000); /* A the least recently freed */
+    coral_free(blocks[1]);
+    coral_test_advance_clock(1000);
+    evict_block = blocks[2];
+    fork_while_held(free_evict_block, CORAL_TP_CACHE_EVICTING, CORAL_TP_FORK_EVICT_WAIT, oldest,
+                    fork_evict_child);
+    CHECK(range_unmapped(oldest, (size_t)8 << 20));
     CHECK_EQ(coral_test_check(), 0);
 }
 
@@ -1158,6 +1223,7 @@ int main(int argc, char **argv) {
         {"purger_started_free", case_purger_started_free},
         {"fork_cache_purge", case_fork_cache_purge},
         {"fork_hooks_set", case_fork_hooks_set},
+        {"fork_cache_evict", case_fork_cache_evict},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(argv[1], cases[i].name) == 0) {

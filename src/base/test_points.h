@@ -71,6 +71,13 @@ typedef enum coral_test_point_e {
     /* cache.c: the fork's prepare handler is about to wait for a purge of
      * the segment cache in progress */
     CORAL_TP_FORK_CACHE_WAIT,
+    /* cache.c: a thread that put a region into the full segment cache took
+     * the least recently freed ones out of the table and is about to unmap
+     * them; the object is the first one's base */
+    CORAL_TP_CACHE_EVICTING,
+    /* cache.c: the fork's prepare handler is about to wait for an eviction
+     * from the segment cache in progress */
+    CORAL_TP_FORK_EVICT_WAIT,
     CORAL_TP_COUNT
 } coral_test_point_t;
 

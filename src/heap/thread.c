@@ -187,8 +187,9 @@ void coral_heap_pool_put(coral_heap_t *heap) {
  *      moved by mremap, detached at a thread's exit);
  *   5. the abandoned segments' and the segment registry's (adoption,
  *      abandonment, the purger's span locks are taken under the registry);
- *   6. the segment cache's purge lock, then its table's (no region out of
- *      the table, half purged);
+ *   6. the segment cache's purge lock, its evict lock, then its table's
+ *      (no region out of the table, half purged or evicted and not yet
+ *      unmapped);
  *   7. the reclaimer's and the orphan list's (no orphan half purged).
  * Locks that a thread takes without waiting (a segment's span_lock, the
  * try-lock of its slices) are not taken: the child frees them all

@@ -40,7 +40,11 @@
  * Locking: one mutex guards the region table and the map entries of cached
  * chunks; it is a leaf (no other lock is taken under it) and no system call
  * is made under it: a region being mapped, moved, purged or unmapped has left
- * the table first, so it is that thread's alone. */
+ * the table first, so it is that thread's alone. A region out of the table
+ * that no thread will own (purged, to go back; evicted, to be unmapped) is
+ * covered by a second lock, held until it is back or unmapped, which the
+ * fork takes (purge_lock, evict_lock): the child has no such thread. Order:
+ * purge_lock, evict_lock, cache_lock. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <string.h>
@@ -67,6 +71,14 @@ static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
  * by a thread the child does not have. Taken before cache_lock, never
  * while holding it. */
 static pthread_mutex_t purge_lock = PTHREAD_MUTEX_INITIALIZER;
+/* One evicter at a time: a thread whose put makes room in the full cache
+ * (cache_insert) holds it from before the least recently freed regions
+ * leave the table until they are unmapped. A fork takes it before
+ * cache_lock: regions out of the table at the fork would stay mapped in
+ * the child, their data resident there, referenced by nothing. Only a put
+ * that may evict takes it (taken before cache_lock, never while holding
+ * it); takes never do, so none waits for an unmap. */
+static pthread_mutex_t evict_lock = PTHREAD_MUTEX_INITIALIZER;
 static cache_region_t regions[CACHE_SLOTS]; /* regions[0, region_count) are in use */
 static size_t region_count;
 static _Atomic(size_t) cache_bytes; /* written under the lock; read as a hint */
@@ -164,12 +176,19 @@ static size_t table_oldest(void) {
     return oldest;
 }
 
+/* Whether `size` more bytes and one more slot need room. Merging a region
+ * with its neighbours (table_merge) leaves cache_bytes + its size as it
+ * was and frees slots, so a region that needs none before its merge needs
+ * none after it. */
+static bool table_needs_room(size_t size) {
+    return region_count > 0 && (region_count == CACHE_SLOTS || cache_bytes + size > cache_limit());
+}
+
 /* Make room for `size` more bytes and one more slot: the least recently
  * freed regions leave, into evict[] (their map entries cleared). */
 static size_t table_make_room(size_t size, cache_region_t *evict) {
     size_t n = 0;
-    while (region_count > 0 &&
-           (region_count == CACHE_SLOTS || cache_bytes + size > cache_limit())) {
+    while (table_needs_room(size)) {
         size_t i = table_oldest();
         evict[n++] = regions[i];
         coral_segment_map_set(regions[i].base, regions[i].size, false);
@@ -239,15 +258,24 @@ static void regions_unmap(cache_region_t *r, size_t n) {
 }
 
 /* r (no longer in the table, its map entries as documented above) goes
- * back in, merged with its neighbours. */
+ * back in, merged with its neighbours; when the cache is full, the least
+ * recently freed regions leave it and are unmapped, under evict_lock. */
 static void cache_insert(cache_region_t r) {
     cache_region_t evict[CACHE_SLOTS];
     pthread_mutex_lock(&cache_lock);
+    bool evicter = table_needs_room(r.size);
+    if (evicter) { /* (the table may change meanwhile: looked at again below) */
+        pthread_mutex_unlock(&cache_lock); /* evict_lock comes first */
+        pthread_mutex_lock(&evict_lock);
+        pthread_mutex_lock(&cache_lock);
+    }
     r = table_merge(r);
-    size_t evicted = table_make_room(r.size, evict);
+    size_t evicted = table_make_room(r.size, evict); /* 0 unless evicter */
     table_insert(r);
     pthread_mutex_unlock(&cache_lock);
+    if (evicted != 0) coral_test_point(CORAL_TP_CACHE_EVICTING, evict[0].base);
     regions_unmap(evict, evicted);
+    if (evicter) pthread_mutex_unlock(&evict_lock);
 }
 
 /* The chunks at base (size: whole chunks; bytes up to base + dirty may hold
@@ -457,17 +485,23 @@ uint64_t coral_segment_cache_purge(uint64_t now, bool force) {
     return next;
 }
 
-/* A purge in progress ends first (purge_lock): the child gets every region
- * back in the table. */
+/* A purge in progress ends first (purge_lock), and an eviction in
+ * progress (evict_lock): the child gets every region back in the table,
+ * and has none of the evicted ones mapped. */
 void coral_segment_cache_prefork(void) {
     if (pthread_mutex_trylock(&purge_lock) != 0) {
         coral_test_point(CORAL_TP_FORK_CACHE_WAIT, NULL);
         pthread_mutex_lock(&purge_lock);
+    }
+    if (pthread_mutex_trylock(&evict_lock) != 0) {
+        coral_test_point(CORAL_TP_FORK_EVICT_WAIT, NULL);
+        pthread_mutex_lock(&evict_lock);
     }
     pthread_mutex_lock(&cache_lock);
 }
 
 void coral_segment_cache_postfork(void) {
     pthread_mutex_unlock(&cache_lock);
+    pthread_mutex_unlock(&evict_lock);
     pthread_mutex_unlock(&purge_lock);
 }

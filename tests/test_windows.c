@@ -1068,16 +1068,31 @@ static void fork_cache_child(uintptr_t region) {
  * `region` (the point's object) out of the cache's table; the main thread
  * forks, child(region) runs in the child, and the gate opens at `opener`,
  * where the fork starts to wait for the held thread. */
+static thread_fn held_fn;
+static bool held_fork_done;
+
+/* The held thread runs on until the child has ended: the fork's wait lets
+ * it go before the fork is made, and a thread that ended unjoined before
+ * the fork is a thread leak to TSan at the child's exit. */
+static void *held_until_fork_done(void *arg) {
+    held_fn(arg);
+    gate_wait_for(&held_fork_done, GATES);
+    return NULL;
+}
+
 static void fork_while_held(thread_fn fn, int point, int opener, uintptr_t region,
                             void (*child)(uintptr_t)) {
+    held_fn = fn;
+    held_fork_done = false;
     gate_arm(point, opener);
-    pthread_t held = start(fn, NULL);
+    pthread_t held = start(held_until_fork_done, NULL);
     CHECK_EQ((uintptr_t)gate_wait_held(), region);
     fflush(stdout);
     pid_t pid = fork();
     CHECK(pid >= 0);
     if (pid == 0) child(region);
     expect_child_exit_0(pid, "the fork child did not end");
+    gate_signal(&held_fork_done);
     gate_open(); /* (opened already by the fork's wait) */
     join(held);
 }

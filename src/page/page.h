@@ -492,15 +492,6 @@ CORAL_INLINE bool coral_page_is_block_start(const coral_page_t *page, const void
     return offset < (size_t)page->reserved * page->block_size && offset % page->block_size == 0;
 }
 
-/* The common case of coral_page_free_remote, inline: a block of a size
- * class (no aligned blocks in the page) whose push neither tells the owner
- * (state USE) nor frees the page's last block (the orphan lock). One CAS
- * attempt, with the same checks as the full path (a page in use, p a block
- * start, no purge or reclaim under way, a count within the page, not the
- * block pushed last); false, with nothing done, sends the free down the
- * full path, which reports a misuse. The freed mark is swapped in once,
- * before the attempt, and stays if the attempt fails: the full path is
- * told what it found (*suspect). */
 /* Whether a push of one block p onto the remote-free word tf of page may
  * take the quick way: no purge or reclaim under way, a push that neither
  * tells the owner (state USE) nor frees the page's last block (the orphan
@@ -523,6 +514,15 @@ CORAL_INLINE bool coral_tf_quick_push(coral_page_t *page, uintptr_t tf, coral_bl
         &page->thread_free, &tf, next, memory_order_release, memory_order_relaxed));
 }
 
+/* The common case of coral_page_free_remote, inline: a block of a size
+ * class (no aligned blocks in the page) whose push neither tells the owner
+ * (state USE) nor frees the page's last block (the orphan lock). One CAS
+ * attempt, with the same checks as the full path (a page in use, p a block
+ * start, no purge or reclaim under way, a count within the page, not the
+ * block pushed last); false, with nothing done, sends the free down the
+ * full path, which reports a misuse. The freed mark is swapped in once,
+ * before the attempt, and stays if the attempt fails: the full path is
+ * told what it found (*suspect). */
 CORAL_INLINE bool coral_page_free_remote_quick(coral_page_t *page, void *p, uintptr_t *suspect) {
     *suspect = 0;
     if (coral_unlikely(page->slice_count == 0 || page->class_idx == CORAL_CLASS_LARGE ||

@@ -873,7 +873,7 @@ int coral_profile_dump(const char *path) {
 }
 
 void coral_profile_init(void) {
-    const char *path = getenv("CORALLOC_PROFILE");
+    const char *path = coral_env("CORALLOC_PROFILE");
     bool leaks = coral_option(CORAL_OPT_PROFILE_LEAKS) != 0;
     if ((path == NULL || path[0] == '\0') && !leaks) return;
     if (path != NULL) {

@@ -165,6 +165,10 @@ static inline int64_t coral_option(coral_option_t opt) {
 }
 
 void coral_options_init(void);
+/* The value of environment variable var, or NULL; always NULL in a process
+ * running with privileges its user lacks (set-user-ID: AT_SECURE). Every
+ * CORALLOC_* variable is read through it. */
+const char *coral_env(const char *var);
 /* An option's value also before coral_options_init has run (read from the
  * environment then): for what may happen before the first allocation. */
 int64_t coral_option_now(coral_option_t opt);

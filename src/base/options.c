@@ -136,12 +136,21 @@ static void names_list(const char *const *names, char *out, size_t cap) {
 
 static _Atomic(bool) options_read;
 
+/* secure_getenv: in a process that runs with privileges its user lacks
+ * (set-user-ID or set-group-ID, file capabilities: the kernel's AT_SECURE)
+ * every CORALLOC_* variable reads as unset, as glibc ignores its own
+ * MALLOC_* settings there. Such a process takes its environment from the
+ * user who starts it, and these variables create files (CORALLOC_PROFILE:
+ * FILE.PID, created and truncated with the process's privileges), make its
+ * kernel calls fail (CORALLOC_FAIL_OS_AFTER) or print its statistics. */
+const char *coral_env(const char *var) { return secure_getenv(var); }
+
 int64_t coral_option_now(coral_option_t opt) {
     if (atomic_load_explicit(&options_read, memory_order_acquire)) return coral_option(opt);
     const option_desc_t *d = &option_descs[opt];
     char var[64];
     option_var_name(var, sizeof var, d->name);
-    const char *s = getenv(var);
+    const char *s = coral_env(var);
     int64_t v;
     return s != NULL && option_parse(d, s, &v) ? v : d->value;
 }
@@ -152,7 +161,7 @@ void coral_options_init(void) {
         coral_options[i] = d->value;
         char var[64];
         option_var_name(var, sizeof var, d->name);
-        const char *s = getenv(var);
+        const char *s = coral_env(var);
         if (s == NULL) continue;
         int64_t v;
         if (option_parse(d, s, &v)) {

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/single_threaded.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1209,6 +1210,108 @@ static void case_fork_hooks_set(void) {
     CHECK_EQ(coral_test_check(), 0);
 }
 
+/* ---- a fork from a signal handler, inside the allocator or inside a fork ----------------
+ * fork() is async-signal-safe: a handler may fork while its thread holds
+ * the allocator's locks, taken by the fork its signal interrupted (that
+ * fork's prepare handler) or by a free in its slow path. A prepare handler
+ * that takes them again waits for itself forever (base.h, "forks from
+ * signal handlers"). Here the handler is a test point's hook: it forks at
+ * the point where the thread holds them, as a handler run there would. The
+ * inner child allocates (fork_nested: its handler released what the outer
+ * prepare held) or only ends (fork_in_purge: the purge it interrupted
+ * still holds its lock, as POSIX allows a child of a fork in a handler only
+ * async-signal-safe calls). A deadlock ends the test by its alarm. */
+static int inner_fork_point;
+static int inner_fork_status = -1;
+static bool inner_child_allocates;
+
+static void fork_at_point(int point, const void *object) {
+    (void)object;
+    if (point != inner_fork_point || inner_fork_status != -1) return;
+    inner_fork_status = -2; /* (the inner fork's own prepare reaches no point twice) */
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (inner_child_allocates) {
+            void *blocks[64];
+            for (int i = 0; i < 64; i++) blocks[i] = coral_malloc((size_t)16 << (i % 17));
+            for (int i = 0; i < 64; i++) coral_free(blocks[i]);
+            if (coral_test_check() != 0) _exit(3);
+        }
+        _exit(0);
+    }
+    int status = -1;
+    if (pid > 0) waitpid(pid, &status, 0);
+    inner_fork_status = status;
+}
+
+static void *touch_and_end(void *arg) {
+    coral_free(coral_malloc(64));
+    return arg;
+}
+
+static void *allocate_some(void *arg) {
+    void *blocks[256];
+    for (int round = 0; round < 16; round++) {
+        for (int i = 0; i < 256; i++) blocks[i] = coral_malloc((size_t)16 << (i % 13));
+        for (int i = 0; i < 256; i++) coral_free(blocks[i]);
+    }
+    coral_collect(1);
+    return arg;
+}
+
+/* A fork from a handler that interrupted a fork of a multi-threaded process
+ * after its prepare handler took every lock. */
+static void case_fork_nested(void) {
+    join(start(touch_and_end, NULL)); /* multi-threaded: the outer fork takes the locks */
+    alarm(20);
+    inner_fork_point = CORAL_TP_FORK_PREPARED;
+    inner_child_allocates = true;
+    coral_test_point_set(fork_at_point);
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        void *p = coral_malloc(100);
+        coral_free(p);
+        _exit(coral_test_check() == 0 ? 0 : 3);
+    }
+    coral_test_point_set(NULL);
+    expect_child_exit_0(pid, "the outer fork's child did not end");
+    CHECK_MSG(WIFEXITED(inner_fork_status) && WEXITSTATUS(inner_fork_status) == 0,
+              "the inner fork's child: status 0x%x", inner_fork_status);
+    /* Every lock was given back in the parent: another thread allocates
+     * (and, with the profiler on, takes samples: its locks too). */
+    join(start(allocate_some, NULL));
+    alarm(0);
+    CHECK_EQ(coral_test_check(), 0);
+}
+
+/* A fork from a handler that interrupted a purge of the segment cache (its
+ * purge_lock held) in a single-threaded process, as glibc allows with its
+ * malloc. Needs CORALLOC_PURGE_THREAD=0 (the process stays single-threaded). */
+static void case_fork_in_purge(void) {
+    if (!__libc_single_threaded) {
+        printf("SKIPPED: the process has a thread already (a sanitizer's?)\n");
+        exit(77);
+    }
+    char *block = coral_malloc(CACHE_BLOCK);
+    CHECK(block != NULL);
+    memset(block, 7, CACHE_BLOCK);
+    coral_free(block); /* its segment goes to the cache, dirty */
+    alarm(20);
+    inner_fork_point = CORAL_TP_CACHE_PURGING;
+    inner_child_allocates = false;
+    coral_test_point_set(fork_at_point);
+    fflush(stdout);
+    coral_collect(0); /* a forced pass: the purge, then the fork at its point */
+    coral_test_point_set(NULL);
+    alarm(0);
+    CHECK_MSG(inner_fork_status != -1, "the purge never reached its test point");
+    CHECK_MSG(WIFEXITED(inner_fork_status) && WEXITSTATUS(inner_fork_status) == 0,
+              "the inner fork's child: status 0x%x", inner_fork_status);
+    CHECK_EQ(coral_test_check(), 0);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_windows CASE\n");
@@ -1239,6 +1342,8 @@ int main(int argc, char **argv) {
         {"fork_cache_purge", case_fork_cache_purge},
         {"fork_hooks_set", case_fork_hooks_set},
         {"fork_cache_evict", case_fork_cache_evict},
+        {"fork_nested", case_fork_nested},
+        {"fork_in_purge", case_fork_in_purge},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(argv[1], cases[i].name) == 0) {

@@ -5,8 +5,9 @@
  * messages (coral_fatal, coral_message), the clock, the options read from
  * the environment (CORALLOC_*), the statistics counters (written by every
  * layer where an event happens, read by the api layer's output: counters
- * observe, no policy reads them), and the one intrusive list every list of
- * the allocator is made of.
+ * observe, no policy reads them), the rule by which fork handlers take no
+ * lock in a fork from a signal handler, and the one intrusive list every
+ * list of the allocator is made of.
  *
  * The layers, lowest first (src/README.md draws the map): base, os,
  * segment, page, heap, api. A file includes and calls only its own layer's
@@ -107,6 +108,71 @@ CORAL_INLINE void coral_spin_pause(void) {
 #elif defined(__aarch64__)
     __asm__ __volatile__("yield");
 #endif
+}
+
+/* ---- forks from signal handlers -------------------------------------------
+ * fork() is async-signal-safe, and glibc keeps it so with its malloc in a
+ * single-threaded process. A signal handler may fork while its thread is
+ * inside the allocator, holding a lock that a prepare handler would wait
+ * for forever (a free interrupted in its slow path), or inside another fork,
+ * whose prepare handler already holds every lock. Each set of fork handlers
+ * keeps a coral_fork_nest_t in thread-local storage (only its thread writes
+ * it; a signal fence orders it against the handler that interrupts) and
+ * asks it:
+ * - prepare: coral_fork_nest_enter, true when this fork takes the locks:
+ *   not when another fork is in progress on the thread (its prepare holds
+ *   them), nor in a single-threaded process (no other thread can hold one;
+ *   this one may, interrupted, and waits for the handler to return);
+ * - parent: release the locks if coral_fork_nest_took_locks (a nested
+ *   fork's parent leaves them to the outer fork's parent handler);
+ * - child: release them if coral_fork_nest_locks_held (the outermost fork
+ *   took them: a nested fork's child is the child of a process whose locks
+ *   the forking thread all holds, as after any prepare), else only set the
+ *   child's state right, taking and releasing nothing;
+ * - both end with coral_fork_nest_leave (so that a fork from a handler that
+ *   interrupts a parent handler's unlocking is still nested). */
+typedef struct coral_fork_nest_s {
+    unsigned depth;    /* forks in progress on this thread */
+    uint32_t lockless; /* bit d: the fork at depth d took no lock */
+} coral_fork_nest_t;
+
+/* In a single-threaded process (glibc's __libc_single_threaded: false from
+ * the first pthread_create on, for good). */
+bool coral_process_single_threaded(void);
+
+CORAL_INLINE bool coral_fork_nest_enter(coral_fork_nest_t *n) {
+    unsigned d = n->depth;
+    bool lock = d == 0 && !coral_process_single_threaded();
+    uint32_t bit = d < 32 ? 1u << d : 0;
+    n->lockless = lock ? n->lockless & ~bit : n->lockless | bit;
+    atomic_signal_fence(memory_order_seq_cst);
+    n->depth = d + 1;
+    atomic_signal_fence(memory_order_seq_cst);
+    return lock;
+}
+
+/* The fork just entered takes no lock after all: its prepare found one
+ * that its own thread may hold. */
+CORAL_INLINE void coral_fork_nest_take_none(coral_fork_nest_t *n) {
+    unsigned d = n->depth - 1;
+    if (d < 32) n->lockless |= 1u << d;
+}
+
+/* The fork being handled took the locks at its prepare. */
+CORAL_INLINE bool coral_fork_nest_took_locks(const coral_fork_nest_t *n) {
+    unsigned d = n->depth - 1;
+    return d < 32 && !(n->lockless & (1u << d));
+}
+
+/* The outermost fork in progress on the thread took the locks: this
+ * thread holds them all. */
+CORAL_INLINE bool coral_fork_nest_locks_held(const coral_fork_nest_t *n) {
+    return n->depth > 0 && !(n->lockless & 1u);
+}
+
+CORAL_INLINE void coral_fork_nest_leave(coral_fork_nest_t *n) {
+    atomic_signal_fence(memory_order_seq_cst);
+    n->depth--;
 }
 
 /* ---- messages and the clock (message.c) ------------------------------------ */

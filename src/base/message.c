@@ -7,6 +7,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#if __has_include(<sys/single_threaded.h>)
+#include <sys/single_threaded.h>
+#endif
+
 #include "base/base.h"
 
 static void write_line(const char *prefix, const char *fmt, va_list ap) {
@@ -51,6 +55,14 @@ uint64_t coral_clock_ms(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u +
            atomic_load_explicit(&clock_skew_ms, memory_order_relaxed);
+}
+
+bool coral_process_single_threaded(void) {
+#if __has_include(<sys/single_threaded.h>)
+    return __libc_single_threaded != 0;
+#else
+    return false; /* (a C library without the flag: every fork takes the locks) */
+#endif
 }
 
 void coral_clock_advance(uint64_t ms) {

@@ -264,9 +264,13 @@ static void heaps_exited_postfork_child(void) {
     }
 }
 
+/* This thread's forks in progress (base.h, "forks from signal handlers"). */
+static _Thread_local coral_fork_nest_t fork_nest;
+
 static void fork_prepare(void) {
     coral_test_point(CORAL_TP_FORK_PREPARE, NULL);
     fork_parent_tid = gettid();
+    if (!coral_fork_nest_enter(&fork_nest)) return;
     fork_hooks_prepare();
     pthread_mutex_lock(&exit_heap_lock);
     coral_purger_prefork();
@@ -292,12 +296,26 @@ static void fork_unlock(bool child) {
 }
 
 static void fork_parent(void) {
-    fork_unlock(false);
-    fork_hook_run(fork_taken_parent);
+    if (coral_fork_nest_took_locks(&fork_nest)) {
+        fork_unlock(false);
+        fork_hook_run(fork_taken_parent);
+    }
+    coral_fork_nest_leave(&fork_nest);
 }
 
+static void fork_child_state(void);
+
 static void fork_child(void) {
-    heaps_exited_postfork_child(); /* (the heap pool's lock is still held) */
+    heaps_exited_postfork_child(); /* (the heap pool's lock is still held, if taken) */
+    /* Else the parent had no other thread: no lock to release, no notice
+     * in flight, no purge thread to forget. */
+    if (coral_fork_nest_locks_held(&fork_nest)) fork_child_state();
+    coral_fork_nest_leave(&fork_nest);
+}
+
+/* The child of a fork whose prepare took every lock: releases them and sets
+ * what other threads left in flight right. */
+static void fork_child_state(void) {
     fork_unlock(true);
     /* A thread that forks past its exit cleanup (from a later key
      * destructor) told the parent's purge thread; the child's forgot it

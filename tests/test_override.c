@@ -323,12 +323,34 @@ static void test_glibc_names(void) {
 
 /* mallinfo is deprecated in glibc's header, and still called by programs. */
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+/* mallopt answers as glibc's: glibc's tuning parameters with a value glibc
+ * takes are taken (1), the values glibc refuses are refused (0); the two
+ * that would change what the allocator does for the program (a check
+ * action, a fill byte) and unknown parameters are refused. */
+static void test_mallopt(void) {
+    CHECK_EQ(mallopt(M_ARENA_MAX, 1), 1);
+    CHECK_EQ(mallopt(M_ARENA_TEST, 8), 1);
+    CHECK_EQ(mallopt(M_MMAP_THRESHOLD, 64 * 1024), 1);
+    CHECK_EQ(mallopt(M_MMAP_THRESHOLD, 64 * 1024 * 1024), 0); /* above 32 MiB: glibc refuses */
+    CHECK_EQ(mallopt(M_MMAP_THRESHOLD, -1), 0);
+    CHECK_EQ(mallopt(M_MXFAST, 0), 1);
+    CHECK_EQ(mallopt(M_MXFAST, 160), 1);
+    CHECK_EQ(mallopt(M_MXFAST, 161), 0); /* above glibc's MAX_FAST_SIZE */
+    CHECK_EQ(mallopt(M_TRIM_THRESHOLD, -1), 1);
+    CHECK_EQ(mallopt(M_TOP_PAD, 64 * 1024), 1);
+    CHECK_EQ(mallopt(M_MMAP_MAX, 0), 1);
+    CHECK_EQ(mallopt(M_PERTURB, 0xa5), 0);
+    CHECK_EQ(mallopt(M_CHECK_ACTION, 1), 0);
+    CHECK_EQ(mallopt(12345, 1), 0);
+    free(owned(malloc(100))); /* the allocator works on */
+}
+
 static void test_extras(void) {
     void *p = owned(malloc(100));
     free_sized(p, 100);
     p = owned(aligned_alloc(64, 640));
     free_aligned_sized(p, 64, 640);
-    CHECK_EQ(mallopt(M_ARENA_MAX, 1), 0); /* glibc's tunables: "not done" */
+    test_mallopt();
     struct mallinfo2 before = mallinfo2();
     struct mallinfo old_before = mallinfo();
     void *huge = owned(malloc(8 * MiB));

@@ -159,10 +159,44 @@ EXPORT void malloc_stats(void) {
             counter(&coral_counters.segments_peak), counter(&coral_counters.mapped_peak));
 }
 
+/* glibc's parameters (malloc.h), here as numbers: a program may pass them
+ * whatever headers coralloc is built with. */
+enum {
+    GLIBC_M_MXFAST = 1,
+    GLIBC_M_TRIM_THRESHOLD = -1,
+    GLIBC_M_TOP_PAD = -2,
+    GLIBC_M_MMAP_THRESHOLD = -3,
+    GLIBC_M_MMAP_MAX = -4,
+    GLIBC_M_CHECK_ACTION = -5,
+    GLIBC_M_PERTURB = -6,
+    GLIBC_M_ARENA_TEST = -7,
+    GLIBC_M_ARENA_MAX = -8,
+};
+
+/* glibc's tuning parameters tune parts coralloc does not have (fastbins,
+ * arenas, the heap top, mmap thresholds): a value glibc would take is
+ * taken (1, "done"), and changes nothing, as under an allocator that
+ * leaves glibc's mallopt in place; one glibc refuses is refused (0), as
+ * glibc does. Programs set M_ARENA_MAX and M_MMAP_THRESHOLD and stop when
+ * told no. The two that change what the allocator does for the program,
+ * M_CHECK_ACTION (coralloc's is CORALLOC_ON_ERROR) and M_PERTURB (no
+ * fill), and any other parameter, are refused. */
 EXPORT int mallopt(int param, int value) {
-    (void)param;
-    (void)value;
-    return 0; /* glibc's options do not apply: "not done" */
+    switch (param) {
+    case GLIBC_M_MXFAST:
+        return value >= 0 && value <= 80 * (int)sizeof(size_t) / 4; /* glibc's MAX_FAST_SIZE */
+    case GLIBC_M_MMAP_THRESHOLD: /* at most glibc's HEAP_MAX_SIZE / 2 */
+        return (unsigned long)(long)value <=
+               (unsigned long)(2 * 4 * 1024 * 1024 * sizeof(long)) / 2;
+    case GLIBC_M_TRIM_THRESHOLD:
+    case GLIBC_M_TOP_PAD:
+    case GLIBC_M_MMAP_MAX:
+    case GLIBC_M_ARENA_TEST:
+    case GLIBC_M_ARENA_MAX:
+        return 1;
+    default:
+        return 0;
+    }
 }
 
 /* arena: mapped bytes outside huge blocks; hblks/hblkhd: huge blocks;

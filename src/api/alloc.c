@@ -514,12 +514,13 @@ static void *aligned_plain(coral_heap_t *heap, size_t size, size_t alignment, bo
 
 static bool is_power_of_two(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
+/* On failure errno is ENOMEM as well as the result, as with glibc's and
+ * musl's posix_memalign (glibc's own tests read it). */
 int coral_posix_memalign(void **out, size_t alignment, size_t size) {
     if (!is_power_of_two(alignment) || alignment % sizeof(void *) != 0) return EINVAL;
-    int saved = errno;
     void *p = coral_malloc_aligned_in(coral_tls_heap, size, alignment, false);
     if (p == NULL) {
-        errno = saved;
+        errno = ENOMEM;
         return ENOMEM;
     }
     *out = p;

@@ -15,8 +15,10 @@
 #include "coralloc.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -345,12 +347,48 @@ static void test_mallopt(void) {
     free(owned(malloc(100))); /* the allocator works on */
 }
 
+/* malloc_stats and the statistics table are not cancellation points, as
+ * glibc's malloc_stats is not: a thread with a cancellation request
+ * pending writes them whole and returns (before, the first fprintf acted
+ * on it and the thread ended in the middle of the output). */
+static pthread_barrier_t cancel_gate;
+static volatile int stats_returned;
+
+static void *stats_with_cancel_pending(void *arg) {
+    pthread_barrier_wait(&cancel_gate); /* (not a cancellation point) */
+    malloc_stats();
+    coral_stats_print(NULL);
+    stats_returned = 1;
+    pthread_testcancel();
+    return arg;
+}
+
+static void test_stats_not_cancellation_points(void) {
+    fflush(stderr);
+    int saved = dup(2), null = open("/dev/null", O_WRONLY);
+    CHECK(saved >= 0 && null >= 0);
+    CHECK(dup2(null, 2) == 2); /* (the output itself does not matter) */
+    CHECK_EQ(pthread_barrier_init(&cancel_gate, NULL, 2), 0);
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, stats_with_cancel_pending, NULL), 0);
+    CHECK_EQ(pthread_cancel(t), 0);
+    pthread_barrier_wait(&cancel_gate);
+    void *result = NULL;
+    CHECK_EQ(pthread_join(t, &result), 0);
+    dup2(saved, 2);
+    close(saved);
+    close(null);
+    CHECK(result == PTHREAD_CANCELED);
+    CHECK_MSG(stats_returned, "the statistics output acted on the pending cancellation");
+}
+
 static void test_extras(void) {
     void *p = owned(malloc(100));
     free_sized(p, 100);
     p = owned(aligned_alloc(64, 640));
     free_aligned_sized(p, 64, 640);
     test_mallopt();
+    test_stats_not_cancellation_points();
     struct mallinfo2 before = mallinfo2();
     struct mallinfo old_before = mallinfo();
     void *huge = owned(malloc(8 * MiB));

@@ -62,11 +62,12 @@ static int64_t load(_Atomic(int64_t) *v) { return atomic_load_explicit(v, memory
 
 /* Resident memory now, from /proc/self/statm (read without allocating). */
 static int64_t rss_bytes(void) {
+    int state = coral_cancel_off();
     int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
     char buf[128];
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
+    ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
+    if (fd >= 0) close(fd);
+    coral_cancel_restore(state);
     if (n <= 0) return -1;
     buf[n] = '\0';
     long long size = 0, resident = 0;
@@ -180,8 +181,15 @@ size_t coral_stats_json(char *buf, size_t len) {
     return w.len;
 }
 
+static void stats_print(FILE *out);
+
 void coral_stats_print(FILE *out) {
-    if (out == NULL) out = stderr;
+    int state = coral_cancel_off(); /* (fprintf: a cancellation point) */
+    stats_print(out == NULL ? stderr : out);
+    coral_cancel_restore(state);
+}
+
+static void stats_print(FILE *out) {
     int64_t v[FIGURES];
     read_figures(v);
     fprintf(out, "coralloc statistics\n  %-18s %14s %18s\n", "os call", "calls", "bytes");

@@ -149,6 +149,7 @@ static long long counter(_Atomic(int64_t) *c) {
 }
 
 EXPORT void malloc_stats(void) {
+    int state = coral_cancel_off(); /* not a cancellation point (glibc's is not either) */
     long long in_use = counter(&coral_counters.page_bytes) + counter(&coral_counters.huge_bytes);
     long long mapped = counter(&coral_counters.mapped);
     fprintf(stderr, "Arena 0:\nsystem bytes     = %10lld\nin use bytes     = %10lld\n", mapped,
@@ -157,6 +158,7 @@ EXPORT void malloc_stats(void) {
             mapped, in_use);
     fprintf(stderr, "max mmap regions = %10lld\nmax mmap bytes   = %10lld\n",
             counter(&coral_counters.segments_peak), counter(&coral_counters.mapped_peak));
+    coral_cancel_restore(state);
 }
 
 /* glibc's parameters (malloc.h), here as numbers: a program may pass them

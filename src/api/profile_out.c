@@ -710,7 +710,18 @@ static int write_file(const char *path, const buf_t *b) {
     return close(fd);
 }
 
+static int profile_write(const char *path);
+
 int coral_profile_write(const char *path) {
+    int state = coral_cancel_off(); /* (open, write: cancellation points) */
+    int r = profile_write(path);
+    int err = errno;
+    coral_cancel_restore(state);
+    errno = err;
+    return r;
+}
+
+static int profile_write(const char *path) {
     arena_t arena = {0};
     writer_t *w = arena_take(&arena, sizeof(writer_t));
     if (w == NULL) return errno = ENOMEM, -1;
@@ -773,7 +784,15 @@ static void site_frames_text(symbolizer_t *z, const coral_profile_site_t *s, cha
     out[n] = '\0';
 }
 
+static void report_leaks(const coral_profile_exact_t *exact);
+
 void coral_profile_report_leaks(const coral_profile_exact_t *exact) {
+    int state = coral_cancel_off();
+    report_leaks(exact);
+    coral_cancel_restore(state);
+}
+
+static void report_leaks(const coral_profile_exact_t *exact) {
     arena_t arena = {0};
     symbolizer_t z;
     sites_t sites = {.list = buf_in(&arena)};

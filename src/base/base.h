@@ -194,6 +194,16 @@ uint64_t coral_clock_ms(void);
  * reclaims, idle caches) falls due without waiting. */
 void coral_clock_advance(uint64_t ms);
 
+/* Cancellation off for the calling thread while the allocator makes calls
+ * that are cancellation points (write, open, read, close): malloc, free
+ * and the statistics calls are not cancellation points, and a pending
+ * pthread_cancel acting inside one would end the thread holding the
+ * allocator's locks, or half way through its output or its error report
+ * (whose abort would never come). coral_cancel_off returns the state to
+ * give back to coral_cancel_restore. (message.c) */
+int coral_cancel_off(void);
+void coral_cancel_restore(int state);
+
 /* ---- options (options.c) ----------------------------------------------------
  * Read once from the environment (CORALLOC_<NAME>) at start-up, without
  * allocating; each documented in docs/OPTIONS.md. */

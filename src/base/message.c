@@ -13,6 +13,17 @@
 
 #include "base/base.h"
 
+int coral_cancel_off(void) {
+    int state = PTHREAD_CANCEL_ENABLE;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &state);
+    return state;
+}
+
+void coral_cancel_restore(int state) {
+    int ignored;
+    pthread_setcancelstate(state, &ignored);
+}
+
 static void write_line(const char *prefix, const char *fmt, va_list ap) {
     char buf[512];
     int n = snprintf(buf, sizeof buf, "%s", prefix);
@@ -20,8 +31,10 @@ static void write_line(const char *prefix, const char *fmt, va_list ap) {
     size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
     if (len > sizeof buf - 2) len = sizeof buf - 2;
     buf[len++] = '\n';
+    int state = coral_cancel_off();
     ssize_t ignored = write(STDERR_FILENO, buf, len);
     (void)ignored;
+    coral_cancel_restore(state);
 }
 
 void coral_fatal(const char *fmt, ...) {

@@ -124,7 +124,16 @@ bool coral_os_extend(void *end, size_t size) {
 /* Whether [p, p + size) lies in one mapping (VMA), read from
  * /proc/self/maps without allocating; true when it cannot tell. Only the
  * old-kernel emulation asks (CORALLOC_OLD_MREMAP). */
+static bool maps_one_mapping(const uint8_t *p, size_t size);
+
 static bool one_mapping(const uint8_t *p, size_t size) {
+    int state = coral_cancel_off(); /* (open, read: cancellation points) */
+    bool one = maps_one_mapping(p, size);
+    coral_cancel_restore(state);
+    return one;
+}
+
+static bool maps_one_mapping(const uint8_t *p, size_t size) {
     int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
     if (fd < 0) return true;
     char buf[4096];

@@ -140,6 +140,21 @@ typedef struct coral_fork_nest_s {
  * the first pthread_create on, for good). */
 bool coral_process_single_threaded(void);
 
+/* stdio's list of open streams, locked (glibc's _IO_list_lock; nothing with
+ * another C library). A fork's prepare handler takes it before any lock of
+ * the allocator, and the parent handler gives it back after them: glibc's
+ * fork takes it itself only after the prepare handlers have run, and a
+ * thread in getline or getdelim holds its stream's lock while it
+ * allocates, so with the allocator's locks taken first three threads
+ * waited for each other forever (glibc's malloc/tst-malloc-fork-deadlock:
+ * the fork held the allocator's locks and waited for the list lock; a
+ * thread in fflush(NULL) held that and waited for a stream's lock; a
+ * thread in getdelim held that and waited for the allocator's). The lock
+ * is recursive (glibc's fork takes it again); in the child glibc makes it
+ * anew, so the child handler leaves it alone. (message.c) */
+void coral_libc_streams_lock(void);
+void coral_libc_streams_unlock(void);
+
 CORAL_INLINE bool coral_fork_nest_enter(coral_fork_nest_t *n) {
     unsigned d = n->depth;
     bool lock = d == 0 && !coral_process_single_threaded();

@@ -78,6 +78,24 @@ bool coral_process_single_threaded(void) {
 #endif
 }
 
+#if defined(__GLIBC__)
+/* (exported by glibc since 2.2.5, in no header; weak: absent elsewhere) */
+extern void _IO_list_lock(void) __attribute__((weak));
+extern void _IO_list_unlock(void) __attribute__((weak));
+#endif
+
+void coral_libc_streams_lock(void) {
+#if defined(__GLIBC__)
+    if (_IO_list_lock != NULL) _IO_list_lock();
+#endif
+}
+
+void coral_libc_streams_unlock(void) {
+#if defined(__GLIBC__)
+    if (_IO_list_unlock != NULL) _IO_list_unlock();
+#endif
+}
+
 void coral_clock_advance(uint64_t ms) {
     atomic_fetch_add_explicit(&clock_skew_ms, ms, memory_order_relaxed);
 }

@@ -271,6 +271,7 @@ static void fork_prepare(void) {
     coral_test_point(CORAL_TP_FORK_PREPARE, NULL);
     fork_parent_tid = gettid();
     if (!coral_fork_nest_enter(&fork_nest)) return;
+    coral_libc_streams_lock(); /* before every lock of ours (base.h) */
     fork_hooks_prepare();
     pthread_mutex_lock(&exit_heap_lock);
     coral_purger_prefork();
@@ -299,6 +300,7 @@ static void fork_parent(void) {
     if (coral_fork_nest_took_locks(&fork_nest)) {
         fork_unlock(false);
         fork_hook_run(fork_taken_parent);
+        coral_libc_streams_unlock();
     }
     coral_fork_nest_leave(&fork_nest);
 }

@@ -1171,6 +1171,17 @@ static void case_fork_cache_evict(void) {
  * unlocked mutex"; a purge thread holding the flush lock then would have
  * lost it). The forking thread is held once it has taken every lock; the
  * other thread makes its first cache then. */
+/* A fork child: a bulk call (and with huge, a huge block's malloc and free),
+ * then the end; a hang ends it (the parent sees SIGALRM). */
+static void child_bulk_call(bool huge) {
+    alarm(20);
+    void *blocks[8];
+    CHECK_EQ(coral_malloc_bulk(48, 8, blocks), 8);
+    coral_free_bulk(blocks, 8);
+    if (huge) coral_free(coral_malloc(HUGE));
+    _exit(0);
+}
+
 enum { FIRST_CACHE_BLOCKS = 64 };
 static void *first_cache_blocks[FIRST_CACHE_BLOCKS];
 static bool first_cache_ready;
@@ -1192,13 +1203,7 @@ static void case_fork_hooks_set(void) {
     fflush(stdout);
     pid_t pid = fork();
     CHECK(pid >= 0);
-    if (pid == 0) {
-        alarm(20);
-        void *blocks[8];
-        CHECK_EQ(coral_malloc_bulk(48, 8, blocks), 8);
-        coral_free_bulk(blocks, 8);
-        _exit(0);
-    }
+    if (pid == 0) child_bulk_call(false);
     expect_child_exit_0(pid, "the fork child did not end");
     join(maker);
     /* The next fork takes the hooks' locks and gives them back. */
@@ -1206,6 +1211,41 @@ static void case_fork_hooks_set(void) {
     CHECK(pid >= 0);
     if (pid == 0) _exit(0);
     expect_child_exit_0(pid, "the second fork child did not end");
+    CHECK_EQ(coral_test_check(), 0);
+}
+
+/* ---- two threads fork at once ----------------------------------------------------------
+ * glibc (2.36) runs a fork's atfork handlers without its own lock held, so
+ * the prepare handlers of two forks run at the same time: the second's
+ * stops at the first lock the first fork holds. What a prepare handler
+ * records for its own fork's parent and child handlers (the layer above's
+ * hooks it ran, the forking thread's id) must be that fork's alone: shared
+ * by the two, the second's records were written while the first fork was
+ * between its prepare and its parent and child handlers, which read them.
+ * The first fork is held once it has taken every lock while a second
+ * thread forks; each child makes a bulk call, allocates and ends. Under
+ * TSan, before the records were per fork: a data race on them. */
+static void *fork_and_wait(void *arg) {
+    (void)arg;
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) child_bulk_call(true);
+    expect_child_exit_0(pid, "a fork child did not end");
+    return NULL;
+}
+
+static void case_fork_concurrent(void) {
+    void *blocks[8]; /* the bulk caches' fork hooks are set */
+    CHECK_EQ(coral_malloc_bulk(48, 8, blocks), 8);
+    coral_free_bulk(blocks, 8);
+    fflush(stdout);
+    gate_arm(CORAL_TP_FORK_PREPARED, -1);
+    pthread_t first = start(fork_and_wait, NULL);
+    gate_wait_held();
+    pthread_t second = start(fork_and_wait, NULL); /* its prepare runs up to a held lock */
+    gate_open();
+    join(first);
+    join(second);
     CHECK_EQ(coral_test_check(), 0);
 }
 
@@ -1239,6 +1279,7 @@ int main(int argc, char **argv) {
         {"fork_cache_purge", case_fork_cache_purge},
         {"fork_hooks_set", case_fork_hooks_set},
         {"fork_cache_evict", case_fork_cache_evict},
+        {"fork_concurrent", case_fork_concurrent},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(argv[1], cases[i].name) == 0) {

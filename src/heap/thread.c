@@ -210,9 +210,12 @@ void coral_fork_hooks_set(coral_fork_fn prepare, coral_fork_fn parent, coral_for
  * fork() (the first bulk cache is made then): run from the globals, the
  * parent hook would unlock locks its prepare never took (another thread's
  * lock, given away). Written by the prepare handler and read by the parent
- * and child handlers of the same fork; glibc runs the handlers of
- * concurrent forks under its atfork lock, one fork at a time. */
-static coral_fork_fn fork_taken_parent, fork_taken_child;
+ * and child handlers of the same fork, which run on the forking thread (in
+ * the child, its copy). Thread-local: glibc (2.36) runs a fork's handlers
+ * without its atfork lock held, so another thread's fork may be in its
+ * prepare handler meanwhile (window_fork_concurrent). */
+static __thread coral_fork_fn fork_taken_parent __attribute__((tls_model("initial-exec")));
+static __thread coral_fork_fn fork_taken_child __attribute__((tls_model("initial-exec")));
 
 static void fork_hooks_prepare(void) {
     coral_fork_fn prepare = atomic_load_explicit(&fork_hook_prepare, memory_order_acquire);
@@ -247,8 +250,9 @@ static void exit_heap_lock_postfork(bool child) {
 }
 
 /* The forking thread's kernel id in the parent (its parked heaps are its
- * own in the child too, where it has another id). */
-static int fork_parent_tid;
+ * own in the child too, where it has another id). Thread-local, as
+ * fork_taken_parent: another thread's fork may write its own meanwhile. */
+static __thread int fork_parent_tid __attribute__((tls_model("initial-exec")));
 
 /* The child: user heaps that the forking thread parked at its exit (it
  * forked from a later key destructor) are still its own, so it may destroy

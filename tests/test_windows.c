@@ -1249,6 +1249,59 @@ static void case_fork_concurrent(void) {
     CHECK_EQ(coral_test_check(), 0);
 }
 
+/* ---- a program's own fork handlers that allocate -------------------------------------
+ * glibc runs the prepare handlers last registered first, the parent and
+ * child handlers in the order of registration. coralloc's take and release
+ * every lock it has: a program's handlers that allocate or free must run
+ * outside them (its prepare before coralloc's, its parent and child
+ * after), so coralloc's must come first. This program registers its own
+ * before its first allocation; its prepare handler checks that coralloc's
+ * has not taken its locks yet in this fork, then allocates a huge block
+ * (the huge-block list lock, and the segment cache's); the parent and child
+ * handlers free it and allocate and free another. When coralloc registered
+ * its handlers at the first allocation, after the program's, its prepare
+ * ran first and the program's malloc waited forever for a lock its own
+ * thread held (under LD_PRELOAD, a 1 MiB malloc in a prepare handler
+ * never returned). */
+static _Atomic(int) forks_prepared; /* FORK_PREPARED points reached */
+static char *atfork_block;
+
+static void count_forks_prepared(int point, const void *object) {
+    (void)object;
+    if (point == CORAL_TP_FORK_PREPARED) atomic_fetch_add(&forks_prepared, 1);
+}
+
+static void atfork_prepare(void) {
+    CHECK_MSG(atomic_load(&forks_prepared) == 0,
+              "coralloc's fork handler took its locks before the prepare handler of a program "
+              "that registered it before its first malloc: that handler's malloc would wait "
+              "for them forever");
+    atfork_block = coral_malloc(HUGE);
+    CHECK(atfork_block != NULL);
+    memset(atfork_block, 1, 4096);
+}
+
+static void atfork_after(void) {
+    coral_free(atfork_block);
+    coral_free(coral_malloc(HUGE));
+}
+
+static void case_fork_atfork_first(void) {
+    CHECK_EQ(pthread_atfork(atfork_prepare, atfork_after, atfork_after), 0);
+    coral_test_point_set(count_forks_prepared);
+    coral_free(coral_malloc(64)); /* the program's first allocation */
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        CHECK_EQ(coral_test_check(), 0);
+        _exit(0);
+    }
+    expect_child_exit_0(pid, "the fork child did not end");
+    CHECK_EQ(atomic_load(&forks_prepared), 1);
+    CHECK_EQ(coral_test_check(), 0);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_windows CASE\n");
@@ -1280,6 +1333,7 @@ int main(int argc, char **argv) {
         {"fork_hooks_set", case_fork_hooks_set},
         {"fork_cache_evict", case_fork_cache_evict},
         {"fork_concurrent", case_fork_concurrent},
+        {"fork_atfork_first", case_fork_atfork_first},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(argv[1], cases[i].name) == 0) {

@@ -324,7 +324,7 @@ static void fork_child(void) {
 
 static pthread_key_t thread_key;
 static _Atomic(int) process_state; /* 0: not started, 1: starting, 2: ready */
-static _Atomic(int) fork_handlers_state;
+static _Atomic(bool) fork_handlers_registered;
 static _Atomic(coral_thread_exit_fn) thread_exit_hook;
 
 static void thread_done(void *value);
@@ -345,11 +345,33 @@ void coral_process_init(void) {
     atomic_store_explicit(&process_state, 2, memory_order_release);
 }
 
+/* The fork handlers, once. They take and release every lock of the
+ * allocator, so a program's own handlers that allocate or free must run
+ * outside them: glibc runs the prepare handlers last registered first, the
+ * parent and child handlers in their order of registration, so these are
+ * registered before any of the program's can be, when the library is
+ * loaded (a library loaded earlier than this one may still register
+ * first). Registered at the first allocation instead, they came after
+ * those of a program that registered its own before it allocated: its
+ * prepare handler's malloc then waited forever for a lock its own thread
+ * held (window_fork_atfork_first). The first allocation registers them if
+ * it comes before the load's constructors (another library's). glibc's
+ * registration allocates past 48 handlers: that malloc finds them
+ * registered. */
+static void fork_handlers_register(void) {
+    if (atomic_exchange_explicit(&fork_handlers_registered, true, memory_order_relaxed)) return;
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+__attribute__((constructor(101))) static void fork_handlers_at_load(void) {
+    fork_handlers_register();
+}
+
 /* Set-up that may allocate: done once the first heap exists. */
 static void process_init_late(void) {
-    int expected = 0;
-    if (!atomic_compare_exchange_strong(&fork_handlers_state, &expected, 1)) return;
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    static _Atomic(bool) done;
+    if (atomic_exchange_explicit(&done, true, memory_order_relaxed)) return;
+    fork_handlers_register();
     if (coral_option(CORAL_OPT_VERBOSE)) coral_options_print();
 }
 

@@ -1162,15 +1162,6 @@ static void case_fork_cache_evict(void) {
     CHECK_EQ(coral_test_check(), 0);
 }
 
-/* ---- the first bulk cache made while another thread forks ----------------------------
- * The bulk caches' fork hooks (their flush and registry locks) are set when
- * the process makes its first cache. A thread that makes it while another
- * is inside fork(), after the prepare handler looked for the hooks, set
- * them before the parent handler ran: that ran the parent hook, which
- * unlocked the two locks its prepare never took (TSan: "unlock of an
- * unlocked mutex"; a purge thread holding the flush lock then would have
- * lost it). The forking thread is held once it has taken every lock; the
- * other thread makes its first cache then. */
 /* A fork child: a bulk call (and with huge, a huge block's malloc and free),
  * then the end; a hang ends it (the parent sees SIGALRM). */
 static void child_bulk_call(bool huge) {
@@ -1182,30 +1173,63 @@ static void child_bulk_call(bool huge) {
     _exit(0);
 }
 
+/* A thread that forks; its child makes a bulk call and a huge block. */
+static void *fork_and_wait(void *arg) {
+    (void)arg;
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) child_bulk_call(true);
+    expect_child_exit_0(pid, "a fork child did not end");
+    return NULL;
+}
+
+/* ---- the first bulk cache made while another thread forks ----------------------------
+ * A fork must hold the bulk caches' locks (flush, registry) from its
+ * prepare handler on, whether the process has made a cache yet or not: a
+ * thread that makes the first cache while another is inside fork() lists
+ * it under the registry lock, and a fork child that inherited that lock
+ * held (by a thread the child does not have) waited forever at its first
+ * bulk call. The hooks that take the locks were set by the first cache: a
+ * fork whose prepare handler had looked before did not take them (and,
+ * before 133d468, its parent handler unlocked them all the same). The
+ * forking thread is held once it has taken every lock, in a process that
+ * has made no cache; another thread makes the first cache and is held
+ * while it lists it (the registry lock held). If the new cache waits for
+ * the fork's registry lock, the wait lets the fork go first (the gate
+ * opens there); else the fork is made while the registry lock is held, and
+ * the child's bulk call waits forever (its alarm ends it). */
 enum { FIRST_CACHE_BLOCKS = 64 };
 static void *first_cache_blocks[FIRST_CACHE_BLOCKS];
-static bool first_cache_ready;
+static bool first_cache_ready, first_cache_go;
 
 static void *first_cache_maker(void *arg) {
     (void)arg;
+    /* (Its heap first: the fork holds the heap pool's lock.) */
     CHECK_EQ(coral_malloc_bulk(48, FIRST_CACHE_BLOCKS, first_cache_blocks), FIRST_CACHE_BLOCKS);
     gate_signal(&first_cache_ready);
-    gate_wait_held();
+    gate_wait_for(&first_cache_go, GATES);
     coral_free_bulk(first_cache_blocks, FIRST_CACHE_BLOCKS); /* makes the first cache */
-    gate_open();
     return NULL;
 }
 
 static void case_fork_hooks_set(void) {
-    gate_arm(CORAL_TP_FORK_PREPARED, -1);
     pthread_t maker = start(first_cache_maker, NULL);
     gate_wait_for(&first_cache_ready, GATES);
+    gate_arm_at(0, CORAL_TP_FORK_PREPARED, CORAL_TP_BULK_REGISTRY_WAIT);
     fflush(stdout);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) child_bulk_call(false);
-    expect_child_exit_0(pid, "the fork child did not end");
+    pthread_t forker = start(fork_and_wait, NULL);
+    gate_wait_held_at(0);
+    gate_arm_at(1, CORAL_TP_BULK_CACHE_LISTING, -1);
+    gate_signal(&first_cache_go);
+    gate_wait_held_at(1);
+    bool waited = !gate_holds(0); /* the fork was let go by the cache's wait */
+    gate_open_at(0);
+    join(forker);
+    gate_open_at(1);
     join(maker);
+    CHECK_MSG(waited, "the first bulk cache was listed while a fork held every lock but the "
+                      "caches' registry lock");
+    pid_t pid;
     /* The next fork takes the hooks' locks and gives them back. */
     pid = fork();
     CHECK(pid >= 0);
@@ -1225,15 +1249,6 @@ static void case_fork_hooks_set(void) {
  * The first fork is held once it has taken every lock while a second
  * thread forks; each child makes a bulk call, allocates and ends. Under
  * TSan, before the records were per fork: a data race on them. */
-static void *fork_and_wait(void *arg) {
-    (void)arg;
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) child_bulk_call(true);
-    expect_child_exit_0(pid, "a fork child did not end");
-    return NULL;
-}
-
 static void case_fork_concurrent(void) {
     void *blocks[8]; /* the bulk caches' fork hooks are set */
     CHECK_EQ(coral_malloc_bulk(48, 8, blocks), 8);

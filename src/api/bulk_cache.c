@@ -77,7 +77,11 @@ static coral_bulk_cache_t *cache_create(void) {
         coral_thread_exit_hook_set(cache_thread_exit);
         coral_fork_hooks_set(fork_prepare, fork_parent, fork_child);
     }
-    pthread_mutex_lock(&registry_lock);
+    if (pthread_mutex_trylock(&registry_lock) != 0) {
+        coral_test_point(CORAL_TP_BULK_REGISTRY_WAIT, s);
+        pthread_mutex_lock(&registry_lock);
+    }
+    coral_test_point(CORAL_TP_BULK_CACHE_LISTING, s);
     coral_list_push_back(&registry, &s->registry_link);
     pthread_mutex_unlock(&registry_lock);
     return s;

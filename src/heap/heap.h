@@ -139,6 +139,8 @@ void coral_process_init(void);
  * (the api layer's bulk cache gives its blocks back there). */
 typedef void (*coral_thread_exit_fn)(void);
 void coral_thread_exit_hook_set(coral_thread_exit_fn fn);
+/* The same, unless a hook is set already. */
+void coral_thread_exit_hook_set_if_none(coral_thread_exit_fn fn);
 /* The layer above's fork handlers: prepare runs first of all (before any
  * lock of the layers below is taken), parent and child last. */
 typedef void (*coral_fork_fn)(void);

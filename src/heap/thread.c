@@ -207,7 +207,8 @@ void coral_fork_hooks_set(coral_fork_fn prepare, coral_fork_fn parent, coral_for
 
 /* The layer above's parent and child hooks of the fork in progress: those
  * whose prepare hook ran. The hooks may be set while another thread is in
- * fork() (the first bulk cache is made then): run from the globals, the
+ * fork() (a coralloc loaded by dlopen sets them in its constructor, or
+ * the first bulk cache where no constructor ran): run from the globals, the
  * parent hook would unlock locks its prepare never took (another thread's
  * lock, given away). Written by the prepare handler and read by the parent
  * and child handlers of the same fork, which run on the forking thread (in
@@ -377,6 +378,12 @@ static void process_init_late(void) {
 
 void coral_thread_exit_hook_set(coral_thread_exit_fn fn) {
     atomic_store_explicit(&thread_exit_hook, fn, memory_order_release);
+}
+
+void coral_thread_exit_hook_set_if_none(coral_thread_exit_fn fn) {
+    coral_thread_exit_fn none = NULL;
+    atomic_compare_exchange_strong_explicit(&thread_exit_hook, &none, fn, memory_order_release,
+                                            memory_order_relaxed);
 }
 
 /* ---- the exit heap --------------------------------------------------------------------

@@ -260,7 +260,6 @@ void coral_huge_free(coral_segment_t *seg);
  * unlinks or detaches one. A fork takes it (thread.c). */
 void coral_huge_lists_lock(void);
 void coral_huge_lists_unlock(void);
-void coral_huge_lists_postfork_child(void);
 void coral_huge_release(coral_segment_t *seg);
 
 #endif /* CORAL_HEAP_H */

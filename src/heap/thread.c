@@ -283,14 +283,20 @@ static void fork_prepare(void) {
     coral_test_point(CORAL_TP_FORK_PREPARED, NULL);
 }
 
+/* In the child the locks are unlocked as in the parent (the child's
+ * thread took them, and a default mutex has no owner check), not made
+ * anew: to TSan a lock made anew stays held until the child's handlers are
+ * done, and a program's child handler that allocates then takes the locks
+ * taken before it "while holding" it, a lock-order inversion
+ * (window_fork_atfork_first under TSan). The recursive exit heap lock
+ * cannot be unlocked there (exit_heap_lock_postfork), and the purger's is
+ * made anew with its condition variables: both come before every lock
+ * that allocation takes, so they close no such cycle. */
 static void fork_unlock(bool child) {
-    coral_orphans_postfork(child);
+    coral_orphans_postfork();
     coral_segment_cache_postfork();
     coral_segment_locks_postfork(child);
-    if (child)
-        coral_huge_lists_postfork_child();
-    else
-        coral_huge_lists_unlock();
+    coral_huge_lists_unlock();
     pthread_mutex_unlock(&heap_pool_lock);
     coral_purger_postfork(child);
     exit_heap_lock_postfork(child);

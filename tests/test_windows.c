@@ -1319,6 +1319,65 @@ static void case_fork_atfork_first(void) {
     CHECK_EQ(coral_test_check(), 0);
 }
 
+/* ---- a fork while a thread past its exit cleanup is sampled by the profiler ----------
+ * The heap profiler samples an allocation from the exit heap under the exit
+ * heap's lock, and takes its own table locks for the sample. A fork's
+ * handlers take the profiler's locks too: they must come after every
+ * allocator lock (the profiler's are leaves), or an exiting thread that
+ * holds the exit heap's lock waits for a table lock the fork holds while
+ * the fork waits for the exit heap's lock. The profiler registered its own
+ * atfork handlers after coralloc's, so glibc ran its prepare handler first:
+ * the forking thread is held at the start of coralloc's prepare handler,
+ * and a thread in a late key destructor (past coralloc's exit cleanup)
+ * allocates a sampled block (CORALLOC_PROFILE_RATE=1) meanwhile. Before
+ * the fix it spun for good holding the exit heap's lock (the test's alarm
+ * ends it); now the allocation ends and so does the fork. */
+static struct {
+    pthread_key_t key;
+    bool in_destructor, go, allocated;
+} ps;
+
+static void late_sampled_alloc(void *value) {
+    (void)value;
+    gate_signal(&ps.in_destructor);
+    gate_wait_for(&ps.go, GATES);
+    coral_free(coral_malloc(64)); /* from the exit heap, sampled */
+    gate_signal(&ps.allocated);
+}
+
+static void *exit_late(void *arg) {
+    (void)arg;
+    coral_free(coral_malloc(16)); /* a heap: coralloc's exit cleanup runs */
+    pthread_setspecific(ps.key, &ps);
+    return NULL;
+}
+
+static void *fork_and_end(void *arg) {
+    (void)arg;
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) _exit(0);
+    expect_child_exit_0(pid, "the fork child did not end");
+    return NULL;
+}
+
+static void case_fork_profiled_exit(void) {
+    alarm(60);                    /* a hang ends the test (SIGALRM) */
+    coral_free(coral_malloc(16)); /* coralloc's key first, and the profiler is on */
+    CHECK_EQ(pthread_key_create(&ps.key, late_sampled_alloc), 0);
+    pthread_t exiting = start(exit_late, NULL);
+    gate_wait_for(&ps.in_destructor, GATES);
+    gate_arm(CORAL_TP_FORK_PREPARE, -1);
+    fflush(stdout);
+    pthread_t forker = start(fork_and_end, NULL);
+    gate_wait_held();
+    gate_signal(&ps.go);
+    gate_wait_for(&ps.allocated, GATES);
+    gate_open();
+    join(forker);
+    join(exiting);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_windows CASE\n");
@@ -1351,6 +1410,7 @@ int main(int argc, char **argv) {
         {"fork_cache_evict", case_fork_cache_evict},
         {"fork_concurrent", case_fork_concurrent},
         {"fork_atfork_first", case_fork_atfork_first},
+        {"fork_profiled_exit", case_fork_profiled_exit},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(argv[1], cases[i].name) == 0) {

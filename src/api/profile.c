@@ -762,7 +762,11 @@ void coral_profile_live(unsigned long long *blocks, unsigned long long *bytes) {
     if (bytes != NULL) *bytes = total;
 }
 
-/* ---- fork: every lock taken before, released after (both sides) ---------------- */
+/* ---- fork: every lock taken before, released after (both sides) ----------------
+ * The heap layer's inner hooks: taken after every allocator lock (a sample
+ * of an exiting thread's allocation takes these under the exit heap's
+ * lock), released before any. fork_locked is written and read under the
+ * allocator's locks, one fork at a time. */
 
 static bool fork_locked;
 
@@ -890,7 +894,7 @@ void coral_profile_init(void) {
     /* (With profiling on the bulk calls go block by block: no bulk cache is
      * made, and the hook is ours alone.) */
     coral_thread_exit_hook_set(profile_thread_exit);
-    pthread_atfork(fork_prepare, fork_release, fork_release);
+    coral_fork_inner_hooks_set(fork_prepare, fork_release, fork_release);
     atexit(profile_at_exit);
     int sig = (int)coral_option(CORAL_OPT_PROFILE_SIGNAL);
     if (sig != 0) {

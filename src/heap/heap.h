@@ -145,6 +145,11 @@ void coral_thread_exit_hook_set_if_none(coral_thread_exit_fn fn);
  * lock of the layers below is taken), parent and child last. */
 typedef void (*coral_fork_fn)(void);
 void coral_fork_hooks_set(coral_fork_fn prepare, coral_fork_fn parent, coral_fork_fn child);
+/* The layer above's fork handlers for locks that are leaves (no allocator
+ * lock is taken while one is held, and one may be taken while an allocator
+ * lock is held: the profiler's tables): prepare runs once every lock of the
+ * layers below is taken, parent and child before any is released. */
+void coral_fork_inner_hooks_set(coral_fork_fn prepare, coral_fork_fn parent, coral_fork_fn child);
 /* A user heap of an exiting thread (its pages abandoned): its handle stops
  * working, except that its own thread may still destroy it, until the end
  * of its exit (later key destructors, a Rust thread_local's drop). */

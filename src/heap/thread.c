@@ -190,41 +190,64 @@ void coral_heap_pool_put(coral_heap_t *heap) {
  *   6. the segment cache's purge lock, its evict lock, then its table's
  *      (no region out of the table, half purged or evicted and not yet
  *      unmapped);
- *   7. the reclaimer's and the orphan list's (no orphan half purged).
+ *   7. the reclaimer's and the orphan list's (no orphan half purged);
+ *   8. the layer above's leaf locks (coral_fork_inner_hooks_set: the
+ *      profiler's tables, which a thread may take while it holds the exit
+ *      heap's lock: taken before it, a sampled allocation of an exiting
+ *      thread waited for them while the fork waited for the exit heap,
+ *      window_fork_profiled_exit).
  * Locks that a thread takes without waiting (a segment's span_lock, the
  * try-lock of its slices) are not taken: the child frees them all
  * (coral_segment_locks_postfork). The other threads' heaps stay as they
  * were: their blocks remain valid and can be freed (as remote frees) in the
  * child. */
 
-static _Atomic(coral_fork_fn) fork_hook_prepare, fork_hook_parent, fork_hook_child;
+/* The layer above's hooks: the outer ones (coral_fork_hooks_set) run first
+ * in prepare and last after, the inner ones (coral_fork_inner_hooks_set)
+ * run last in prepare and first after. */
+typedef struct fork_hooks_s {
+    _Atomic(coral_fork_fn) prepare, parent, child;
+} fork_hooks_t;
 
-void coral_fork_hooks_set(coral_fork_fn prepare, coral_fork_fn parent, coral_fork_fn child) {
-    atomic_store_explicit(&fork_hook_parent, parent, memory_order_relaxed);
-    atomic_store_explicit(&fork_hook_child, child, memory_order_relaxed);
-    atomic_store_explicit(&fork_hook_prepare, prepare, memory_order_release);
+static fork_hooks_t fork_hooks_outer, fork_hooks_inner;
+
+static void fork_hooks_store(fork_hooks_t *hooks, coral_fork_fn prepare, coral_fork_fn parent,
+                             coral_fork_fn child) {
+    atomic_store_explicit(&hooks->parent, parent, memory_order_relaxed);
+    atomic_store_explicit(&hooks->child, child, memory_order_relaxed);
+    atomic_store_explicit(&hooks->prepare, prepare, memory_order_release);
 }
 
-/* The layer above's parent and child hooks of the fork in progress: those
- * whose prepare hook ran. The hooks may be set while another thread is in
- * fork() (a coralloc loaded by dlopen sets them in its constructor, or
- * the first bulk cache where no constructor ran): run from the globals, the
- * parent hook would unlock locks its prepare never took (another thread's
- * lock, given away). Written by the prepare handler and read by the parent
- * and child handlers of the same fork, which run on the forking thread (in
- * the child, its copy). Thread-local: glibc (2.36) runs a fork's handlers
- * without its atfork lock held, so another thread's fork may be in its
- * prepare handler meanwhile (window_fork_concurrent). */
-static __thread coral_fork_fn fork_taken_parent __attribute__((tls_model("initial-exec")));
-static __thread coral_fork_fn fork_taken_child __attribute__((tls_model("initial-exec")));
+void coral_fork_hooks_set(coral_fork_fn prepare, coral_fork_fn parent, coral_fork_fn child) {
+    fork_hooks_store(&fork_hooks_outer, prepare, parent, child);
+}
 
-static void fork_hooks_prepare(void) {
-    coral_fork_fn prepare = atomic_load_explicit(&fork_hook_prepare, memory_order_acquire);
+void coral_fork_inner_hooks_set(coral_fork_fn prepare, coral_fork_fn parent, coral_fork_fn child) {
+    fork_hooks_store(&fork_hooks_inner, prepare, parent, child);
+}
+
+/* The parent and child hooks of the fork in progress: those whose prepare
+ * hook ran. The hooks may be set while another thread is in fork() (a
+ * coralloc loaded by dlopen sets the outer ones in its constructor, the
+ * profiler the inner ones at the first allocation): run from the globals,
+ * a parent hook would unlock locks its prepare never took (another
+ * thread's lock, given away). Written by the prepare handler and read by
+ * the parent and child handlers of the same fork, which run on the forking
+ * thread (in the child, its copy). Thread-local: glibc (2.36) runs a
+ * fork's handlers without its atfork lock held, so another thread's fork
+ * may be in its prepare handler meanwhile (window_fork_concurrent). */
+typedef struct fork_taken_s {
+    coral_fork_fn parent, child;
+} fork_taken_t;
+
+static __thread fork_taken_t fork_taken_outer __attribute__((tls_model("initial-exec")));
+static __thread fork_taken_t fork_taken_inner __attribute__((tls_model("initial-exec")));
+
+static void fork_hooks_prepare(fork_hooks_t *hooks, fork_taken_t *taken) {
+    coral_fork_fn prepare = atomic_load_explicit(&hooks->prepare, memory_order_acquire);
     /* (set before prepare, with release: seen with it) */
-    fork_taken_parent =
-        prepare ? atomic_load_explicit(&fork_hook_parent, memory_order_relaxed) : NULL;
-    fork_taken_child =
-        prepare ? atomic_load_explicit(&fork_hook_child, memory_order_relaxed) : NULL;
+    taken->parent = prepare ? atomic_load_explicit(&hooks->parent, memory_order_relaxed) : NULL;
+    taken->child = prepare ? atomic_load_explicit(&hooks->child, memory_order_relaxed) : NULL;
     if (prepare != NULL) prepare();
 }
 
@@ -252,7 +275,7 @@ static void exit_heap_lock_postfork(bool child) {
 
 /* The forking thread's kernel id in the parent (its parked heaps are its
  * own in the child too, where it has another id). Thread-local, as
- * fork_taken_parent: another thread's fork may write its own meanwhile. */
+ * fork_taken_outer: another thread's fork may write its own meanwhile. */
 static __thread int fork_parent_tid __attribute__((tls_model("initial-exec")));
 
 /* The child: user heaps that the forking thread parked at its exit (it
@@ -272,7 +295,7 @@ static void heaps_exited_postfork_child(void) {
 static void fork_prepare(void) {
     coral_test_point(CORAL_TP_FORK_PREPARE, NULL);
     fork_parent_tid = gettid();
-    fork_hooks_prepare();
+    fork_hooks_prepare(&fork_hooks_outer, &fork_taken_outer);
     pthread_mutex_lock(&exit_heap_lock);
     coral_purger_prefork();
     pthread_mutex_lock(&heap_pool_lock);
@@ -280,6 +303,7 @@ static void fork_prepare(void) {
     coral_segment_locks_prefork();
     coral_segment_cache_prefork();
     coral_orphans_prefork();
+    fork_hooks_prepare(&fork_hooks_inner, &fork_taken_inner);
     coral_test_point(CORAL_TP_FORK_PREPARED, NULL);
 }
 
@@ -303,12 +327,14 @@ static void fork_unlock(bool child) {
 }
 
 static void fork_parent(void) {
+    fork_hook_run(fork_taken_inner.parent);
     fork_unlock(false);
-    fork_hook_run(fork_taken_parent);
+    fork_hook_run(fork_taken_outer.parent);
 }
 
 static void fork_child(void) {
     heaps_exited_postfork_child(); /* (the heap pool's lock is still held) */
+    fork_hook_run(fork_taken_inner.child);
     fork_unlock(true);
     /* A thread that forks past its exit cleanup (from a later key
      * destructor) told the parent's purge thread; the child's forgot it
@@ -316,7 +342,7 @@ static void fork_child(void) {
      * not tell again: it tells the child's, which a later free may start,
      * so that its end still ends the child. */
     if (coral_thread_exiting()) coral_purger_thread_exiting();
-    fork_hook_run(fork_taken_child);
+    fork_hook_run(fork_taken_outer.child);
     /* The exit heap is the child's too (its exiting threads allocate from
      * it): a parent thread's notice to it in flight is as for the forking
      * thread's heaps (window_fork_exit_heap_notice). */

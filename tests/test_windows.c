@@ -1378,6 +1378,51 @@ static void case_fork_profiled_exit(void) {
     join(exiting);
 }
 
+/* ---- a fork during the process's first allocation --------------------------------------
+ * A thread's first allocation takes the heap pool's lock for its heap. The
+ * fork handlers that take that lock must be registered before any thread
+ * can allocate: registered by the first heap's set-up (after it took the
+ * lock), a fork made meanwhile by another thread ran none of them, and the
+ * child inherited the lock held by a thread it does not have: its own
+ * first allocation waited forever (the storm program's one-off stall,
+ * `storm-asan 6 40 3`: a child's first coral_malloc in pthread_mutex_lock
+ * of heap_pool_lock, its parent in waitpid; its main thread forks right
+ * after starting the workers and never allocated before). No allocation
+ * before this case: a thread makes the process's first and is held with
+ * the lock; the main thread forks; the fork's prepare handler lets it go
+ * (the gate opens there) and waits for the lock. Before the fix no handler
+ * ran: the child's first malloc hung (its alarm ends it). */
+static bool first_alloc_child_done;
+
+/* (It runs on until the child has ended: a thread that ended unjoined
+ * before the fork is a thread leak to TSan in the child.) */
+static void *first_allocation(void *arg) {
+    (void)arg;
+    coral_free(coral_malloc(16));
+    gate_wait_for(&first_alloc_child_done, GATES);
+    return NULL;
+}
+
+static void case_fork_first_alloc(void) {
+    gate_arm(CORAL_TP_HEAP_POOL_LOCKED, CORAL_TP_FORK_PREPARE);
+    pthread_t first = start(first_allocation, NULL);
+    gate_wait_held();
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        alarm(20);
+        coral_test_point_set(NULL);
+        coral_free(coral_malloc(16));
+        _exit(0);
+    }
+    expect_child_exit_0(pid, "the fork child did not end");
+    gate_signal(&first_alloc_child_done);
+    gate_open(); /* (opened already by the fork's prepare handler) */
+    join(first);
+    CHECK_EQ(coral_test_check(), 0);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_windows CASE\n");
@@ -1411,6 +1456,7 @@ int main(int argc, char **argv) {
         {"fork_concurrent", case_fork_concurrent},
         {"fork_atfork_first", case_fork_atfork_first},
         {"fork_profiled_exit", case_fork_profiled_exit},
+        {"fork_first_alloc", case_fork_first_alloc},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(argv[1], cases[i].name) == 0) {

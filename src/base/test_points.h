@@ -85,6 +85,9 @@ typedef enum coral_test_point_e {
     /* bulk_cache.c: a new bulk cache, the registry lock held, is about to
      * be listed; the object is the cache */
     CORAL_TP_BULK_CACHE_LISTING,
+    /* thread.c: a thread (its first allocation, or a user heap's) holds
+     * the heap pool's lock, about to take a heap struct */
+    CORAL_TP_HEAP_POOL_LOCKED,
     CORAL_TP_COUNT
 } coral_test_point_t;
 

@@ -142,6 +142,7 @@ static void heap_counts_retire(coral_heap_t *heap) {
 
 coral_heap_t *coral_heap_pool_get(void) {
     pthread_mutex_lock(&heap_pool_lock);
+    coral_test_point(CORAL_TP_HEAP_POOL_LOCKED, NULL);
     if (heaps_exited.first != NULL) heaps_exited_reap();
     /* Heaps are carved from 64 KiB mappings one at a time, when needed:
      * carving them all at once would touch (fault in) every page. */

@@ -1163,50 +1163,270 @@ static void case_fork_cache_evict(void) {
     CHECK_EQ(coral_test_check(), 0);
 }
 
+/* A fork child: a bulk call (and with huge, a huge block's malloc and free),
+ * then the end; a hang ends it (the parent sees SIGALRM). No gate holds it
+ * (one armed in the parent would hold it for good). */
+static void child_bulk_call(bool huge) {
+    alarm(20);
+    coral_test_point_set(NULL);
+    void *blocks[8];
+    CHECK_EQ(coral_malloc_bulk(48, 8, blocks), 8);
+    coral_free_bulk(blocks, 8);
+    if (huge) coral_free(coral_malloc(HUGE));
+    _exit(0);
+}
+
+/* A thread that forks; its child makes a bulk call and a huge block. */
+static void *fork_and_wait(void *arg) {
+    (void)arg;
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) child_bulk_call(true);
+    expect_child_exit_0(pid, "a fork child did not end");
+    return NULL;
+}
+
 /* ---- the first bulk cache made while another thread forks ----------------------------
- * The bulk caches' fork hooks (their flush and registry locks) are set when
- * the process makes its first cache. A thread that makes it while another
- * is inside fork(), after the prepare handler looked for the hooks, set
- * them before the parent handler ran: that ran the parent hook, which
- * unlocked the two locks its prepare never took (TSan: "unlock of an
- * unlocked mutex"; a purge thread holding the flush lock then would have
- * lost it). The forking thread is held once it has taken every lock; the
- * other thread makes its first cache then. */
+ * A fork must hold the bulk caches' locks (flush, registry) from its
+ * prepare handler on, whether the process has made a cache yet or not: a
+ * thread that makes the first cache while another is inside fork() lists
+ * it under the registry lock, and a fork child that inherited that lock
+ * held (by a thread the child does not have) waited forever at its first
+ * bulk call. The hooks that take the locks were set by the first cache: a
+ * fork whose prepare handler had looked before did not take them (and,
+ * before 133d468, its parent handler unlocked them all the same). The
+ * forking thread is held once it has taken every lock, in a process that
+ * has made no cache; another thread makes the first cache and is held
+ * while it lists it (the registry lock held). If the new cache waits for
+ * the fork's registry lock, the wait lets the fork go first (the gate
+ * opens there); else the fork is made while the registry lock is held, and
+ * the child's bulk call waits forever (its alarm ends it). */
 enum { FIRST_CACHE_BLOCKS = 64 };
 static void *first_cache_blocks[FIRST_CACHE_BLOCKS];
-static bool first_cache_ready;
+static bool first_cache_ready, first_cache_go;
 
 static void *first_cache_maker(void *arg) {
     (void)arg;
+    /* (Its heap first: the fork holds the heap pool's lock.) */
     CHECK_EQ(coral_malloc_bulk(48, FIRST_CACHE_BLOCKS, first_cache_blocks), FIRST_CACHE_BLOCKS);
     gate_signal(&first_cache_ready);
-    gate_wait_held();
+    gate_wait_for(&first_cache_go, GATES);
     coral_free_bulk(first_cache_blocks, FIRST_CACHE_BLOCKS); /* makes the first cache */
-    gate_open();
     return NULL;
 }
 
 static void case_fork_hooks_set(void) {
-    gate_arm(CORAL_TP_FORK_PREPARED, -1);
     pthread_t maker = start(first_cache_maker, NULL);
     gate_wait_for(&first_cache_ready, GATES);
+    gate_arm_at(0, CORAL_TP_FORK_PREPARED, CORAL_TP_BULK_REGISTRY_WAIT);
     fflush(stdout);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        alarm(20);
-        void *blocks[8];
-        CHECK_EQ(coral_malloc_bulk(48, 8, blocks), 8);
-        coral_free_bulk(blocks, 8);
-        _exit(0);
-    }
-    expect_child_exit_0(pid, "the fork child did not end");
+    pthread_t forker = start(fork_and_wait, NULL);
+    gate_wait_held_at(0);
+    gate_arm_at(1, CORAL_TP_BULK_CACHE_LISTING, -1);
+    gate_signal(&first_cache_go);
+    gate_wait_held_at(1);
+    bool waited = !gate_holds(0); /* the fork was let go by the cache's wait */
+    gate_open_at(0);
+    join(forker);
+    gate_open_at(1);
     join(maker);
+    CHECK_MSG(waited, "the first bulk cache was listed while a fork held every lock but the "
+                      "caches' registry lock");
+    pid_t pid;
     /* The next fork takes the hooks' locks and gives them back. */
     pid = fork();
     CHECK(pid >= 0);
     if (pid == 0) _exit(0);
     expect_child_exit_0(pid, "the second fork child did not end");
+    CHECK_EQ(coral_test_check(), 0);
+}
+
+/* ---- two threads fork at once ----------------------------------------------------------
+ * glibc (2.36) runs a fork's atfork handlers without its own lock held, so
+ * the prepare handlers of two forks run at the same time: the second's
+ * stops at the first lock the first fork holds. What a prepare handler
+ * records for its own fork's parent and child handlers (the layer above's
+ * hooks it ran, the forking thread's id) must be that fork's alone: shared
+ * by the two, the second's records were written while the first fork was
+ * between its prepare and its parent and child handlers, which read them.
+ * The first fork is held once it has taken every lock while a second
+ * thread forks; each child makes a bulk call, allocates and ends. Under
+ * TSan, before the records were per fork: a data race on them. */
+static void case_fork_concurrent(void) {
+    void *blocks[8]; /* the bulk caches' fork hooks are set */
+    CHECK_EQ(coral_malloc_bulk(48, 8, blocks), 8);
+    coral_free_bulk(blocks, 8);
+    fflush(stdout);
+    gate_arm(CORAL_TP_FORK_PREPARED, -1);
+    pthread_t first = start(fork_and_wait, NULL);
+    gate_wait_held();
+    pthread_t second = start(fork_and_wait, NULL); /* its prepare runs up to a held lock */
+    gate_open();
+    join(first);
+    join(second);
+    CHECK_EQ(coral_test_check(), 0);
+}
+
+/* ---- a program's own fork handlers that allocate -------------------------------------
+ * glibc runs the prepare handlers last registered first, the parent and
+ * child handlers in the order of registration. coralloc's take and release
+ * every lock it has: a program's handlers that allocate or free must run
+ * outside them (its prepare before coralloc's, its parent and child
+ * after), so coralloc's must come first. This program registers its own
+ * before its first allocation; its prepare handler checks that coralloc's
+ * has not taken its locks yet in this fork, then allocates a huge block
+ * (the huge-block list lock, and the segment cache's); the parent and child
+ * handlers free it and allocate and free another. When coralloc registered
+ * its handlers at the first allocation, after the program's, its prepare
+ * ran first and the program's malloc waited forever for a lock its own
+ * thread held (under LD_PRELOAD, a 1 MiB malloc in a prepare handler
+ * never returned). */
+static _Atomic(int) forks_prepared; /* FORK_PREPARED points reached */
+static char *atfork_block;
+
+static void count_forks_prepared(int point, const void *object) {
+    (void)object;
+    if (point == CORAL_TP_FORK_PREPARED) atomic_fetch_add(&forks_prepared, 1);
+}
+
+static void atfork_prepare(void) {
+    CHECK_MSG(atomic_load(&forks_prepared) == 0,
+              "coralloc's fork handler took its locks before the prepare handler of a program "
+              "that registered it before its first malloc: that handler's malloc would wait "
+              "for them forever");
+    atfork_block = coral_malloc(HUGE);
+    CHECK(atfork_block != NULL);
+    memset(atfork_block, 1, 4096);
+}
+
+static void atfork_after(void) {
+    coral_free(atfork_block);
+    coral_free(coral_malloc(HUGE));
+}
+
+static void *no_allocation(void *arg) { return arg; }
+
+static void case_fork_atfork_first(void) {
+    CHECK_EQ(pthread_atfork(atfork_prepare, atfork_after, atfork_after), 0);
+    /* Multi-threaded, so that coralloc's prepare handler takes its locks (in
+     * a single-threaded process it takes none); the thread allocates
+     * nothing of coralloc's. */
+    join(start(no_allocation, NULL));
+    coral_test_point_set(count_forks_prepared);
+    coral_free(coral_malloc(64)); /* the program's first allocation */
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        CHECK_EQ(coral_test_check(), 0);
+        _exit(0);
+    }
+    expect_child_exit_0(pid, "the fork child did not end");
+    CHECK_EQ(atomic_load(&forks_prepared), 1);
+    CHECK_EQ(coral_test_check(), 0);
+}
+
+/* ---- a fork while a thread past its exit cleanup is sampled by the profiler ----------
+ * The heap profiler samples an allocation from the exit heap under the exit
+ * heap's lock, and takes its own table locks for the sample. A fork's
+ * handlers take the profiler's locks too: they must come after every
+ * allocator lock (the profiler's are leaves), or an exiting thread that
+ * holds the exit heap's lock waits for a table lock the fork holds while
+ * the fork waits for the exit heap's lock. The profiler registered its own
+ * atfork handlers after coralloc's, so glibc ran its prepare handler first:
+ * the forking thread is held at the start of coralloc's prepare handler,
+ * and a thread in a late key destructor (past coralloc's exit cleanup)
+ * allocates a sampled block (CORALLOC_PROFILE_RATE=1) meanwhile. Before
+ * the fix it spun for good holding the exit heap's lock (the test's alarm
+ * ends it); now the allocation ends and so does the fork. */
+static struct {
+    pthread_key_t key;
+    bool in_destructor, go, allocated;
+} ps;
+
+static void late_sampled_alloc(void *value) {
+    (void)value;
+    gate_signal(&ps.in_destructor);
+    gate_wait_for(&ps.go, GATES);
+    coral_free(coral_malloc(64)); /* from the exit heap, sampled */
+    gate_signal(&ps.allocated);
+}
+
+static void *exit_late(void *arg) {
+    (void)arg;
+    coral_free(coral_malloc(16)); /* a heap: coralloc's exit cleanup runs */
+    pthread_setspecific(ps.key, &ps);
+    return NULL;
+}
+
+static void *fork_and_end(void *arg) {
+    (void)arg;
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) _exit(0);
+    expect_child_exit_0(pid, "the fork child did not end");
+    return NULL;
+}
+
+static void case_fork_profiled_exit(void) {
+    alarm(60);                    /* a hang ends the test (SIGALRM) */
+    coral_free(coral_malloc(16)); /* coralloc's key first, and the profiler is on */
+    CHECK_EQ(pthread_key_create(&ps.key, late_sampled_alloc), 0);
+    pthread_t exiting = start(exit_late, NULL);
+    gate_wait_for(&ps.in_destructor, GATES);
+    gate_arm(CORAL_TP_FORK_PREPARE, -1);
+    fflush(stdout);
+    pthread_t forker = start(fork_and_end, NULL);
+    gate_wait_held();
+    gate_signal(&ps.go);
+    gate_wait_for(&ps.allocated, GATES);
+    gate_open();
+    join(forker);
+    join(exiting);
+}
+
+/* ---- a fork during the process's first allocation --------------------------------------
+ * A thread's first allocation takes the heap pool's lock for its heap. The
+ * fork handlers that take that lock must be registered before any thread
+ * can allocate: registered by the first heap's set-up (after it took the
+ * lock), a fork made meanwhile by another thread ran none of them, and the
+ * child inherited the lock held by a thread it does not have: its own
+ * first allocation waited forever (the storm program's one-off stall,
+ * `storm-asan 6 40 3`: a child's first coral_malloc in pthread_mutex_lock
+ * of heap_pool_lock, its parent in waitpid; its main thread forks right
+ * after starting the workers and never allocated before). No allocation
+ * before this case: a thread makes the process's first and is held with
+ * the lock; the main thread forks; the fork's prepare handler lets it go
+ * (the gate opens there) and waits for the lock. Before the fix no handler
+ * ran: the child's first malloc hung (its alarm ends it). */
+static bool first_alloc_child_done;
+
+/* (It runs on until the child has ended: a thread that ended unjoined
+ * before the fork is a thread leak to TSan in the child.) */
+static void *first_allocation(void *arg) {
+    (void)arg;
+    coral_free(coral_malloc(16));
+    gate_wait_for(&first_alloc_child_done, GATES);
+    return NULL;
+}
+
+static void case_fork_first_alloc(void) {
+    gate_arm(CORAL_TP_HEAP_POOL_LOCKED, CORAL_TP_FORK_PREPARE);
+    pthread_t first = start(first_allocation, NULL);
+    gate_wait_held();
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        alarm(20);
+        coral_test_point_set(NULL);
+        coral_free(coral_malloc(16));
+        _exit(0);
+    }
+    expect_child_exit_0(pid, "the fork child did not end");
+    gate_signal(&first_alloc_child_done);
+    gate_open(); /* (opened already by the fork's prepare handler) */
+    join(first);
     CHECK_EQ(coral_test_check(), 0);
 }
 
@@ -1342,6 +1562,10 @@ int main(int argc, char **argv) {
         {"fork_cache_purge", case_fork_cache_purge},
         {"fork_hooks_set", case_fork_hooks_set},
         {"fork_cache_evict", case_fork_cache_evict},
+        {"fork_concurrent", case_fork_concurrent},
+        {"fork_atfork_first", case_fork_atfork_first},
+        {"fork_profiled_exit", case_fork_profiled_exit},
+        {"fork_first_alloc", case_fork_first_alloc},
         {"fork_nested", case_fork_nested},
         {"fork_in_purge", case_fork_in_purge},
     };

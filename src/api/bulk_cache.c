@@ -64,20 +64,40 @@ static void cache_bytes_changed(int64_t delta) {
     coral_purge_backlog_add(delta);
 }
 
-/* A thread's cache; the process's first also sets the purge stage, the
- * thread-exit hook and the fork handlers. */
+/* The purge stage, the thread-exit hook and the fork hooks, once, when the
+ * library is loaded: before any thread can make a cache, so that a fork's
+ * prepare handler takes the caches' locks whether a cache exists yet or
+ * not. Set by the first cache instead, they were missing from a fork whose
+ * prepare handler looked before it was made, and the fork could be made
+ * while that cache's thread held the registry lock: the child's first bulk
+ * call waited for it forever (window_fork_hooks_set); a child forked
+ * between the first of the three sets and the last never got the rest.
+ * (The first cache sets them if no constructor ran yet.) The profiler's
+ * thread-exit hook, set at the first allocation (which may come first: a
+ * library loaded before a preloaded coralloc allocates in its own
+ * constructor), stays: with profiling on, no cache is made. */
+static void cache_hooks_set(void) {
+    static _Atomic(bool) set;
+    if (atomic_exchange_explicit(&set, true, memory_order_relaxed)) return;
+    coral_purge_stage_set(CORAL_PURGE_BLOCK_CACHES, caches_flush_due);
+    coral_thread_exit_hook_set_if_none(cache_thread_exit);
+    coral_fork_hooks_set(fork_prepare, fork_parent, fork_child);
+}
+
+__attribute__((constructor)) static void cache_hooks_at_load(void) { cache_hooks_set(); }
+
+/* A thread's cache. */
 static coral_bulk_cache_t *cache_create(void) {
     coral_bulk_cache_t *s = coral_os_map(CORAL_BULK_CACHE_MAP_SIZE); /* zeroed: every list empty */
     if (s == NULL) return NULL;
     s->key = mix64((uint64_t)(uintptr_t)s ^ coral_clock_ms() ^ (uint64_t)coral_thread_id()) |
              ((uintptr_t)1 << 63);
-    static _Atomic(int) hooks_set;
-    if (!atomic_exchange_explicit(&hooks_set, 1, memory_order_relaxed)) {
-        coral_purge_stage_set(CORAL_PURGE_BLOCK_CACHES, caches_flush_due);
-        coral_thread_exit_hook_set(cache_thread_exit);
-        coral_fork_hooks_set(fork_prepare, fork_parent, fork_child);
+    cache_hooks_set();
+    if (pthread_mutex_trylock(&registry_lock) != 0) {
+        coral_test_point(CORAL_TP_BULK_REGISTRY_WAIT, s);
+        pthread_mutex_lock(&registry_lock);
     }
-    pthread_mutex_lock(&registry_lock);
+    coral_test_point(CORAL_TP_BULK_CACHE_LISTING, s);
     coral_list_push_back(&registry, &s->registry_link);
     pthread_mutex_unlock(&registry_lock);
     return s;

@@ -762,39 +762,28 @@ void coral_profile_live(unsigned long long *blocks, unsigned long long *bytes) {
     if (bytes != NULL) *bytes = total;
 }
 
-/* ---- fork: every lock taken before, released after (both sides) ---------------- */
+/* ---- fork: every lock taken before, released after (both sides) ----------------
+ * The heap layer's inner hooks: taken after every allocator lock (a sample
+ * of an exiting thread's allocation takes these under the exit heap's
+ * lock), released before any. fork_locked is written and read under the
+ * allocator's locks, one fork at a time. */
 
-/* This thread's forks in progress (base.h, "forks from signal handlers");
- * a fork from a handler that interrupted this thread's critical section
- * takes no lock either (it may hold one). */
-static _Thread_local coral_fork_nest_t fork_nest;
+static bool fork_locked;
 
 static void fork_prepare(void) {
-    if (!coral_fork_nest_enter(&fork_nest)) return;
-    if (!crit_enter()) {
-        coral_fork_nest_take_none(&fork_nest);
-        return;
-    }
+    fork_locked = crit_enter(); /* (a fork from a handler inside the section: no locks) */
+    if (!fork_locked) return;
     for (size_t i = 0; i < SITE_BUCKETS; i++) spin_lock(&sites[i].lock);
     for (size_t i = 0; i < LIVE_BUCKETS; i++) spin_lock(&live[i].lock);
     spin_lock(&pool_lock);
 }
 
-static void fork_unlock(void) {
+static void fork_release(void) {
+    if (!fork_locked) return;
     spin_unlock(&pool_lock);
     for (size_t i = LIVE_BUCKETS; i-- > 0;) spin_unlock(&live[i].lock);
     for (size_t i = SITE_BUCKETS; i-- > 0;) spin_unlock(&sites[i].lock);
     crit_leave();
-}
-
-static void fork_parent(void) {
-    if (coral_fork_nest_took_locks(&fork_nest)) fork_unlock();
-    coral_fork_nest_leave(&fork_nest);
-}
-
-static void fork_child(void) {
-    if (coral_fork_nest_locks_held(&fork_nest)) fork_unlock();
-    coral_fork_nest_leave(&fork_nest);
 }
 
 /* ---- the public calls, exit and signal ------------------------------------------ */
@@ -905,7 +894,7 @@ void coral_profile_init(void) {
     /* (With profiling on the bulk calls go block by block: no bulk cache is
      * made, and the hook is ours alone.) */
     coral_thread_exit_hook_set(profile_thread_exit);
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    coral_fork_inner_hooks_set(fork_prepare, fork_release, fork_release);
     atexit(profile_at_exit);
     int sig = (int)coral_option(CORAL_OPT_PROFILE_SIGNAL);
     if (sig != 0) {

@@ -115,10 +115,10 @@ CORAL_INLINE void coral_spin_pause(void) {
  * single-threaded process. A signal handler may fork while its thread is
  * inside the allocator, holding a lock that a prepare handler would wait
  * for forever (a free interrupted in its slow path), or inside another fork,
- * whose prepare handler already holds every lock. Each set of fork handlers
- * keeps a coral_fork_nest_t in thread-local storage (only its thread writes
- * it; a signal fence orders it against the handler that interrupts) and
- * asks it:
+ * whose prepare handler already holds every lock. The fork handlers (the
+ * heap layer's, which run the layers' hooks) keep a coral_fork_nest_t in
+ * thread-local storage (only its thread writes it; a signal fence orders
+ * it against the handler that interrupts) and ask it:
  * - prepare: coral_fork_nest_enter, true when this fork takes the locks:
  *   not when another fork is in progress on the thread (its prepare holds
  *   them), nor in a single-threaded process (no other thread can hold one;
@@ -164,13 +164,6 @@ CORAL_INLINE bool coral_fork_nest_enter(coral_fork_nest_t *n) {
     n->depth = d + 1;
     atomic_signal_fence(memory_order_seq_cst);
     return lock;
-}
-
-/* The fork just entered takes no lock after all: its prepare found one
- * that its own thread may hold. */
-CORAL_INLINE void coral_fork_nest_take_none(coral_fork_nest_t *n) {
-    unsigned d = n->depth - 1;
-    if (d < 32) n->lockless |= 1u << d;
 }
 
 /* The fork being handled took the locks at its prepare. */

@@ -78,6 +78,16 @@ typedef enum coral_test_point_e {
     /* cache.c: the fork's prepare handler is about to wait for an eviction
      * from the segment cache in progress */
     CORAL_TP_FORK_EVICT_WAIT,
+    /* bulk_cache.c: a new bulk cache finds the caches' registry lock held
+     * (by a fork, or a purger's look) and is about to wait for it; the
+     * object is the cache */
+    CORAL_TP_BULK_REGISTRY_WAIT,
+    /* bulk_cache.c: a new bulk cache, the registry lock held, is about to
+     * be listed; the object is the cache */
+    CORAL_TP_BULK_CACHE_LISTING,
+    /* thread.c: a thread (its first allocation, or a user heap's) holds
+     * the heap pool's lock, about to take a heap struct */
+    CORAL_TP_HEAP_POOL_LOCKED,
     CORAL_TP_COUNT
 } coral_test_point_t;
 

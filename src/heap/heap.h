@@ -139,10 +139,17 @@ void coral_process_init(void);
  * (the api layer's bulk cache gives its blocks back there). */
 typedef void (*coral_thread_exit_fn)(void);
 void coral_thread_exit_hook_set(coral_thread_exit_fn fn);
+/* The same, unless a hook is set already. */
+void coral_thread_exit_hook_set_if_none(coral_thread_exit_fn fn);
 /* The layer above's fork handlers: prepare runs first of all (before any
  * lock of the layers below is taken), parent and child last. */
 typedef void (*coral_fork_fn)(void);
 void coral_fork_hooks_set(coral_fork_fn prepare, coral_fork_fn parent, coral_fork_fn child);
+/* The layer above's fork handlers for locks that are leaves (no allocator
+ * lock is taken while one is held, and one may be taken while an allocator
+ * lock is held: the profiler's tables): prepare runs once every lock of the
+ * layers below is taken, parent and child before any is released. */
+void coral_fork_inner_hooks_set(coral_fork_fn prepare, coral_fork_fn parent, coral_fork_fn child);
 /* A user heap of an exiting thread (its pages abandoned): its handle stops
  * working, except that its own thread may still destroy it, until the end
  * of its exit (later key destructors, a Rust thread_local's drop). */
@@ -258,7 +265,6 @@ void coral_huge_free(coral_segment_t *seg);
  * unlinks or detaches one. A fork takes it (thread.c). */
 void coral_huge_lists_lock(void);
 void coral_huge_lists_unlock(void);
-void coral_huge_lists_postfork_child(void);
 void coral_huge_release(coral_segment_t *seg);
 
 #endif /* CORAL_HEAP_H */

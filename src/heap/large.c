@@ -30,7 +30,6 @@ static pthread_mutex_t huge_lists_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void coral_huge_lists_lock(void) { pthread_mutex_lock(&huge_lists_lock); }
 void coral_huge_lists_unlock(void) { pthread_mutex_unlock(&huge_lists_lock); }
-void coral_huge_lists_postfork_child(void) { pthread_mutex_init(&huge_lists_lock, NULL); }
 
 static void *huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool zero);
 

@@ -142,6 +142,7 @@ static void heap_counts_retire(coral_heap_t *heap) {
 
 coral_heap_t *coral_heap_pool_get(void) {
     pthread_mutex_lock(&heap_pool_lock);
+    coral_test_point(CORAL_TP_HEAP_POOL_LOCKED, NULL);
     if (heaps_exited.first != NULL) heaps_exited_reap();
     /* Heaps are carved from 64 KiB mappings one at a time, when needed:
      * carving them all at once would touch (fault in) every page. */
@@ -190,37 +191,64 @@ void coral_heap_pool_put(coral_heap_t *heap) {
  *   6. the segment cache's purge lock, its evict lock, then its table's
  *      (no region out of the table, half purged or evicted and not yet
  *      unmapped);
- *   7. the reclaimer's and the orphan list's (no orphan half purged).
+ *   7. the reclaimer's and the orphan list's (no orphan half purged);
+ *   8. the layer above's leaf locks (coral_fork_inner_hooks_set: the
+ *      profiler's tables, which a thread may take while it holds the exit
+ *      heap's lock: taken before it, a sampled allocation of an exiting
+ *      thread waited for them while the fork waited for the exit heap,
+ *      window_fork_profiled_exit).
  * Locks that a thread takes without waiting (a segment's span_lock, the
  * try-lock of its slices) are not taken: the child frees them all
  * (coral_segment_locks_postfork). The other threads' heaps stay as they
  * were: their blocks remain valid and can be freed (as remote frees) in the
  * child. */
 
-static _Atomic(coral_fork_fn) fork_hook_prepare, fork_hook_parent, fork_hook_child;
+/* The layer above's hooks: the outer ones (coral_fork_hooks_set) run first
+ * in prepare and last after, the inner ones (coral_fork_inner_hooks_set)
+ * run last in prepare and first after. */
+typedef struct fork_hooks_s {
+    _Atomic(coral_fork_fn) prepare, parent, child;
+} fork_hooks_t;
 
-void coral_fork_hooks_set(coral_fork_fn prepare, coral_fork_fn parent, coral_fork_fn child) {
-    atomic_store_explicit(&fork_hook_parent, parent, memory_order_relaxed);
-    atomic_store_explicit(&fork_hook_child, child, memory_order_relaxed);
-    atomic_store_explicit(&fork_hook_prepare, prepare, memory_order_release);
+static fork_hooks_t fork_hooks_outer, fork_hooks_inner;
+
+static void fork_hooks_store(fork_hooks_t *hooks, coral_fork_fn prepare, coral_fork_fn parent,
+                             coral_fork_fn child) {
+    atomic_store_explicit(&hooks->parent, parent, memory_order_relaxed);
+    atomic_store_explicit(&hooks->child, child, memory_order_relaxed);
+    atomic_store_explicit(&hooks->prepare, prepare, memory_order_release);
 }
 
-/* The layer above's parent and child hooks of the fork in progress: those
- * whose prepare hook ran. The hooks may be set while another thread is in
- * fork() (the first bulk cache is made then): run from the globals, the
- * parent hook would unlock locks its prepare never took (another thread's
- * lock, given away). Written by the prepare handler and read by the parent
- * and child handlers of the same fork; glibc runs the handlers of
- * concurrent forks under its atfork lock, one fork at a time. */
-static coral_fork_fn fork_taken_parent, fork_taken_child;
+void coral_fork_hooks_set(coral_fork_fn prepare, coral_fork_fn parent, coral_fork_fn child) {
+    fork_hooks_store(&fork_hooks_outer, prepare, parent, child);
+}
 
-static void fork_hooks_prepare(void) {
-    coral_fork_fn prepare = atomic_load_explicit(&fork_hook_prepare, memory_order_acquire);
+void coral_fork_inner_hooks_set(coral_fork_fn prepare, coral_fork_fn parent, coral_fork_fn child) {
+    fork_hooks_store(&fork_hooks_inner, prepare, parent, child);
+}
+
+/* The parent and child hooks of the fork in progress: those whose prepare
+ * hook ran. The hooks may be set while another thread is in fork() (a
+ * coralloc loaded by dlopen sets the outer ones in its constructor, the
+ * profiler the inner ones at the first allocation): run from the globals,
+ * a parent hook would unlock locks its prepare never took (another
+ * thread's lock, given away). Written by the prepare handler and read by
+ * the parent and child handlers of the same fork, which run on the forking
+ * thread (in the child, its copy). Thread-local: glibc (2.36) runs a
+ * fork's handlers without its atfork lock held, so another thread's fork
+ * may be in its prepare handler meanwhile (window_fork_concurrent). */
+typedef struct fork_taken_s {
+    coral_fork_fn parent, child;
+} fork_taken_t;
+
+static __thread fork_taken_t fork_taken_outer __attribute__((tls_model("initial-exec")));
+static __thread fork_taken_t fork_taken_inner __attribute__((tls_model("initial-exec")));
+
+static void fork_hooks_prepare(fork_hooks_t *hooks, fork_taken_t *taken) {
+    coral_fork_fn prepare = atomic_load_explicit(&hooks->prepare, memory_order_acquire);
     /* (set before prepare, with release: seen with it) */
-    fork_taken_parent =
-        prepare ? atomic_load_explicit(&fork_hook_parent, memory_order_relaxed) : NULL;
-    fork_taken_child =
-        prepare ? atomic_load_explicit(&fork_hook_child, memory_order_relaxed) : NULL;
+    taken->parent = prepare ? atomic_load_explicit(&hooks->parent, memory_order_relaxed) : NULL;
+    taken->child = prepare ? atomic_load_explicit(&hooks->child, memory_order_relaxed) : NULL;
     if (prepare != NULL) prepare();
 }
 
@@ -247,8 +275,9 @@ static void exit_heap_lock_postfork(bool child) {
 }
 
 /* The forking thread's kernel id in the parent (its parked heaps are its
- * own in the child too, where it has another id). */
-static int fork_parent_tid;
+ * own in the child too, where it has another id). Thread-local, as
+ * fork_taken_outer: another thread's fork may write its own meanwhile. */
+static __thread int fork_parent_tid __attribute__((tls_model("initial-exec")));
 
 /* The child: user heaps that the forking thread parked at its exit (it
  * forked from a later key destructor) are still its own, so it may destroy
@@ -265,14 +294,14 @@ static void heaps_exited_postfork_child(void) {
 }
 
 /* This thread's forks in progress (base.h, "forks from signal handlers"). */
-static _Thread_local coral_fork_nest_t fork_nest;
+static __thread coral_fork_nest_t fork_nest __attribute__((tls_model("initial-exec")));
 
 static void fork_prepare(void) {
     coral_test_point(CORAL_TP_FORK_PREPARE, NULL);
     fork_parent_tid = gettid();
     if (!coral_fork_nest_enter(&fork_nest)) return;
     coral_libc_streams_lock(); /* before every lock of ours (base.h) */
-    fork_hooks_prepare();
+    fork_hooks_prepare(&fork_hooks_outer, &fork_taken_outer);
     pthread_mutex_lock(&exit_heap_lock);
     coral_purger_prefork();
     pthread_mutex_lock(&heap_pool_lock);
@@ -280,17 +309,24 @@ static void fork_prepare(void) {
     coral_segment_locks_prefork();
     coral_segment_cache_prefork();
     coral_orphans_prefork();
+    fork_hooks_prepare(&fork_hooks_inner, &fork_taken_inner);
     coral_test_point(CORAL_TP_FORK_PREPARED, NULL);
 }
 
+/* In the child the locks are unlocked as in the parent (the child's
+ * thread took them, and a default mutex has no owner check), not made
+ * anew: to TSan a lock made anew stays held until the child's handlers are
+ * done, and a program's child handler that allocates then takes the locks
+ * taken before it "while holding" it, a lock-order inversion
+ * (window_fork_atfork_first under TSan). The recursive exit heap lock
+ * cannot be unlocked there (exit_heap_lock_postfork), and the purger's is
+ * made anew with its condition variables: both come before every lock
+ * that allocation takes, so they close no such cycle. */
 static void fork_unlock(bool child) {
-    coral_orphans_postfork(child);
+    coral_orphans_postfork();
     coral_segment_cache_postfork();
     coral_segment_locks_postfork(child);
-    if (child)
-        coral_huge_lists_postfork_child();
-    else
-        coral_huge_lists_unlock();
+    coral_huge_lists_unlock();
     pthread_mutex_unlock(&heap_pool_lock);
     coral_purger_postfork(child);
     exit_heap_lock_postfork(child);
@@ -298,8 +334,9 @@ static void fork_unlock(bool child) {
 
 static void fork_parent(void) {
     if (coral_fork_nest_took_locks(&fork_nest)) {
+        fork_hook_run(fork_taken_inner.parent);
         fork_unlock(false);
-        fork_hook_run(fork_taken_parent);
+        fork_hook_run(fork_taken_outer.parent);
         coral_libc_streams_unlock();
     }
     coral_fork_nest_leave(&fork_nest);
@@ -318,6 +355,7 @@ static void fork_child(void) {
 /* The child of a fork whose prepare took every lock: releases them and sets
  * what other threads left in flight right. */
 static void fork_child_state(void) {
+    fork_hook_run(fork_taken_inner.child);
     fork_unlock(true);
     /* A thread that forks past its exit cleanup (from a later key
      * destructor) told the parent's purge thread; the child's forgot it
@@ -325,7 +363,7 @@ static void fork_child_state(void) {
      * not tell again: it tells the child's, which a later free may start,
      * so that its end still ends the child. */
     if (coral_thread_exiting()) coral_purger_thread_exiting();
-    fork_hook_run(fork_taken_child);
+    fork_hook_run(fork_taken_outer.child);
     /* The exit heap is the child's too (its exiting threads allocate from
      * it): a parent thread's notice to it in flight is as for the forking
      * thread's heaps (window_fork_exit_heap_notice). */
@@ -340,7 +378,7 @@ static void fork_child_state(void) {
 
 static pthread_key_t thread_key;
 static _Atomic(int) process_state; /* 0: not started, 1: starting, 2: ready */
-static _Atomic(int) fork_handlers_state;
+static _Atomic(bool) fork_handlers_registered;
 static _Atomic(coral_thread_exit_fn) thread_exit_hook;
 
 static void thread_done(void *value);
@@ -361,16 +399,44 @@ void coral_process_init(void) {
     atomic_store_explicit(&process_state, 2, memory_order_release);
 }
 
+/* The fork handlers, once. They take and release every lock of the
+ * allocator, so a program's own handlers that allocate or free must run
+ * outside them: glibc runs the prepare handlers last registered first, the
+ * parent and child handlers in their order of registration, so these are
+ * registered before any of the program's can be, when the library is
+ * loaded (a library loaded earlier than this one may still register
+ * first). Registered at the first allocation instead, they came after
+ * those of a program that registered its own before it allocated: its
+ * prepare handler's malloc then waited forever for a lock its own thread
+ * held (window_fork_atfork_first). The first allocation registers them if
+ * it comes before the load's constructors (another library's). glibc's
+ * registration allocates past 48 handlers: that malloc finds them
+ * registered. */
+static void fork_handlers_register(void) {
+    if (atomic_exchange_explicit(&fork_handlers_registered, true, memory_order_relaxed)) return;
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+__attribute__((constructor(101))) static void fork_handlers_at_load(void) {
+    fork_handlers_register();
+}
+
 /* Set-up that may allocate: done once the first heap exists. */
 static void process_init_late(void) {
-    int expected = 0;
-    if (!atomic_compare_exchange_strong(&fork_handlers_state, &expected, 1)) return;
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    static _Atomic(bool) done;
+    if (atomic_exchange_explicit(&done, true, memory_order_relaxed)) return;
+    fork_handlers_register();
     if (coral_option(CORAL_OPT_VERBOSE)) coral_options_print();
 }
 
 void coral_thread_exit_hook_set(coral_thread_exit_fn fn) {
     atomic_store_explicit(&thread_exit_hook, fn, memory_order_release);
+}
+
+void coral_thread_exit_hook_set_if_none(coral_thread_exit_fn fn) {
+    coral_thread_exit_fn none = NULL;
+    atomic_compare_exchange_strong_explicit(&thread_exit_hook, &none, fn, memory_order_release,
+                                            memory_order_relaxed);
 }
 
 /* ---- the exit heap --------------------------------------------------------------------

@@ -853,6 +853,6 @@ bool coral_orphan_add(coral_page_t *page);
 void coral_orphan_take_back(coral_page_t *page);
 void coral_orphan_forget(coral_page_t *page);
 void coral_orphans_prefork(void);
-void coral_orphans_postfork(bool child);
+void coral_orphans_postfork(void);
 
 #endif /* CORAL_PAGE_H */

@@ -249,12 +249,7 @@ void coral_orphans_prefork(void) {
     pthread_mutex_lock(&orphans_lock);
 }
 
-void coral_orphans_postfork(bool child) {
-    if (child) {
-        pthread_mutex_init(&orphans_lock, NULL);
-        pthread_mutex_init(&reclaim_lock, NULL);
-        return;
-    }
+void coral_orphans_postfork(void) {
     pthread_mutex_unlock(&orphans_lock);
     pthread_mutex_unlock(&reclaim_lock);
 }

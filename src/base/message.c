@@ -79,20 +79,21 @@ bool coral_process_single_threaded(void) {
 }
 
 #if defined(__GLIBC__)
-/* (exported by glibc since 2.2.5, in no header; weak: absent elsewhere) */
-extern void _IO_list_lock(void) __attribute__((weak));
-extern void _IO_list_unlock(void) __attribute__((weak));
+/* (exported by glibc since 2.2.5, in no header; called, not tested for, so
+ * that the loader binds them at the first fork, not at every start-up) */
+extern void _IO_list_lock(void);
+extern void _IO_list_unlock(void);
 #endif
 
 void coral_libc_streams_lock(void) {
 #if defined(__GLIBC__)
-    if (_IO_list_lock != NULL) _IO_list_lock();
+    _IO_list_lock();
 #endif
 }
 
 void coral_libc_streams_unlock(void) {
 #if defined(__GLIBC__)
-    if (_IO_list_unlock != NULL) _IO_list_unlock();
+    _IO_list_unlock();
 #endif
 }
 

@@ -369,7 +369,19 @@ void coral_huge_release(coral_segment_t *seg) {
     coral_segment_cache_put(seg, seg->size, seg->huge_dirty, true);
 }
 
+static void huge_free(coral_segment_t *seg);
+
+/* free() leaves errno as it was (POSIX.1-2024; glibc's tst-free-errno): the
+ * kernel calls of a huge block's release may fail (an unmap that would split
+ * a mapping when the process has its most mappings: the memory is left to
+ * the process, as glibc's free leaves it). */
 void coral_huge_free(coral_segment_t *seg) {
+    int saved = errno;
+    huge_free(seg);
+    errno = saved;
+}
+
+static void huge_free(coral_segment_t *seg) {
     coral_page_t *page = &seg->pages[0];
     if (page->used != 1) {
         coral_misuse("double free detected: huge block %p was already free", (void *)page->start);

@@ -178,7 +178,12 @@ void coral_heap_pool_put(coral_heap_t *heap) {
 /* ---- fork -------------------------------------------------------------------------------
  * The child has one thread (the forking one); every lock must be free in it,
  * and nothing may be left half done by a thread that the child does not
- * have. The prepare handler takes, in this order (released in reverse):
+ * have. The prepare handler takes, in this order (released in reverse),
+ * unless the fork is nested in another on this thread or the process is
+ * single-threaded (base.h, "forks from signal handlers"):
+ *   0. glibc's stdio list lock (coral_libc_streams_lock: glibc's fork takes
+ *      it only after the prepare handlers, and a thread in getdelim holds
+ *      a stream's lock while it allocates);
  *   1. the layer above's (coral_fork_hooks_set: the bulk caches' flush
  *      lock, so no purger flush of a cache is in progress);
  *   2. the exit heap's (allocations of threads past their exit);

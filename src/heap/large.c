@@ -10,7 +10,9 @@
  * A huge block is a segment of its own, whole 4 MiB chunks from the segment
  * cache, with a 64 KiB header (the segment header) before the block. Freed,
  * its chunks go back to the cache, where any later segment, normal or huge,
- * reuses their pages. realloc grows it in place (into cached chunks right
+ * reuses their pages (the secure build moves them there, to another
+ * address, and keeps the block's own range inaccessible for a while).
+ * realloc grows it in place (into cached chunks right
  * after it, or fresh address space) or moves its pages with mremap: bytes
  * are never copied. */
 #include <errno.h>
@@ -59,70 +61,6 @@ bool coral_huge_was_freed(const void *p) {
     return false;
 }
 
-/* The secure build: freed huge mappings kept inaccessible for reuse. A
- * read or write of a freed huge block faults as if it were unmapped, and
- * the next huge block that fits takes the mapping back with its pages
- * resident: no fault per page again (refaulting every page of every huge
- * block is what unmapping at free cost). A slot holds a mapping's base
- * (4 MiB-aligned) with its size in chunks in the low bits, 0 when empty;
- * any thread takes one (exchange: the one that got it owns it) or puts one
- * in an empty slot (compare-exchange): no lock, so a fork at any time
- * leaves the slots consistent. At most HUGE_KEEP_BYTES are kept; a mapping
- * that would pass that is unmapped. */
-#define HUGE_KEEP_SLOTS 8
-#define HUGE_KEEP_BYTES ((size_t)128 << 20)
-static _Atomic(uintptr_t) huge_kept[HUGE_KEEP_SLOTS];
-static _Atomic(size_t) huge_kept_bytes;
-
-static size_t kept_size(uintptr_t slot) { return (slot & CORAL_SEGMENT_MASK) * CORAL_SEGMENT_SIZE; }
-
-/* Keep the (inaccessible) mapping of `size` bytes at base; false: full. */
-static bool huge_keep(void *base, size_t size) {
-    size_t chunks = size / CORAL_SEGMENT_SIZE;
-    if (chunks > CORAL_SEGMENT_MASK) return false;
-    size_t before = atomic_fetch_add_explicit(&huge_kept_bytes, size, memory_order_relaxed);
-    if (before + size <= HUGE_KEEP_BYTES) {
-        for (size_t i = 0; i < HUGE_KEEP_SLOTS; i++) {
-            uintptr_t empty = 0;
-            if (atomic_compare_exchange_strong_explicit(&huge_kept[i], &empty,
-                                                        (uintptr_t)base | chunks,
-                                                        memory_order_release, memory_order_relaxed))
-                return true;
-        }
-    }
-    atomic_fetch_sub_explicit(&huge_kept_bytes, size, memory_order_relaxed);
-    return false;
-}
-
-/* A kept mapping for a huge block of `size` bytes, made accessible again,
- * or NULL; *got_size is its size. The smallest that holds size, else the
- * largest (the caller grows it: its resident pages are reused either way,
- * where a new mapping would be faulted in and zeroed page by page). */
-static void *huge_take_kept(size_t size, size_t *got_size) {
-    size_t best = HUGE_KEEP_SLOTS;
-    size_t best_size = 0;
-    for (size_t i = 0; i < HUGE_KEEP_SLOTS; i++) {
-        size_t v = kept_size(atomic_load_explicit(&huge_kept[i], memory_order_relaxed));
-        bool fits = v >= size, best_fits = best_size >= size;
-        if (v != 0 && (best == HUGE_KEEP_SLOTS || (fits && (!best_fits || v < best_size)) ||
-                       (!fits && !best_fits && v > best_size))) {
-            best = i;
-            best_size = v;
-        }
-    }
-    if (best == HUGE_KEEP_SLOTS) return NULL;
-    uintptr_t v = atomic_exchange_explicit(&huge_kept[best], 0, memory_order_acquire);
-    if (v == 0) return NULL; /* another thread took it first */
-    atomic_fetch_sub_explicit(&huge_kept_bytes, kept_size(v), memory_order_relaxed);
-    void *base = (void *)(v & ~CORAL_SEGMENT_MASK);
-    *got_size = kept_size(v);
-    if (!coral_os_protect(base, *got_size, true)) {
-        coral_os_unmap(base, *got_size);
-        return NULL;
-    }
-    return base;
-}
-
 /* How much of a huge block's mapping of `total` bytes is advised for huge
  * pages: all of it for a block that grows (it fills what it grows into). */
 static size_t huge_pages_all(size_t total) { return coral_huge_pages_for_big_block() ? total : 0; }
@@ -134,27 +72,6 @@ static size_t huge_pages_all(size_t total) { return coral_huge_pages_for_big_blo
 static size_t huge_pages_dense(size_t end) {
     if (!coral_huge_pages_for_big_block()) return 0;
     return (end + CORAL_HUGE_PAGE_SIZE / 2) & ~(CORAL_HUGE_PAGE_SIZE - 1);
-}
-
-/* A kept mapping of `old` bytes at base (accessible) grown to `total`
- * (whole chunks), its pages kept: into cached chunks right after it, fresh
- * address space right after it, or moved (mremap) to a new place. NULL:
- * no memory (the mapping is unmapped). got->dirty: how far it may hold
- * data. */
-static coral_segment_t *kept_grow(uint8_t *base, size_t old, size_t total, coral_cache_got_t *got) {
-    got->dirty = total; /* cached chunks' data is not known */
-    if (coral_segment_cache_take_range(base + old, total - old)) return (coral_segment_t *)base;
-    got->dirty = old;
-    if (coral_os_extend(base + old, total - old)) return (coral_segment_t *)base;
-    coral_cache_got_t to_got;
-    coral_segment_t *to = coral_segment_cache_take(total, huge_pages_all(total), &to_got);
-    if (to == NULL) {
-        coral_os_unmap(base, old);
-        return NULL;
-    }
-    coral_os_move(base, to, old, true, CORAL_SEGMENT_SIZE);
-    if (to_got.dirty > old) got->dirty = to_got.dirty;
-    return to;
 }
 
 void *coral_heap_malloc_large(coral_heap_t *heap, size_t size, size_t alignment, bool zero) {
@@ -242,15 +159,26 @@ void *coral_realloc_large_in_place(coral_page_t *page, void *p, size_t size) {
  * mprotect). The slack is the program's (malloc_usable_size counts it)
  * and untouched until the program writes it. */
 #define HUGE_END_ALIGN (CORAL_SECURE ? (size_t)2 << 20 : CORAL_OS_PAGE_SIZE)
-/* (secure build) A huge block's guard is the whole 2 MiB region after it,
- * not one OS page: an mprotect of a whole 2 MiB-aligned region changes a
- * huge page's mapping as a whole, where one of 4 KiB inside it splits it
- * into 4 KiB pages for good. A block grown into the region of its guard
- * (and the guard moved to the next one) keeps its huge pages, resident
- * ones too (a kept mapping's). It costs no address space: the block ends
- * at 2 MiB and its mapping at 4 MiB, so the chunk that holds a guard page
- * holds the whole region. */
+/* (secure build) Room for a huge block's guard: the whole 2 MiB region
+ * after it. While big blocks get huge pages, the guard is all of it, not
+ * one OS page: an mprotect of a whole 2 MiB-aligned region changes a huge
+ * page's mapping as a whole, where one of 4 KiB inside it splits it into
+ * 4 KiB pages for good. A block grown into the region of its guard (and
+ * the guard moved to the next one) keeps its huge pages, resident ones too
+ * (a reused region's). It costs no address space: the block ends at 2 MiB
+ * and its mapping at 4 MiB, so the chunk that holds a guard page holds the
+ * whole region. */
 #define HUGE_GUARD_SIZE (CORAL_SECURE ? HUGE_END_ALIGN : 0)
+
+/* The guard made now (seg->huge_guard records it): without huge pages
+ * for big blocks (off, or found slow: populate.c), one OS page, as after a
+ * large block. An mprotect changes every page table entry of its range,
+ * and a reused region is resident there: 512 entries of 4 KiB for a 2 MiB
+ * guard, at each allocation and again at the free, against one. */
+static size_t huge_guard_now(void) {
+    if (!CORAL_SECURE) return 0;
+    return coral_huge_pages_for_big_block() ? HUGE_GUARD_SIZE : CORAL_OS_PAGE_SIZE;
+}
 
 size_t coral_huge_block_end(size_t offset, size_t size) {
     return align_up(offset + size, HUGE_END_ALIGN);
@@ -292,17 +220,7 @@ static void huge_init_header(coral_segment_t *seg, size_t size, size_t offset,
 static coral_segment_t *huge_segment_new(size_t total, size_t end, size_t offset, size_t alignment,
                                          coral_cache_got_t *got) {
     coral_segment_t *seg;
-    size_t kept = 0;
-    if (CORAL_SECURE && alignment <= CORAL_SEGMENT_SIZE &&
-        (seg = huge_take_kept(total, &kept)) != NULL) {
-        got->dirty = total; /* its pages hold an earlier block's data */
-        got->fresh = false;
-        got->header = false;
-        if (kept > total) /* the chunks past what the block needs: to the cache */
-            coral_segment_cache_put((uint8_t *)seg + total, kept - total, kept - total, false);
-        else if (kept < total)
-            seg = kept_grow((uint8_t *)seg, kept, total, got);
-    } else if (alignment <= CORAL_SEGMENT_SIZE) {
+    if (alignment <= CORAL_SEGMENT_SIZE) {
         seg = coral_segment_cache_take(total, huge_pages_dense(end), got);
     } else {
         /* The block starts `offset` (= the alignment) after the segment:
@@ -341,8 +259,9 @@ static void *huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool 
     coral_page_t *page = &seg->pages[0];
     page->start = coral_segment_base(seg) + offset;
     page->block_size = end - offset;
-    if (CORAL_SECURE) { /* gone with the mapping: a freed huge block is unmapped */
-        (void)coral_os_protect(coral_segment_base(seg) + end, HUGE_GUARD_SIZE, false);
+    if (CORAL_SECURE) { /* accessible again at the free, to move (huge_retire_secure) */
+        seg->huge_guard = huge_guard_now();
+        (void)coral_os_protect(coral_segment_base(seg) + end, seg->huge_guard, false);
         freed_huge_note(page->start, false);
     }
     page->used = page->capacity = page->reserved = 1;
@@ -372,10 +291,64 @@ static void *huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool 
     return page->start;
 }
 
+/* The secure build: the address ranges of the last freed huge blocks,
+ * reserved and inaccessible (coral_os_reserve_inaccessible), so that a read
+ * or write through a stale pointer faults, and no later block is placed
+ * there, until HUGE_QUARANTINE_SLOTS more huge blocks were freed. The
+ * pages moved out first (coral_huge_release), to the segment cache: they
+ * are reused as in the default build, at another address, without an
+ * mprotect (which walks every 4 KiB page table entry of the range, twice
+ * per reuse). A slot holds a range's base (4 MiB-aligned) with its size in
+ * chunks in the low bits, 0 when empty. A free takes the next slot (one
+ * fetch_add) and exchanges its range in: the range it gets out is that
+ * thread's alone, unmapped (its address space free for anyone again). A
+ * fork between the two leaves the child one range reserved and listed
+ * nowhere: address space, no memory. Ranges of more than
+ * HUGE_QUARANTINE_MAX are unmapped at the free (they still fault until
+ * the address is mapped again): the slots hold at most 64 GiB of address
+ * space. */
+#define HUGE_QUARANTINE_SLOTS 64
+#define HUGE_QUARANTINE_MAX ((size_t)1 << 30)
+static _Atomic(uintptr_t) huge_quarantine[HUGE_QUARANTINE_SLOTS];
+static _Atomic(unsigned) huge_quarantine_next;
+
+static void huge_quarantine_add(uint8_t *base, size_t size) {
+    unsigned i = atomic_fetch_add_explicit(&huge_quarantine_next, 1, memory_order_relaxed);
+    uintptr_t out = atomic_exchange_explicit(&huge_quarantine[i % HUGE_QUARANTINE_SLOTS],
+                                             (uintptr_t)base | (size / CORAL_SEGMENT_SIZE),
+                                             memory_order_relaxed);
+    if (out != 0)
+        coral_os_unmap((void *)(out & ~CORAL_SEGMENT_MASK),
+                       (out & CORAL_SEGMENT_MASK) * CORAL_SEGMENT_SIZE);
+}
+
+/* The freed huge mapping at seg, `size` bytes of which the first `dirty`
+ * may hold data, its block ending `end` bytes in (its guard region after):
+ * its pages to the segment cache, moved (page tables move, 2 MiB at a time)
+ * to new address space, and its address range reserved inaccessible in the
+ * quarantine. The guard region is made accessible first, to move with the
+ * rest (a region that held data before may have pages there, and one
+ * mapping moves in one call). No memory for the move: the mapping is
+ * unmapped. */
+static void huge_retire_secure(coral_segment_t *seg, size_t size, size_t end, size_t dirty) {
+    uint8_t *base = (uint8_t *)seg;
+    uint8_t *to =
+        size <= HUGE_QUARANTINE_MAX ? coral_os_map_aligned(size, CORAL_SEGMENT_SIZE) : NULL;
+    if (to == NULL || !coral_os_protect(base + end, seg->huge_guard, true)) {
+        if (to != NULL) coral_os_unmap(to, size);
+        coral_os_unmap(base, size);
+        return;
+    }
+    coral_os_move(base, to, size, false, CORAL_SEGMENT_SIZE);
+    if (coral_os_reserve_inaccessible(base, size, size)) huge_quarantine_add(base, size);
+    coral_segment_cache_put(to, size, dirty, true);
+}
+
 /* The block is gone: its chunks go to the cache. The header stays as it is
  * (used == 0), so a second free of the block is reported. The secure
- * build makes the whole mapping inaccessible at once (a read after free
- * faults) and keeps it for a later huge block, or unmaps it. */
+ * build moves the pages to the cache at another address and leaves the
+ * block's address range inaccessible (a read or write after free faults,
+ * a second free is named by the ring of freed blocks): huge_retire_secure. */
 void coral_huge_release(coral_segment_t *seg) {
     coral_page_t *page = &seg->pages[0];
     if (page->is_fresh && coral_populate_adaptive())
@@ -386,10 +359,11 @@ void coral_huge_release(coral_segment_t *seg) {
     coral_purge_demand_add(-(int64_t)seg->pages[0].block_size);
     coral_count(&coral_counters.segments, -1);
     if (CORAL_SECURE) {
-        size_t size = seg->size; /* (the header is inaccessible once protected) */
+        size_t size = seg->size; /* (the header is gone once retired) */
+        size_t end = (size_t)(page->start + page->block_size - coral_segment_base(seg));
         freed_huge_note(page->start, true);
         coral_segment_map_set(seg, size, false);
-        if (!coral_os_protect(seg, size, false) || !huge_keep(seg, size)) coral_os_unmap(seg, size);
+        huge_retire_secure(seg, size, end, seg->huge_dirty);
         return;
     }
     coral_segment_cache_put(seg, seg->size, seg->huge_dirty, true);
@@ -508,18 +482,21 @@ void *coral_huge_realloc(coral_segment_t *seg, void *p, size_t size) {
      * it is; otherwise its guard region moves to the block's new end. */
     if (CORAL_SECURE && end - offset == seg->pages[0].block_size) return p;
     uint8_t *old_guard = seg->pages[0].start + seg->pages[0].block_size;
-    if (CORAL_SECURE) (void)coral_os_protect(old_guard, HUGE_GUARD_SIZE, true);
+    if (CORAL_SECURE) (void)coral_os_protect(old_guard, seg->huge_guard, true);
     if (total > seg->size) {
         coral_segment_t *grown = huge_grow(seg, total);
         if (grown == NULL) {
-            if (CORAL_SECURE) (void)coral_os_protect(old_guard, HUGE_GUARD_SIZE, false);
+            if (CORAL_SECURE) (void)coral_os_protect(old_guard, seg->huge_guard, false);
             return NULL;
         }
         seg = grown;
     } else if (total < seg->size && end + seg->size / 4 < seg->size) {
         huge_shrink(seg, total); /* much smaller: give chunks back */
     }
-    if (CORAL_SECURE) (void)coral_os_protect(coral_segment_base(seg) + end, HUGE_GUARD_SIZE, false);
+    if (CORAL_SECURE) {
+        seg->huge_guard = huge_guard_now();
+        (void)coral_os_protect(coral_segment_base(seg) + end, seg->huge_guard, false);
+    }
     size_t old_size = seg->pages[0].block_size;
     int64_t delta = (int64_t)(end - offset) - (int64_t)old_size;
     coral_count(&coral_counters.huge_bytes, delta);

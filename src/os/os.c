@@ -278,6 +278,17 @@ bool coral_os_protect(void *p, size_t size, bool accessible) {
     return false;
 }
 
+/* (The reserved range counts as mapped: the figure is address space.) */
+bool coral_os_reserve_inaccessible(void *p, size_t size, size_t holes) {
+    if (os_should_fail()) return false;
+    void *r =
+        mmap(p, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    coral_count_os_call(CORAL_OS_MMAP, size);
+    if (r != p) return false;
+    mapped_add((int64_t)holes);
+    return true;
+}
+
 void coral_os_random(void *out, size_t n) {
     uint8_t *o = out;
     size_t got = 0;

@@ -53,6 +53,12 @@ void coral_os_advise_no_huge(void *p, size_t size);
 /* Make [p, p + size) (whole OS pages) inaccessible, or read-write again: a
  * guard page. False (errno set) when the kernel refuses. */
 bool coral_os_protect(void *p, size_t size, bool accessible);
+/* Replace whatever is mapped at [p, p + size) (whole OS pages), and fill
+ * the holes there (`holes`: their bytes), with one inaccessible mapping
+ * that holds no page: the address range stays reserved (nothing else is
+ * mapped there) and every access faults. Its pages are dropped. False when
+ * the kernel refuses (what was there is then as it was). */
+bool coral_os_reserve_inaccessible(void *p, size_t size, size_t holes);
 /* n random bytes from the kernel (getrandom), or from the clock and
  * addresses when it has none. */
 void coral_os_random(void *out, size_t n);

@@ -253,6 +253,9 @@ typedef struct coral_segment_s {
     coral_link_t link;
     coral_link_t registry_link; /* every mapped normal segment, for the purger */
     size_t huge_dirty; /* huge segments, owner only: bytes from the base that may hold data */
+    /* Huge segments, secure build, owner only: bytes made inaccessible
+     * right after the block (its guard: heap/large.c). */
+    size_t huge_guard;
     /* A hint for adopters: bit (cls % 128) set when the exiting owner left
      * a page of class cls with free blocks here. Written by the owner
      * before it publishes the segment on the abandoned list, read under

@@ -171,6 +171,47 @@ static void read_after_free_huge(void) {
     sink = (void *)(uintptr_t)p[8 * MiB];
 }
 
+/* The program goes on with huge blocks of the same size after the free:
+ * 8 come and go, one stays. Where a freed block's address is handed out
+ * again, the stale pointer reaches another live block. */
+static char *huge_reuse_after_free(void) {
+    for (int i = 0; i < 8; i++) {
+        char *q = malloc(16 * MiB);
+        q[8 * MiB] = 2;
+        free(q);
+    }
+    char *q = launder(malloc(16 * MiB));
+    q[8 * MiB] = 2;
+    return q;
+}
+
+static void read_after_free_huge_reused(void) {
+    volatile char *p = launder(malloc(16 * MiB));
+    p[8 * MiB] = 1;
+    free((void *)p);
+    char *q = huge_reuse_after_free();
+    sink = (void *)(uintptr_t)p[8 * MiB];
+    free(q);
+}
+
+static void write_after_free_huge_reused(void) {
+    volatile char *p = launder(malloc(16 * MiB));
+    p[8 * MiB] = 1;
+    free((void *)p);
+    char *q = huge_reuse_after_free();
+    p[8 * MiB] = 0x5a;
+    free(q);
+}
+
+static void double_free_huge_reused(void) {
+    char *p = launder(malloc(16 * MiB));
+    p[8 * MiB] = 1;
+    free(p);
+    char *q = huge_reuse_after_free();
+    free(p);
+    free(q);
+}
+
 static void malloc0_write(void) {
     char *p = launder(malloc(0));
     memset(p, 0x5a, 32);
@@ -502,6 +543,9 @@ static const misuse_case_t cases[] = {
     {"write-after-free-medium", waf_medium},
     {"write-after-free-tail", write_after_free_tail},
     {"read-after-free-huge", read_after_free_huge},
+    {"read-after-free-huge-reused", read_after_free_huge_reused},
+    {"write-after-free-huge-reused", write_after_free_huge_reused},
+    {"double-free-huge-reused", double_free_huge_reused},
     {"malloc0-write", malloc0_write},
     {"malloc0-read", malloc0_read},
     {"free-sized-mismatch", sized_mismatch},

@@ -68,7 +68,15 @@ EXPECT: dict[str, tuple[Expect, Expect]] = {
     "write-after-free-tail": (("ran on", "no fill check in the default build"),
                               ("aborted", "write after free detected")),
     "read-after-free-huge": (("ran on", "freed chunks stay mapped for reuse"),
-                             ("crashed", "freed huge blocks are unmapped")),
+                             ("crashed", "a freed huge block's range is inaccessible")),
+    "read-after-free-huge-reused": (("ran on", "the next huge block reuses the freed chunks"),
+                                    ("crashed", "a freed huge block's range stays "
+                                     "inaccessible for the next 64 huge frees")),
+    "write-after-free-huge-reused": (("ran on", "the next huge block reuses the freed chunks"),
+                                     ("crashed", "a freed huge block's range stays "
+                                      "inaccessible for the next 64 huge frees")),
+    "double-free-huge-reused": (("aborted", "double free detected"),
+                                ("aborted", "double free detected")),
     "malloc0-write": (("crashed", "malloc(0) is a 16-byte block"),
                       ("crashed", "malloc(0) is an inaccessible slot")),
     "malloc0-read": (("ran on", "malloc(0) is a 16-byte block"),

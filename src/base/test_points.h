@@ -88,6 +88,10 @@ typedef enum coral_test_point_e {
     /* thread.c: a thread (its first allocation, or a user heap's) holds
      * the heap pool's lock, about to take a heap struct */
     CORAL_TP_HEAP_POOL_LOCKED,
+    /* large.c (secure build): a freed huge block's pages moved away, its
+     * address range not yet reserved inaccessible; the object is the
+     * range's base */
+    CORAL_TP_HUGE_MOVED,
     CORAL_TP_COUNT
 } coral_test_point_t;
 

@@ -340,6 +340,7 @@ static void huge_retire_secure(coral_segment_t *seg, size_t size, size_t end, si
         return;
     }
     coral_os_move(base, to, size, false, CORAL_SEGMENT_SIZE);
+    coral_test_point(CORAL_TP_HUGE_MOVED, base);
     if (coral_os_reserve_inaccessible(base, size, size)) huge_quarantine_add(base, size);
     coral_segment_cache_put(to, size, dirty, true);
 }

@@ -279,11 +279,9 @@ bool coral_os_protect(void *p, size_t size, bool accessible) {
 }
 
 /* (The reserved range counts as mapped: the figure is address space.) The
- * range was unmapped by the caller a moment before (its pages moved away),
- * so another thread's new mapping may already lie there: MAP_FIXED_NOREPLACE
- * leaves it alone and the range is not reserved. (With MAP_FIXED a live
- * block's memory of another thread became inaccessible: fuzz_secure,
- * SIGSEGV in check_pattern, 2 of 6 runs.) */
+ * caller unmapped the range a moment before (its pages moved away), so
+ * another thread's new mapping may lie there already: MAP_FIXED_NOREPLACE
+ * leaves it alone, and the range is not reserved. */
 bool coral_os_reserve_inaccessible(void *p, size_t size, size_t holes) {
     if (os_should_fail()) return false;
     void *r = mmap(p, size, PROT_NONE,

@@ -149,7 +149,7 @@ void *coral_malloc_refill(size_t size, coral_heap_t *heap, bool zero) {
 }
 
 CORAL_INLINE void *generic_alloc(coral_heap_t *heap, size_t size, bool zero) {
-    if (size > CORAL_CLASS_MAX_SIZE) return coral_heap_malloc_large(heap, size, 0, zero);
+    if (size > CORAL_CLASS_SERVED_MAX) return coral_heap_malloc_large(heap, size, 0, zero);
     return class_alloc(heap, coral_size_class(size), size, zero);
 }
 
@@ -341,7 +341,7 @@ int coral_owns(const void *p) {
 size_t coral_good_size(size_t size) {
     if (CORAL_SECURE && size == 0) return 0; /* an inaccessible slot */
     size_t inner = coral_secure_inner_size(size);
-    if (inner <= CORAL_CLASS_MAX_SIZE)
+    if (inner <= CORAL_CLASS_SERVED_MAX)
         return coral_class_size(coral_size_class(inner)) - CORAL_CANARY_SIZE;
     if (inner > CORAL_MAX_REQUEST) return 0;
     if (inner + CORAL_GUARD_SIZE <= CORAL_LARGE_MAX_SIZE)
@@ -409,6 +409,19 @@ CORAL_INLINE bool secure_plain_remote(const coral_segment_t *seg, const coral_pa
 void coral_secure_free_checked(coral_segment_t *seg, coral_page_t *slice, void *p) {
     if (seg->kind == CORAL_SEGMENT_NORMAL) {
         coral_page_t *page = coral_slice_head(slice);
+        /* A large page in use with no block in use waits in its heap's
+         * quarantine, its block inaccessible (heap layer): named before
+         * the canary check would read it. */
+        if (CORAL_SECURE && page->slice_count != 0 && page->class_idx == CORAL_CLASS_LARGE &&
+            page->used == 0) {
+            if ((uint8_t *)p == coral_page_large_block(page))
+                coral_misuse("double free detected: large block %p was already free "
+                             "(inaccessible in the quarantine)",
+                             p);
+            else
+                coral_page_invalid_free(p, "inside a freed large block");
+            return;
+        }
         if (page->slice_count != 0) {
             if (!coral_secure_page_check(page, p, true)) return;
             /* Another thread's block: pushed on its page's remote list
@@ -503,7 +516,7 @@ static void *aligned_plain(coral_heap_t *heap, size_t size, size_t alignment, bo
          * of A only up to 128: above, its twin's blocks, of the nominal
          * size, are. */
         size_t rounded = (size + alignment - 1) & ~(alignment - 1);
-        if (rounded <= CORAL_CLASS_MAX_SIZE) {
+        if (rounded <= CORAL_CLASS_SERVED_MAX) {
             unsigned cls = coral_size_class(rounded);
             if ((coral_class_size(cls) & (alignment - 1)) != 0) cls = coral_class_twin(cls);
             return class_alloc(heap, cls, rounded, zero);
@@ -634,7 +647,7 @@ CORAL_INLINE void *realloc_in(coral_heap_t *heap, void *p, size_t size, bool any
     }
     bool same = any_heap || coral_page_heap(page) == heap;
     bool owner = atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == coral_thread_id();
-    if (page->class_idx == CORAL_CLASS_LARGE && owner && same && size > CORAL_CLASS_MAX_SIZE &&
+    if (page->class_idx == CORAL_CLASS_LARGE && owner && same && size > CORAL_CLASS_SERVED_MAX &&
         size <= CORAL_LARGE_MAX_SIZE) {
         void *q = coral_realloc_large_in_place(page, p, size);
         if (q != NULL) return valgrind_resized(p, usable, q);

@@ -114,14 +114,14 @@ static size_t take_from_page(coral_page_t *page, void **out, size_t want) {
 /* Large and huge sizes, and a thread's first call: block by block. */
 static size_t malloc_each(size_t size, size_t n, void **out) {
     coral_heap_t *heap = coral_tls_heap;
-    if (size <= CORAL_CLASS_MAX_SIZE) {
+    if (size <= CORAL_CLASS_SERVED_MAX) {
         /* The first block sets the thread up; the rest can be batched. (A
          * thread past its exit stays without a heap: block by block.) */
         if ((out[0] = coral_malloc_generic(size, heap, false)) == NULL) return 0;
         if (coral_tls_heap != &coral_heap_empty) return 1 + coral_malloc_bulk(size, n - 1, out + 1);
         heap = coral_tls_heap;
     }
-    size_t got = size <= CORAL_CLASS_MAX_SIZE;
+    size_t got = size <= CORAL_CLASS_SERVED_MAX;
     while (got < n && (out[got] = coral_malloc_generic(size, heap, false)) != NULL) got++;
     return got;
 }
@@ -139,7 +139,8 @@ static size_t take_cached(unsigned cls, void **out, size_t n) {
 /* n >= 2 blocks of one size class: the bulk cache's, then page by page. */
 static CORAL_NOINLINE size_t malloc_batch(size_t size, size_t n, void **out) {
     coral_heap_t *heap = coral_tls_heap;
-    if (size > CORAL_CLASS_MAX_SIZE || heap == &coral_heap_empty) return malloc_each(size, n, out);
+    if (size > CORAL_CLASS_SERVED_MAX || heap == &coral_heap_empty)
+        return malloc_each(size, n, out);
     unsigned cls = coral_size_class(size);
     size_t got = take_cached(cls, out, n);
     while (got < n) {

@@ -146,15 +146,98 @@ static void page_park(coral_page_t *page) {
     (void)coral_page_park(page);
 }
 
+/* ---- the quarantine of large blocks (secure build) ------------------------------------
+ * A large block its owner frees, or takes back from another thread's free
+ * (coral_heap_collect_delayed), is made inaccessible (PROT_NONE: with its
+ * guard page, one range) and waits in its heap's quarantine, its span
+ * still held, before the span is released as in the default build: a read
+ * or write through a stale pointer faults, and a second free finds the
+ * page in use with no block in use (used 0), which the api layer names
+ * without touching the block. The quarantine is per heap, its owner's
+ * alone: the span goes back to the owner's segment, which only the owner
+ * changes, so the list needs no lock. Bounds: the last
+ * LARGE_QUARANTINE_COUNT blocks and LARGE_QUARANTINE_BYTES of spans per
+ * heap (the oldest leaves first), and about LARGE_QUARANTINE_PROCESS
+ * blocks over the process (a counter, read before each put): each one is a
+ * range of its own protection inside a segment's mapping, so up to two
+ * more kernel mappings (VMAs) of the 65530 a process may have
+ * (vm.max_map_count), as many as the block had while it was live (its
+ * guard page). Past the process bound, a heap gives up its own oldest
+ * block first, else releases the new one at once (unprotected). A heap
+ * that is trimmed or abandoned (coral_heap_collect releasing empty pages:
+ * malloc_trim, thread exit) or destroyed releases its quarantine first. A
+ * leaving block's span is made accessible, guard and all, by its release
+ * (coral_page_release_span). */
+#define LARGE_QUARANTINE_COUNT 16
+#define LARGE_QUARANTINE_BYTES ((size_t)16 << 20)
+#define LARGE_QUARANTINE_PROCESS 4096
+#if CORAL_SECURE
+static _Atomic(uint32_t) large_quarantined; /* blocks in every heap's quarantine */
+
+static void quarantine_release_oldest(coral_heap_t *heap) {
+    coral_page_t *page = coral_list_entry(heap->quarantine.first, coral_page_t, link);
+    coral_list_remove(&heap->quarantine, &page->link);
+    heap->quarantine_bytes -= page_span_bytes(page);
+    heap->quarantine_count--;
+    atomic_fetch_sub_explicit(&large_quarantined, 1, memory_order_relaxed);
+    coral_page_release_span(page);
+}
+
+/* Owner: a large page of heap whose block is free (used 0), in its queue
+ * with no notice pending, into the quarantine. False (nothing changed):
+ * the caller releases it. It is flagged IN_FULL there, in no queue, so
+ * that every free of the block leaves the fast path (which would read its
+ * canary) for the checked one, which names the double free. */
+static bool quarantine_put(coral_heap_t *heap, coral_page_t *page) {
+    if (atomic_fetch_add_explicit(&large_quarantined, 1, memory_order_relaxed) >=
+        LARGE_QUARANTINE_PROCESS) {
+        atomic_fetch_sub_explicit(&large_quarantined, 1, memory_order_relaxed);
+        if (heap->quarantine.first == NULL) return false;
+        quarantine_release_oldest(heap);
+        atomic_fetch_add_explicit(&large_quarantined, 1, memory_order_relaxed);
+    }
+    if (!coral_os_protect(page->start, page->block_size, false)) {
+        atomic_fetch_sub_explicit(&large_quarantined, 1, memory_order_relaxed);
+        return false;
+    }
+    queue_remove(heap, queue_of(page), page);
+    coral_slice_set_flags(page, coral_slice_flags(page) | CORAL_PAGE_IN_FULL);
+    coral_list_push_back(&heap->quarantine, &page->link);
+    heap->quarantine_bytes += page_span_bytes(page);
+    heap->quarantine_count++;
+    while (heap->quarantine_count > LARGE_QUARANTINE_COUNT ||
+           heap->quarantine_bytes > LARGE_QUARANTINE_BYTES) {
+        /* (A safe point, as in coral_heap_page_retire below.) */
+        coral_purger_start_ahead((int64_t)page_span_bytes(page));
+        quarantine_release_oldest(heap);
+    }
+    return true;
+}
+#endif
+
+/* Owner: every block of heap's quarantine released (a no-op outside the
+ * secure build). */
+static void quarantine_release_all(coral_heap_t *heap) {
+#if CORAL_SECURE
+    while (heap->quarantine.first != NULL) quarantine_release_oldest(heap);
+#else
+    (void)heap;
+#endif
+}
+
 /* Give the span back unless the page is kept (coral_heap_keeps_empty_page). A page
  * with a notice pending (page layer) stays too: the owner releases it when
- * it takes the notice. */
+ * it takes the notice. The secure build's large pages wait in the
+ * quarantine first (above). */
 void coral_heap_page_retire(coral_page_t *page) {
     if (coral_heap_keeps_empty_page(page)) {
         if (page->link.prev != NULL && !coral_page_notice_pending(page)) page_park(page);
         return;
     }
     if (coral_page_notice_pending(page)) return;
+#if CORAL_SECURE
+    if (page->class_idx == CORAL_CLASS_LARGE && quarantine_put(coral_page_heap(page), page)) return;
+#endif
     /* The end of a free, a safe point: the purge thread starts, if the
      * span released brings the backlog to its threshold, before the
      * release, so that pthread_create's allocations cannot take the span
@@ -421,6 +504,11 @@ void coral_heap_free_remote(coral_segment_t *seg, coral_page_t *page, void *p) {
 
 void coral_heap_init(coral_heap_t *heap, coral_thread_t *thread) {
     memset(heap->queues, 0, sizeof(heap->queues));
+#if CORAL_SECURE
+    heap->quarantine.first = heap->quarantine.last = NULL;
+    heap->quarantine_bytes = 0;
+    heap->quarantine_count = 0;
+#endif
     for (size_t w = 0; w < CORAL_DIRECT_COUNT; w++) heap->direct[w] = &coral_page_empty;
     atomic_store_explicit(&heap->owner.delayed_pages, NULL, memory_order_relaxed);
     heap->thread = thread;
@@ -439,6 +527,7 @@ coral_heap_t *coral_heap_create(void) {
 
 void coral_heap_collect(coral_heap_t *heap, bool release_empty) {
     coral_heap_collect_delayed(heap);
+    if (release_empty) quarantine_release_all(heap);
     for (unsigned q = 0; q < CORAL_QUEUE_COUNT; q++) {
         coral_page_t *page = coral_queue_first(heap, q);
         while (page != NULL) {
@@ -512,6 +601,7 @@ void coral_heap_pages_visit(coral_heap_t *heap, coral_heap_page_fn fn, void *arg
  * still pushing to delayed_pages, whose pages are then released with the
  * others. */
 static void heap_release_all(coral_heap_t *heap) {
+    quarantine_release_all(heap);
     heap_pages_never_notify(heap);
     for (coral_page_t *page =
              atomic_exchange_explicit(&heap->owner.delayed_pages, NULL, memory_order_acquire);

@@ -81,6 +81,14 @@ struct coral_heap_s {
 #if CORAL_STATS_ENABLED
     coral_heap_counts_t counts;
 #endif
+#if CORAL_SECURE
+    /* The secure build: the heap's freed large blocks, oldest first, each
+     * inaccessible (heap.c, "the quarantine of large blocks"), through
+     * page->link; their bytes. The owner's alone. */
+    coral_list_t quarantine;
+    size_t quarantine_bytes;
+    uint32_t quarantine_count;
+#endif
     coral_thread_t thread_storage; /* the thread's state, in its default heap */
 };
 

@@ -745,8 +745,10 @@ void coral_page_release_span(coral_page_t *page) {
      * wrote tells the adaptive populate policy about big blocks. */
     if (page->class_idx == CORAL_CLASS_LARGE && page->is_fresh && coral_populate_adaptive())
         coral_populate_note_big_block(page->start, page->block_size);
-    if (CORAL_SECURE && page->class_idx == CORAL_CLASS_LARGE) /* its guard page (heap layer) */
-        (void)coral_os_protect(page->start + page->block_size, CORAL_GUARD_SIZE, true);
+    /* (The secure build) its guard page, and the block too when it left
+     * the heap's quarantine (heap layer): one range, made accessible. */
+    if (CORAL_SECURE && page->class_idx == CORAL_CLASS_LARGE)
+        (void)coral_os_protect(page->start, page->block_size + CORAL_GUARD_SIZE, true);
     coral_span_free(page);
 }
 

@@ -53,6 +53,14 @@
  * one. A bigger block could never share its segment with another one like
  * it: it is a huge block instead, a segment of its own. */
 #define CORAL_LARGE_MAX_SIZE ((CORAL_SLICES_PER_SEGMENT / 2 - 1) * CORAL_SLICE_SIZE)
+/* The largest block (with the secure build's canary) a size class serves;
+ * bigger ones are large blocks. The secure build serves blocks of more than
+ * 256 KiB (a request of 256 KiB and up) as large blocks: a span each, on
+ * OS page boundaries, which its free makes inaccessible while it waits in
+ * the heap's quarantine (heap/heap.c, "the quarantine of large blocks"). A
+ * block of a size class shares its first and last OS page with its
+ * neighbours, so it could not be protected whole. */
+#define CORAL_CLASS_SERVED_MAX (CORAL_SECURE ? (size_t)256 * 1024 : CORAL_CLASS_MAX_SIZE)
 
 CORAL_INLINE unsigned coral_size_class(size_t size) {
     if (size <= 128) return size <= 16 ? 1u : (unsigned)((size + 15) >> 4);

@@ -468,6 +468,78 @@ static void bulk_interior_remote_large(void) {
     free(p);
 }
 
+/* Large blocks after their free (issue 33): a read, or a write, through
+ * the stale pointer after work that does not reuse the block. The secure
+ * build serves requests of 256 KiB and up as large blocks and keeps a
+ * freed one inaccessible in its heap's quarantine; a 64 KiB block is one
+ * of a size class there, readable after its free. */
+static void unrelated_allocations(void) {
+    static void *keep[2000]; /* more 128-byte blocks than a fresh page has: a slow path */
+    for (int i = 0; i < 2000; i++) keep[i] = malloc(128);
+    sink = keep[1999];
+    for (int i = 0; i < 100000; i++) free(launder(malloc(128)));
+    void *big = malloc(100 * KiB);
+    free(big);
+}
+
+static volatile char *freed_large(size_t size) {
+    volatile char *p = launder(malloc(size));
+    memset((void *)p, 7, size);
+    free((void *)p);
+    return p;
+}
+
+static void read_after_free_large_of(size_t size) {
+    volatile char *p = freed_large(size);
+    unrelated_allocations();
+    sink = (void *)(uintptr_t)p[size / 2];
+}
+
+static void write_after_free_large_noreuse_of(size_t size) {
+    volatile char *p = freed_large(size);
+    p[65] = 'a';
+    for (int i = 0; i < 100000; i++) free(launder(malloc(128)));
+}
+
+static void read_after_free_large(void) { read_after_free_large_of(256 * KiB); }
+static void read_after_free_large_64k(void) { read_after_free_large_of(64 * KiB); }
+static void read_after_free_large_1m(void) { read_after_free_large_of(1 * MiB); }
+static void waf_large_noreuse(void) { write_after_free_large_noreuse_of(256 * KiB); }
+static void waf_large_noreuse_64k(void) { write_after_free_large_noreuse_of(64 * KiB); }
+static void waf_large_noreuse_1m(void) { write_after_free_large_noreuse_of(1 * MiB); }
+
+/* Another thread frees this thread's 256 KiB block; this thread goes on
+ * allocating (its slow paths take the other thread's frees back), then
+ * reads or writes the block. */
+static void after_remote_free_large(int write) {
+    volatile char *p = launder(malloc(256 * KiB));
+    memset((void *)p, 7, 256 * KiB);
+    pthread_t t;
+    pthread_create(&t, NULL, free_in_thread, (void *)p);
+    pthread_join(t, NULL);
+    unrelated_allocations();
+    if (write)
+        p[65] = 'a';
+    else
+        sink = (void *)(uintptr_t)p[128 * KiB];
+}
+
+static void read_after_free_large_remote(void) { after_remote_free_large(0); }
+static void write_after_free_large_remote(void) { after_remote_free_large(1); }
+
+/* The stale pointer read by another thread than the one that freed it. */
+static void *read_in_thread(void *p) {
+    sink = (void *)(uintptr_t)((volatile char *)p)[1000];
+    return NULL;
+}
+
+static void read_after_free_large_other_thread(void) {
+    volatile char *p = freed_large(256 * KiB);
+    pthread_t t;
+    pthread_create(&t, NULL, read_in_thread, (void *)p);
+    pthread_join(t, NULL);
+}
+
 typedef struct misuse_case_s {
     const char *name;
     void (*run)(void);
@@ -559,6 +631,15 @@ static const misuse_case_t cases[] = {
     {"memalign0-write", memalign0_write},
     {"overflow-heap-destroy", overflow_heap_destroy},
     {"free-interior-large-aligned", interior_large_aligned},
+    {"read-after-free-large", read_after_free_large},
+    {"read-after-free-large-64k", read_after_free_large_64k},
+    {"read-after-free-large-1m", read_after_free_large_1m},
+    {"write-after-free-large-noreuse", waf_large_noreuse},
+    {"write-after-free-large-noreuse-64k", waf_large_noreuse_64k},
+    {"write-after-free-large-noreuse-1m", waf_large_noreuse_1m},
+    {"read-after-free-large-remote", read_after_free_large_remote},
+    {"write-after-free-large-remote", write_after_free_large_remote},
+    {"read-after-free-large-other-thread", read_after_free_large_other_thread},
 };
 
 int main(int argc, char **argv) {

@@ -1444,12 +1444,18 @@ static void case_fork_first_alloc(void) {
 static int inner_fork_point;
 static int inner_fork_status = -1;
 static bool inner_child_allocates;
+static bool inner_child_returns; /* (fork_nested_child_forks) */
 
 static void fork_at_point(int point, const void *object) {
     (void)object;
     if (point != inner_fork_point || inner_fork_status != -1) return;
     inner_fork_status = -2; /* (the inner fork's own prepare reaches no point twice) */
     pid_t pid = fork();
+    if (pid == 0 && inner_child_returns) {
+        coral_test_point_set(NULL);
+        alarm(20);
+        return; /* (into the outer fork's prepare handler) */
+    }
     if (pid == 0) {
         if (inner_child_allocates) {
             void *blocks[64];
@@ -1532,6 +1538,104 @@ static void case_fork_in_purge(void) {
     CHECK_EQ(coral_test_check(), 0);
 }
 
+/* The inner child returns from its handler: it goes on with the fork the
+ * signal interrupted, whose prepare handler it is in, and makes a child of
+ * its own. Its child handler released the locks that the outer prepare
+ * took, so that fork's parent and child handlers, run in the inner child
+ * and in its child, must release none of them again. Before, they did:
+ * stdio's list lock, which glibc had made anew in the inner child and
+ * taken and released for that fork, was released once more by the parent
+ * handler, its count of takes left at -1: the next thread to take it kept
+ * it for good, and another thread's fflush(NULL) waited forever (its
+ * alarm ended the inner child). */
+static void *flush_all_streams(void *arg) {
+    fflush(NULL); /* (takes stdio's list lock) */
+    return arg;
+}
+
+static void case_fork_nested_child_forks(void) {
+    join(start(touch_and_end, NULL)); /* multi-threaded: the outer fork takes the locks */
+    alarm(20);
+    pid_t parent = getpid();
+    inner_fork_point = CORAL_TP_FORK_PREPARED;
+    inner_child_allocates = false;
+    inner_child_returns = true;
+    coral_test_point_set(fork_at_point);
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) { /* the outer fork's child, or the inner child's */
+        coral_free(coral_malloc(100));
+        _exit(coral_test_check() == 0 ? 0 : 3);
+    }
+    if (getpid() != parent) { /* the inner child, back from the outer fork */
+        int status = -1;
+        if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            _exit(4);
+        join(start(flush_all_streams, NULL));
+        fflush(NULL);
+        join(start(allocate_some, NULL));
+        _exit(coral_test_check() == 0 ? 0 : 3);
+    }
+    coral_test_point_set(NULL);
+    expect_child_exit_0(pid, "the outer fork's child did not end");
+    CHECK_MSG(WIFEXITED(inner_fork_status) && WEXITSTATUS(inner_fork_status) == 0,
+              "the inner fork's child: status 0x%x", inner_fork_status);
+    join(start(flush_all_streams, NULL));
+    join(start(allocate_some, NULL));
+    alarm(0);
+    CHECK_EQ(coral_test_check(), 0);
+}
+
+/* ---- a program's prepare handler that starts a thread ------------------------------------
+ * glibc's fork decides whether the process has other threads before it
+ * runs the prepare handlers, and takes and makes anew stdio's list lock
+ * only if it has. A program's prepare handler, registered after
+ * coralloc's and so run before it, starts a thread in a single-threaded
+ * process: coralloc's prepare sees two threads and takes every lock, the
+ * list lock first; glibc makes none anew in the child. Before, the child
+ * handler left the list lock to glibc: the child kept it held by its
+ * thread, and another thread's fflush(NULL) there waited forever (the
+ * child's alarm ended it). Needs CORALLOC_PURGE_THREAD=0. */
+static pthread_t prepare_thread;
+static bool prepare_thread_started, prepare_thread_release;
+
+static void *wait_for_release(void *arg) {
+    gate_wait_for(&prepare_thread_release, GATES);
+    return arg;
+}
+
+static void prepare_start_thread(void) {
+    if (prepare_thread_started) return;
+    prepare_thread_started = true;
+    prepare_thread = start(wait_for_release, NULL);
+}
+
+static void case_fork_prepare_starts_thread(void) {
+    if (!__libc_single_threaded) {
+        printf("SKIPPED: the process has a thread already (a sanitizer's?)\n");
+        exit(77);
+    }
+    CHECK_EQ(pthread_atfork(prepare_start_thread, NULL, NULL), 0);
+    alarm(20);
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        alarm(20);
+        join(start(flush_all_streams, NULL));
+        coral_free(coral_malloc(100));
+        _exit(coral_test_check() == 0 ? 0 : 3);
+    }
+    CHECK(prepare_thread_started);
+    expect_child_exit_0(pid, "the fork's child did not end");
+    gate_signal(&prepare_thread_release);
+    join(prepare_thread);
+    join(start(flush_all_streams, NULL));
+    alarm(0);
+    CHECK_EQ(coral_test_check(), 0);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_windows CASE\n");
@@ -1568,6 +1672,8 @@ int main(int argc, char **argv) {
         {"fork_first_alloc", case_fork_first_alloc},
         {"fork_nested", case_fork_nested},
         {"fork_in_purge", case_fork_in_purge},
+        {"fork_nested_child_forks", case_fork_nested_child_forks},
+        {"fork_prepare_starts_thread", case_fork_prepare_starts_thread},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(argv[1], cases[i].name) == 0) {

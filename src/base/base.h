@@ -127,8 +127,9 @@ CORAL_INLINE void coral_spin_pause(void) {
  *   fork's parent leaves them to the outer fork's parent handler);
  * - child: release them if coral_fork_nest_locks_held (the outermost fork
  *   took them: a nested fork's child is the child of a process whose locks
- *   the forking thread all holds, as after any prepare), else only set the
- *   child's state right, taking and releasing nothing;
+ *   the forking thread all holds, as after any prepare), then
+ *   coral_fork_nest_released; else only set the child's state right,
+ *   taking and releasing nothing;
  * - both end with coral_fork_nest_leave (so that a fork from a handler that
  *   interrupts a parent handler's unlocking is still nested). */
 typedef struct coral_fork_nest_s {
@@ -150,10 +151,16 @@ bool coral_process_single_threaded(void);
  * the fork held the allocator's locks and waited for the list lock; a
  * thread in fflush(NULL) held that and waited for a stream's lock; a
  * thread in getdelim held that and waited for the allocator's). The lock
- * is recursive (glibc's fork takes it again); in the child glibc makes it
- * anew, so the child handler leaves it alone. (message.c) */
+ * is recursive (glibc's fork takes it again). In the child the child
+ * handler makes it anew (coral_libc_streams_reset), as glibc does only if
+ * the process had other threads when its fork began: a program's prepare
+ * handler, run before ours, may start the thread that makes ours take it
+ * (window_fork_prepare_starts_thread: before, the child kept it held by
+ * its thread, and another thread's fflush(NULL) there waited forever).
+ * (message.c) */
 void coral_libc_streams_lock(void);
 void coral_libc_streams_unlock(void);
+void coral_libc_streams_reset(void);
 
 CORAL_INLINE bool coral_fork_nest_enter(coral_fork_nest_t *n) {
     unsigned d = n->depth;
@@ -176,6 +183,19 @@ CORAL_INLINE bool coral_fork_nest_took_locks(const coral_fork_nest_t *n) {
  * thread holds them all. */
 CORAL_INLINE bool coral_fork_nest_locks_held(const coral_fork_nest_t *n) {
     return n->depth > 0 && !(n->lockless & 1u);
+}
+
+/* The child handler released the locks: the forks still in progress on
+ * the thread hold none in this process. A nested fork's child whose
+ * handler returns goes on with the fork its signal interrupted (in that
+ * fork's prepare handler, or after it): that fork's parent and child
+ * handlers, run in this process and in the child it makes, must release
+ * nothing again (window_fork_nested_child_forks: stdio's list lock,
+ * released twice, was left with a count of -1 and then held for good). */
+CORAL_INLINE void coral_fork_nest_released(coral_fork_nest_t *n) {
+    atomic_signal_fence(memory_order_seq_cst);
+    n->lockless = ~0u;
+    atomic_signal_fence(memory_order_seq_cst);
 }
 
 CORAL_INLINE void coral_fork_nest_leave(coral_fork_nest_t *n) {

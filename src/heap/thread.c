@@ -183,7 +183,8 @@ void coral_heap_pool_put(coral_heap_t *heap) {
  * single-threaded (base.h, "forks from signal handlers"):
  *   0. glibc's stdio list lock (coral_libc_streams_lock: glibc's fork takes
  *      it only after the prepare handlers, and a thread in getdelim holds
- *      a stream's lock while it allocates);
+ *      a stream's lock while it allocates; made anew in the child,
+ *      coral_libc_streams_reset);
  *   1. the layer above's (coral_fork_hooks_set: the bulk caches' flush
  *      lock, so no purger flush of a cache is in progress);
  *   2. the exit heap's (allocations of threads past their exit);
@@ -353,7 +354,10 @@ static void fork_child(void) {
     heaps_exited_postfork_child(); /* (the heap pool's lock is still held, if taken) */
     /* Else the parent had no other thread: no lock to release, no notice
      * in flight, no purge thread to forget. */
-    if (coral_fork_nest_locks_held(&fork_nest)) fork_child_state();
+    if (coral_fork_nest_locks_held(&fork_nest)) {
+        fork_child_state();
+        coral_fork_nest_released(&fork_nest);
+    }
     coral_fork_nest_leave(&fork_nest);
 }
 
@@ -362,6 +366,7 @@ static void fork_child(void) {
 static void fork_child_state(void) {
     fork_hook_run(fork_taken_inner.child);
     fork_unlock(true);
+    coral_libc_streams_reset(); /* (base.h) */
     /* A thread that forks past its exit cleanup (from a later key
      * destructor) told the parent's purge thread; the child's forgot it
      * (coral_purger_postfork), and the thread, the child's only one, will

@@ -1587,6 +1587,87 @@ static void case_fork_nested_child_forks(void) {
     CHECK_EQ(coral_test_check(), 0);
 }
 
+/* ---- a fork from a handler that interrupts the parent handler's release ----------------
+ * The parent handler of a fork of a multi-threaded process releases the
+ * locks that its prepare took; the fork is in progress on the thread
+ * until the handler has left. A thread of the test, let go while the fork
+ * holds the locks, forces a purge of the segment cache and is held with a
+ * region out of the table, its purge lock held, once the parent handler
+ * has released the locks; a signal (SIGUSR1) comes then
+ * (CORAL_TP_FORK_RELEASED), and its handler forks. Before, that fork,
+ * nested, took no lock, and its child released the purge lock under the
+ * held thread: the region was lost to the child (it mapped a new one).
+ * The parent handler now blocks signals until it has left: the handler's
+ * fork comes after, waits for the purge (the gate opens there), and its
+ * child takes its block from the region. */
+static uintptr_t release_region;
+static bool release_purge_go, release_purge_done;
+static int release_stage; /* 1: the purge let go; 2: the signal sent */
+static int release_fork_status = -1;
+
+static void *purge_when_told(void *arg) {
+    gate_wait_for(&release_purge_go, GATES);
+    coral_collect(0); /* a forced pass: every dirty region of the cache */
+    gate_wait_for(&release_purge_done, GATES);
+    return arg;
+}
+
+static void fork_on_signal(int sig) {
+    (void)sig;
+    pid_t pid = fork();
+    if (pid == 0) {
+        coral_test_point_set(NULL);
+        fork_cache_child(release_region);
+    }
+    int status = -1;
+    if (pid > 0) waitpid(pid, &status, 0);
+    release_fork_status = status;
+}
+
+static void signal_in_release(int point, const void *object) {
+    gate_hook(point, object);
+    if (point == CORAL_TP_FORK_PREPARED && release_stage == 0) {
+        release_stage = 1;
+        gate_signal(&release_purge_go);
+    } else if (point == CORAL_TP_FORK_RELEASED && release_stage == 1) {
+        release_stage = 2;
+        CHECK_EQ((uintptr_t)gate_wait_held(), release_region);
+        raise(SIGUSR1);
+    }
+}
+
+static void case_fork_nested_in_release(void) {
+    char *block = coral_malloc(CACHE_BLOCK);
+    CHECK(block != NULL);
+    memset(block, 7, CACHE_BLOCK);
+    release_region = (uintptr_t)block & ~(uintptr_t)((4u << 20) - 1);
+    coral_free(block); /* its segment goes to the cache, dirty */
+    pthread_t purger = start(purge_when_told, NULL);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = fork_on_signal;
+    CHECK_EQ(sigaction(SIGUSR1, &sa, NULL), 0);
+    alarm(20);
+    /* (armed before the fork: the purge waits for it to let go; only a
+     * fork that waits for the purge opens the gate) */
+    gate_arm(CORAL_TP_CACHE_PURGING, CORAL_TP_FORK_CACHE_WAIT);
+    coral_test_point_set(signal_in_release);
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) _exit(0);
+    coral_test_point_set(NULL);
+    expect_child_exit_0(pid, "the outer fork's child did not end");
+    gate_open(); /* (opened already by the handler's fork, after the fix) */
+    CHECK_EQ(release_stage, 2);
+    CHECK_MSG(WIFEXITED(release_fork_status) && WEXITSTATUS(release_fork_status) == 0,
+              "the child of the handler's fork: status 0x%x", release_fork_status);
+    gate_signal(&release_purge_done);
+    join(purger);
+    alarm(0);
+    CHECK_EQ(coral_test_check(), 0);
+}
+
 /* ---- a program's prepare handler that starts a thread ------------------------------------
  * glibc's fork decides whether the process has other threads before it
  * runs the prepare handlers, and takes and makes anew stdio's list lock
@@ -1674,6 +1755,7 @@ int main(int argc, char **argv) {
         {"fork_in_purge", case_fork_in_purge},
         {"fork_nested_child_forks", case_fork_nested_child_forks},
         {"fork_prepare_starts_thread", case_fork_prepare_starts_thread},
+        {"fork_nested_in_release", case_fork_nested_in_release},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(argv[1], cases[i].name) == 0) {

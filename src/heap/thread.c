@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -316,8 +317,23 @@ static void fork_prepare(void) {
     coral_segment_cache_prefork();
     coral_orphans_prefork();
     fork_hooks_prepare(&fork_hooks_inner, &fork_taken_inner);
+    coral_fork_nest_prepared(&fork_nest);
     coral_test_point(CORAL_TP_FORK_PREPARED, NULL);
 }
+
+/* Blocks the signals a handler could fork from while a parent or child
+ * handler releases the locks (base.h, "forks from signal handlers"). A
+ * fault's signal stays deliverable: blocked, the kernel would end the
+ * process at it without the program's handler. */
+static void fork_signals_block(sigset_t *old) {
+    sigset_t set;
+    sigfillset(&set);
+    static const int faults[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS};
+    for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++) sigdelset(&set, faults[i]);
+    pthread_sigmask(SIG_BLOCK, &set, old);
+}
+
+static void fork_signals_restore(const sigset_t *old) { pthread_sigmask(SIG_SETMASK, old, NULL); }
 
 /* In the child the locks are unlocked as in the parent (the child's
  * thread took them, and a default mutex has no owner check), not made
@@ -339,26 +355,38 @@ static void fork_unlock(bool child) {
 }
 
 static void fork_parent(void) {
-    if (coral_fork_nest_took_locks(&fork_nest)) {
-        fork_hook_run(fork_taken_inner.parent);
-        fork_unlock(false);
-        fork_hook_run(fork_taken_outer.parent);
-        coral_libc_streams_unlock();
+    if (!coral_fork_nest_took_locks(&fork_nest)) {
+        coral_fork_nest_leave(&fork_nest);
+        return;
     }
+    sigset_t mask;
+    fork_signals_block(&mask);
+    fork_hook_run(fork_taken_inner.parent);
+    fork_unlock(false);
+    fork_hook_run(fork_taken_outer.parent);
+    coral_libc_streams_unlock();
+    coral_test_point(CORAL_TP_FORK_RELEASED, NULL);
     coral_fork_nest_leave(&fork_nest);
+    fork_signals_restore(&mask);
 }
 
 static void fork_child_state(void);
 
 static void fork_child(void) {
     heaps_exited_postfork_child(); /* (the heap pool's lock is still held, if taken) */
-    /* Else the parent had no other thread: no lock to release, no notice
-     * in flight, no purge thread to forget. */
-    if (coral_fork_nest_locks_held(&fork_nest)) {
-        fork_child_state();
-        coral_fork_nest_released(&fork_nest);
+    /* No lock taken: the parent had no other thread (no lock to release,
+     * no notice in flight, no purge thread to forget), or the fork is
+     * nested in one whose child released them. */
+    if (!coral_fork_nest_locks_held(&fork_nest)) {
+        coral_fork_nest_leave(&fork_nest);
+        return;
     }
+    sigset_t mask;
+    fork_signals_block(&mask);
+    fork_child_state();
+    coral_fork_nest_released(&fork_nest);
     coral_fork_nest_leave(&fork_nest);
+    fork_signals_restore(&mask);
 }
 
 /* The child of a fork whose prepare took every lock: releases them and sets

@@ -1693,6 +1693,11 @@ static void prepare_start_thread(void) {
 }
 
 static void case_fork_prepare_starts_thread(void) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    printf("SKIPPED: under the sanitizers no thread may start in the child of a multi-threaded "
+           "fork\n");
+    exit(77);
+#endif
     if (!__libc_single_threaded) {
         printf("SKIPPED: the process has a thread already (a sanitizer's?)\n");
         exit(77);

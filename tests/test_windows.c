@@ -1553,6 +1553,19 @@ static void *flush_all_streams(void *arg) {
     return arg;
 }
 
+/* In the child of a multi-threaded process's fork: fn on a thread of its
+ * own, but not under the sanitizers, where no thread may start there
+ * (TSan refuses it; GCC 12's ASan can deadlock). (Nor on this thread: in
+ * a nested fork's child TSan still counts the recursive exit heap lock,
+ * made anew, as held by it.) */
+static void run_on_new_thread_in_child(thread_fn fn) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    (void)fn;
+#else
+    join(start(fn, NULL));
+#endif
+}
+
 static void case_fork_nested_child_forks(void) {
     join(start(touch_and_end, NULL)); /* multi-threaded: the outer fork takes the locks */
     alarm(20);
@@ -1572,9 +1585,9 @@ static void case_fork_nested_child_forks(void) {
         int status = -1;
         if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
             _exit(4);
-        join(start(flush_all_streams, NULL));
+        run_on_new_thread_in_child(flush_all_streams);
         fflush(NULL);
-        join(start(allocate_some, NULL));
+        run_on_new_thread_in_child(allocate_some);
         _exit(coral_test_check() == 0 ? 0 : 3);
     }
     coral_test_point_set(NULL);
@@ -1668,6 +1681,67 @@ static void case_fork_nested_in_release(void) {
     CHECK_EQ(coral_test_check(), 0);
 }
 
+/* A fork from a handler that interrupted a fork's prepare handler while it
+ * waits for a purge (CORAL_TP_FORK_CACHE_WAIT: stdio's list lock and the
+ * locks before the cache's taken); the inner child returns from its
+ * handler and goes on with that prepare (the purge lock, held by a thread
+ * it does not have, released by its child handler), then makes a child of
+ * its own. That fork's parent handler, in the inner child, releases the
+ * locks that its prepare took, but not stdio's list lock again, which the
+ * inner child's handler made anew: before, it did, the lock's count of
+ * takes left at -1 and the lock then held for good (fflush(NULL) of
+ * another thread waited forever; the inner child's alarm ended it). */
+static pthread_t wait_purge_thread;
+static bool wait_purge_forked;
+
+static void fork_at_cache_wait(int point, const void *object) {
+    gate_hook(point, object);
+    if (point != CORAL_TP_FORK_CACHE_WAIT || wait_purge_forked) return;
+    wait_purge_forked = true;
+    fork_at_point(CORAL_TP_FORK_CACHE_WAIT, object);
+    gate_open(); /* the purge ends, and the prepare handler takes its lock */
+}
+
+static void case_fork_nested_in_prepare(void) {
+    char *block = coral_malloc(CACHE_BLOCK);
+    CHECK(block != NULL);
+    memset(block, 7, CACHE_BLOCK);
+    coral_free(block); /* its segment goes to the cache, dirty */
+    held_fn = forced_pass_thread;
+    held_fork_done = false;
+    gate_arm(CORAL_TP_CACHE_PURGING, -1);
+    wait_purge_thread = start(held_until_fork_done, NULL);
+    gate_wait_held();
+    alarm(20);
+    pid_t parent = getpid();
+    inner_fork_point = CORAL_TP_FORK_CACHE_WAIT;
+    inner_child_allocates = false;
+    inner_child_returns = true;
+    coral_test_point_set(fork_at_cache_wait);
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) _exit(0);   /* the outer fork's child, or the inner child's */
+    if (getpid() != parent) { /* the inner child, back from the outer fork */
+        int status = -1;
+        if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            _exit(4);
+        run_on_new_thread_in_child(flush_all_streams);
+        fflush(NULL);
+        _exit(0);
+    }
+    coral_test_point_set(NULL);
+    expect_child_exit_0(pid, "the outer fork's child did not end");
+    CHECK(wait_purge_forked);
+    CHECK_MSG(WIFEXITED(inner_fork_status) && WEXITSTATUS(inner_fork_status) == 0,
+              "the inner fork's child: status 0x%x", inner_fork_status);
+    gate_signal(&held_fork_done);
+    join(wait_purge_thread);
+    join(start(flush_all_streams, NULL));
+    alarm(0);
+    CHECK_EQ(coral_test_check(), 0);
+}
+
 /* ---- a program's prepare handler that starts a thread ------------------------------------
  * glibc's fork decides whether the process has other threads before it
  * runs the prepare handlers, and takes and makes anew stdio's list lock
@@ -1709,7 +1783,7 @@ static void case_fork_prepare_starts_thread(void) {
     CHECK(pid >= 0);
     if (pid == 0) {
         alarm(20);
-        join(start(flush_all_streams, NULL));
+        run_on_new_thread_in_child(flush_all_streams);
         coral_free(coral_malloc(100));
         _exit(coral_test_check() == 0 ? 0 : 3);
     }
@@ -1761,6 +1835,7 @@ int main(int argc, char **argv) {
         {"fork_nested_child_forks", case_fork_nested_child_forks},
         {"fork_prepare_starts_thread", case_fork_prepare_starts_thread},
         {"fork_nested_in_release", case_fork_nested_in_release},
+        {"fork_nested_in_prepare", case_fork_nested_in_prepare},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(argv[1], cases[i].name) == 0) {

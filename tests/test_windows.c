@@ -1566,14 +1566,19 @@ static void run_on_new_thread_in_child(thread_fn fn) {
 #endif
 }
 
-static void case_fork_nested_child_forks(void) {
-    join(start(touch_and_end, NULL)); /* multi-threaded: the outer fork takes the locks */
+/* Forks with a handler's fork made at point (by hook) whose inner child
+ * returns from its handler: each fork's child allocates; the inner child,
+ * back from the outer fork as its parent, waits for its own child, then
+ * takes stdio's list lock on another thread and on this one and
+ * allocates. Returns when the outer fork's child and the inner child have
+ * ended well. */
+static void fork_with_inner_child_returning(int point, coral_test_point_fn hook) {
     alarm(20);
     pid_t parent = getpid();
-    inner_fork_point = CORAL_TP_FORK_PREPARED;
+    inner_fork_point = point;
     inner_child_allocates = false;
     inner_child_returns = true;
-    coral_test_point_set(fork_at_point);
+    coral_test_point_set(hook);
     fflush(stdout);
     pid_t pid = fork();
     CHECK(pid >= 0);
@@ -1594,6 +1599,11 @@ static void case_fork_nested_child_forks(void) {
     expect_child_exit_0(pid, "the outer fork's child did not end");
     CHECK_MSG(WIFEXITED(inner_fork_status) && WEXITSTATUS(inner_fork_status) == 0,
               "the inner fork's child: status 0x%x", inner_fork_status);
+}
+
+static void case_fork_nested_child_forks(void) {
+    join(start(touch_and_end, NULL)); /* multi-threaded: the outer fork takes the locks */
+    fork_with_inner_child_returning(CORAL_TP_FORK_PREPARED, fork_at_point);
     join(start(flush_all_streams, NULL));
     join(start(allocate_some, NULL));
     alarm(0);
@@ -1712,29 +1722,8 @@ static void case_fork_nested_in_prepare(void) {
     gate_arm(CORAL_TP_CACHE_PURGING, -1);
     wait_purge_thread = start(held_until_fork_done, NULL);
     gate_wait_held();
-    alarm(20);
-    pid_t parent = getpid();
-    inner_fork_point = CORAL_TP_FORK_CACHE_WAIT;
-    inner_child_allocates = false;
-    inner_child_returns = true;
-    coral_test_point_set(fork_at_cache_wait);
-    fflush(stdout);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) _exit(0);   /* the outer fork's child, or the inner child's */
-    if (getpid() != parent) { /* the inner child, back from the outer fork */
-        int status = -1;
-        if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-            _exit(4);
-        run_on_new_thread_in_child(flush_all_streams);
-        fflush(NULL);
-        _exit(0);
-    }
-    coral_test_point_set(NULL);
-    expect_child_exit_0(pid, "the outer fork's child did not end");
+    fork_with_inner_child_returning(CORAL_TP_FORK_CACHE_WAIT, fork_at_cache_wait);
     CHECK(wait_purge_forked);
-    CHECK_MSG(WIFEXITED(inner_fork_status) && WEXITSTATUS(inner_fork_status) == 0,
-              "the inner fork's child: status 0x%x", inner_fork_status);
     gate_signal(&held_fork_done);
     join(wait_purge_thread);
     join(start(flush_all_streams, NULL));

@@ -1444,12 +1444,18 @@ static void case_fork_first_alloc(void) {
 static int inner_fork_point;
 static int inner_fork_status = -1;
 static bool inner_child_allocates;
+static bool inner_child_returns; /* (fork_nested_child_forks) */
 
 static void fork_at_point(int point, const void *object) {
     (void)object;
     if (point != inner_fork_point || inner_fork_status != -1) return;
     inner_fork_status = -2; /* (the inner fork's own prepare reaches no point twice) */
     pid_t pid = fork();
+    if (pid == 0 && inner_child_returns) {
+        coral_test_point_set(NULL);
+        alarm(20);
+        return; /* (into the outer fork's prepare handler) */
+    }
     if (pid == 0) {
         if (inner_child_allocates) {
             void *blocks[64];
@@ -1532,6 +1538,253 @@ static void case_fork_in_purge(void) {
     CHECK_EQ(coral_test_check(), 0);
 }
 
+/* The inner child returns from its handler: it goes on with the fork the
+ * signal interrupted, whose prepare handler it is in, and makes a child of
+ * its own. Its child handler released the locks that the outer prepare
+ * took, so that fork's parent and child handlers, run in the inner child
+ * and in its child, must release none of them again. Before, they did:
+ * stdio's list lock, which glibc had made anew in the inner child and
+ * taken and released for that fork, was released once more by the parent
+ * handler, its count of takes left at -1: the next thread to take it kept
+ * it for good, and another thread's fflush(NULL) waited forever (its
+ * alarm ended the inner child). */
+static void *flush_all_streams(void *arg) {
+    fflush(NULL); /* (takes stdio's list lock) */
+    return arg;
+}
+
+/* In the child of a multi-threaded process's fork: fn on a thread of its
+ * own, but not under the sanitizers, where no thread may start there
+ * (TSan refuses it; GCC 12's ASan can deadlock). (Nor on this thread: in
+ * a nested fork's child TSan still counts the recursive exit heap lock,
+ * made anew, as held by it.) */
+static void run_on_new_thread_in_child(thread_fn fn) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    (void)fn;
+#else
+    join(start(fn, NULL));
+#endif
+}
+
+/* Forks with a handler's fork made at point (by hook) whose inner child
+ * returns from its handler: each fork's child allocates; the inner child,
+ * back from the outer fork as its parent, waits for its own child, then
+ * takes stdio's list lock on another thread and on this one and
+ * allocates. Returns when the outer fork's child and the inner child have
+ * ended well. */
+static void fork_with_inner_child_returning(int point, coral_test_point_fn hook) {
+    alarm(20);
+    pid_t parent = getpid();
+    inner_fork_point = point;
+    inner_child_allocates = false;
+    inner_child_returns = true;
+    coral_test_point_set(hook);
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) { /* the outer fork's child, or the inner child's */
+        coral_free(coral_malloc(100));
+        _exit(coral_test_check() == 0 ? 0 : 3);
+    }
+    if (getpid() != parent) { /* the inner child, back from the outer fork */
+        int status = -1;
+        if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            _exit(4);
+        run_on_new_thread_in_child(flush_all_streams);
+        fflush(NULL);
+        run_on_new_thread_in_child(allocate_some);
+        _exit(coral_test_check() == 0 ? 0 : 3);
+    }
+    coral_test_point_set(NULL);
+    expect_child_exit_0(pid, "the outer fork's child did not end");
+    CHECK_MSG(WIFEXITED(inner_fork_status) && WEXITSTATUS(inner_fork_status) == 0,
+              "the inner fork's child: status 0x%x", inner_fork_status);
+}
+
+static void case_fork_nested_child_forks(void) {
+    join(start(touch_and_end, NULL)); /* multi-threaded: the outer fork takes the locks */
+    fork_with_inner_child_returning(CORAL_TP_FORK_PREPARED, fork_at_point);
+    join(start(flush_all_streams, NULL));
+    join(start(allocate_some, NULL));
+    alarm(0);
+    CHECK_EQ(coral_test_check(), 0);
+}
+
+/* ---- a fork from a handler that interrupts the parent handler's release ----------------
+ * The parent handler of a fork of a multi-threaded process releases the
+ * locks that its prepare took; the fork is in progress on the thread
+ * until the handler has left. A thread of the test, let go while the fork
+ * holds the locks, forces a purge of the segment cache and is held with a
+ * region out of the table, its purge lock held, once the parent handler
+ * has released the locks; a signal (SIGUSR1) comes then
+ * (CORAL_TP_FORK_RELEASED), and its handler forks. Before, that fork,
+ * nested, took no lock, and its child released the purge lock under the
+ * held thread: the region was lost to the child (it mapped a new one).
+ * The parent handler now blocks signals until it has left: the handler's
+ * fork comes after, waits for the purge (the gate opens there), and its
+ * child takes its block from the region. */
+static uintptr_t release_region;
+static bool release_purge_go, release_purge_done;
+static int release_stage; /* 1: the purge let go; 2: the signal sent */
+static int release_fork_status = -1;
+
+static void *purge_when_told(void *arg) {
+    gate_wait_for(&release_purge_go, GATES);
+    coral_collect(0); /* a forced pass: every dirty region of the cache */
+    gate_wait_for(&release_purge_done, GATES);
+    return arg;
+}
+
+static void fork_on_signal(int sig) {
+    (void)sig;
+    pid_t pid = fork();
+    if (pid == 0) {
+        coral_test_point_set(NULL);
+        fork_cache_child(release_region);
+    }
+    int status = -1;
+    if (pid > 0) waitpid(pid, &status, 0);
+    release_fork_status = status;
+}
+
+static void signal_in_release(int point, const void *object) {
+    gate_hook(point, object);
+    if (point == CORAL_TP_FORK_PREPARED && release_stage == 0) {
+        release_stage = 1;
+        gate_signal(&release_purge_go);
+    } else if (point == CORAL_TP_FORK_RELEASED && release_stage == 1) {
+        release_stage = 2;
+        CHECK_EQ((uintptr_t)gate_wait_held(), release_region);
+        raise(SIGUSR1);
+    }
+}
+
+static void case_fork_nested_in_release(void) {
+    char *block = coral_malloc(CACHE_BLOCK);
+    CHECK(block != NULL);
+    memset(block, 7, CACHE_BLOCK);
+    release_region = (uintptr_t)block & ~(uintptr_t)((4u << 20) - 1);
+    coral_free(block); /* its segment goes to the cache, dirty */
+    pthread_t purger = start(purge_when_told, NULL);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = fork_on_signal;
+    CHECK_EQ(sigaction(SIGUSR1, &sa, NULL), 0);
+    alarm(20);
+    /* (armed before the fork: the purge waits for it to let go; only a
+     * fork that waits for the purge opens the gate) */
+    gate_arm(CORAL_TP_CACHE_PURGING, CORAL_TP_FORK_CACHE_WAIT);
+    coral_test_point_set(signal_in_release);
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) _exit(0);
+    coral_test_point_set(NULL);
+    expect_child_exit_0(pid, "the outer fork's child did not end");
+    gate_open(); /* (opened already by the handler's fork, after the fix) */
+    CHECK_EQ(release_stage, 2);
+    CHECK_MSG(WIFEXITED(release_fork_status) && WEXITSTATUS(release_fork_status) == 0,
+              "the child of the handler's fork: status 0x%x", release_fork_status);
+    gate_signal(&release_purge_done);
+    join(purger);
+    alarm(0);
+    CHECK_EQ(coral_test_check(), 0);
+}
+
+/* A fork from a handler that interrupted a fork's prepare handler while it
+ * waits for a purge (CORAL_TP_FORK_CACHE_WAIT: stdio's list lock and the
+ * locks before the cache's taken); the inner child returns from its
+ * handler and goes on with that prepare (the purge lock, held by a thread
+ * it does not have, released by its child handler), then makes a child of
+ * its own. That fork's parent handler, in the inner child, releases the
+ * locks that its prepare took, but not stdio's list lock again, which the
+ * inner child's handler made anew: before, it did, the lock's count of
+ * takes left at -1 and the lock then held for good (fflush(NULL) of
+ * another thread waited forever; the inner child's alarm ended it). */
+static pthread_t wait_purge_thread;
+static bool wait_purge_forked;
+
+static void fork_at_cache_wait(int point, const void *object) {
+    gate_hook(point, object);
+    if (point != CORAL_TP_FORK_CACHE_WAIT || wait_purge_forked) return;
+    wait_purge_forked = true;
+    fork_at_point(CORAL_TP_FORK_CACHE_WAIT, object);
+    gate_open(); /* the purge ends, and the prepare handler takes its lock */
+}
+
+static void case_fork_nested_in_prepare(void) {
+    char *block = coral_malloc(CACHE_BLOCK);
+    CHECK(block != NULL);
+    memset(block, 7, CACHE_BLOCK);
+    coral_free(block); /* its segment goes to the cache, dirty */
+    held_fn = forced_pass_thread;
+    held_fork_done = false;
+    gate_arm(CORAL_TP_CACHE_PURGING, -1);
+    wait_purge_thread = start(held_until_fork_done, NULL);
+    gate_wait_held();
+    fork_with_inner_child_returning(CORAL_TP_FORK_CACHE_WAIT, fork_at_cache_wait);
+    CHECK(wait_purge_forked);
+    gate_signal(&held_fork_done);
+    join(wait_purge_thread);
+    join(start(flush_all_streams, NULL));
+    alarm(0);
+    CHECK_EQ(coral_test_check(), 0);
+}
+
+/* ---- a program's prepare handler that starts a thread ------------------------------------
+ * glibc's fork decides whether the process has other threads before it
+ * runs the prepare handlers, and takes and makes anew stdio's list lock
+ * only if it has. A program's prepare handler, registered after
+ * coralloc's and so run before it, starts a thread in a single-threaded
+ * process: coralloc's prepare sees two threads and takes every lock, the
+ * list lock first; glibc makes none anew in the child. Before, the child
+ * handler left the list lock to glibc: the child kept it held by its
+ * thread, and another thread's fflush(NULL) there waited forever (the
+ * child's alarm ended it). Needs CORALLOC_PURGE_THREAD=0. */
+static pthread_t prepare_thread;
+static bool prepare_thread_started, prepare_thread_release;
+
+static void *wait_for_release(void *arg) {
+    gate_wait_for(&prepare_thread_release, GATES);
+    return arg;
+}
+
+static void prepare_start_thread(void) {
+    if (prepare_thread_started) return;
+    prepare_thread_started = true;
+    prepare_thread = start(wait_for_release, NULL);
+}
+
+static void case_fork_prepare_starts_thread(void) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    printf("SKIPPED: under the sanitizers no thread may start in the child of a multi-threaded "
+           "fork\n");
+    exit(77);
+#endif
+    if (!__libc_single_threaded) {
+        printf("SKIPPED: the process has a thread already (a sanitizer's?)\n");
+        exit(77);
+    }
+    CHECK_EQ(pthread_atfork(prepare_start_thread, NULL, NULL), 0);
+    alarm(20);
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        alarm(20);
+        run_on_new_thread_in_child(flush_all_streams);
+        coral_free(coral_malloc(100));
+        _exit(coral_test_check() == 0 ? 0 : 3);
+    }
+    CHECK(prepare_thread_started);
+    expect_child_exit_0(pid, "the fork's child did not end");
+    gate_signal(&prepare_thread_release);
+    join(prepare_thread);
+    join(start(flush_all_streams, NULL));
+    alarm(0);
+    CHECK_EQ(coral_test_check(), 0);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_windows CASE\n");
@@ -1568,6 +1821,10 @@ int main(int argc, char **argv) {
         {"fork_first_alloc", case_fork_first_alloc},
         {"fork_nested", case_fork_nested},
         {"fork_in_purge", case_fork_in_purge},
+        {"fork_nested_child_forks", case_fork_nested_child_forks},
+        {"fork_prepare_starts_thread", case_fork_prepare_starts_thread},
+        {"fork_nested_in_release", case_fork_nested_in_release},
+        {"fork_nested_in_prepare", case_fork_nested_in_prepare},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(argv[1], cases[i].name) == 0) {

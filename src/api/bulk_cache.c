@@ -28,14 +28,14 @@ static void fork_prepare(void) {
     pthread_mutex_lock(&registry_lock);
 }
 
-static void fork_parent(void) {
+/* The parent and the child both unlock them (the child's thread took
+ * them), as the heap layer's locks: to TSan a lock made anew stays held by
+ * the thread (window_fork_nested_child_forks under TSan: the child of a
+ * nested fork, back in the fork its signal interrupted, found flush_lock
+ * "held" at its next flush). */
+static void fork_release(void) {
     pthread_mutex_unlock(&registry_lock);
     pthread_mutex_unlock(&flush_lock);
-}
-
-static void fork_child(void) {
-    pthread_mutex_init(&registry_lock, NULL);
-    pthread_mutex_init(&flush_lock, NULL);
 }
 
 /* Set by the purger when it will look at the caches again (a cache held
@@ -81,7 +81,7 @@ static void cache_hooks_set(void) {
     if (atomic_exchange_explicit(&set, true, memory_order_relaxed)) return;
     coral_purge_stage_set(CORAL_PURGE_BLOCK_CACHES, caches_flush_due);
     coral_thread_exit_hook_set_if_none(cache_thread_exit);
-    coral_fork_hooks_set(fork_prepare, fork_parent, fork_child);
+    coral_fork_hooks_set(fork_prepare, fork_release, fork_release);
 }
 
 __attribute__((constructor)) static void cache_hooks_at_load(void) { cache_hooks_set(); }

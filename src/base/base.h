@@ -123,17 +123,32 @@ CORAL_INLINE void coral_spin_pause(void) {
  *   not when another fork is in progress on the thread (its prepare holds
  *   them), nor in a single-threaded process (no other thread can hold one;
  *   this one may, interrupted, and waits for the handler to return);
+ *   a prepare that takes them ends with coral_fork_nest_prepared;
  * - parent: release the locks if coral_fork_nest_took_locks (a nested
  *   fork's parent leaves them to the outer fork's parent handler);
  * - child: release them if coral_fork_nest_locks_held (the outermost fork
  *   took them: a nested fork's child is the child of a process whose locks
- *   the forking thread all holds, as after any prepare), else only set the
- *   child's state right, taking and releasing nothing;
- * - both end with coral_fork_nest_leave (so that a fork from a handler that
- *   interrupts a parent handler's unlocking is still nested). */
+ *   the forking thread all holds, as after any prepare), then
+ *   coral_fork_nest_released; else only set the child's state right,
+ *   taking and releasing nothing;
+ * - both end with coral_fork_nest_leave. A parent or child handler that
+ *   releases the locks blocks the signals a handler could fork from until
+ *   it has left: a fork from a handler that interrupted the release,
+ *   nested, took no lock while other threads took back those already
+ *   released, and its child released them under those threads' feet
+ *   (window_fork_nested_in_release: a purge's region out of the segment
+ *   cache's table was lost to that child). The prepare handler does not
+ *   block them while it takes the locks: it may wait there, and a program
+ *   that stops its threads with signals (a garbage collector) would wait
+ *   for it while a thread it stopped holds the lock it waits for. A fork
+ *   from a handler that interrupts it there takes no lock either, and its
+ *   child releases the locks that other threads hold, their work half
+ *   done (glibc's own fork, interrupted while it takes its malloc's
+ *   locks, deadlocks). */
 typedef struct coral_fork_nest_s {
     unsigned depth;    /* forks in progress on this thread */
     uint32_t lockless; /* bit d: the fork at depth d took no lock */
+    bool prepared;     /* the outermost fork's prepare took every lock */
 } coral_fork_nest_t;
 
 /* In a single-threaded process (glibc's __libc_single_threaded: false from
@@ -150,10 +165,16 @@ bool coral_process_single_threaded(void);
  * the fork held the allocator's locks and waited for the list lock; a
  * thread in fflush(NULL) held that and waited for a stream's lock; a
  * thread in getdelim held that and waited for the allocator's). The lock
- * is recursive (glibc's fork takes it again); in the child glibc makes it
- * anew, so the child handler leaves it alone. (message.c) */
+ * is recursive (glibc's fork takes it again). In the child the child
+ * handler makes it anew (coral_libc_streams_reset), as glibc does only if
+ * the process had other threads when its fork began: a program's prepare
+ * handler, run before ours, may start the thread that makes ours take it
+ * (window_fork_prepare_starts_thread: before, the child kept it held by
+ * its thread, and another thread's fflush(NULL) there waited forever).
+ * (message.c) */
 void coral_libc_streams_lock(void);
 void coral_libc_streams_unlock(void);
+void coral_libc_streams_reset(void);
 
 CORAL_INLINE bool coral_fork_nest_enter(coral_fork_nest_t *n) {
     unsigned d = n->depth;
@@ -178,9 +199,34 @@ CORAL_INLINE bool coral_fork_nest_locks_held(const coral_fork_nest_t *n) {
     return n->depth > 0 && !(n->lockless & 1u);
 }
 
+/* The prepare handler that took the locks has taken them all. */
+CORAL_INLINE void coral_fork_nest_prepared(coral_fork_nest_t *n) {
+    atomic_signal_fence(memory_order_seq_cst);
+    n->prepared = true;
+    atomic_signal_fence(memory_order_seq_cst);
+}
+
+/* The child handler released the locks: the forks still in progress on
+ * the thread hold none in this process. A nested fork's child whose
+ * handler returns goes on with the fork its signal interrupted (after that
+ * fork's prepare handler): that fork's parent and child handlers, run in
+ * this process and in the child it makes, must release nothing again
+ * (window_fork_nested_child_forks: stdio's list lock, released twice, was
+ * left with a count of -1 and then held for good). (If the signal
+ * interrupted the prepare handler while it took them, it goes on taking
+ * the rest, and its parent handler releases them all but stdio's list
+ * lock, made anew: heap/thread.c, fork_streams_held.) */
+CORAL_INLINE void coral_fork_nest_released(coral_fork_nest_t *n) {
+    atomic_signal_fence(memory_order_seq_cst);
+    if (n->prepared) n->lockless = ~0u;
+    n->prepared = false;
+    atomic_signal_fence(memory_order_seq_cst);
+}
+
 CORAL_INLINE void coral_fork_nest_leave(coral_fork_nest_t *n) {
     atomic_signal_fence(memory_order_seq_cst);
-    n->depth--;
+    if (--n->depth == 0) n->prepared = false;
+    atomic_signal_fence(memory_order_seq_cst);
 }
 
 /* ---- messages and the clock (message.c) ------------------------------------ */

@@ -83,6 +83,7 @@ bool coral_process_single_threaded(void) {
  * that the loader binds them at the first fork, not at every start-up) */
 extern void _IO_list_lock(void);
 extern void _IO_list_unlock(void);
+extern void _IO_list_resetlock(void);
 #endif
 
 void coral_libc_streams_lock(void) {
@@ -94,6 +95,12 @@ void coral_libc_streams_lock(void) {
 void coral_libc_streams_unlock(void) {
 #if defined(__GLIBC__)
     _IO_list_unlock();
+#endif
+}
+
+void coral_libc_streams_reset(void) {
+#if defined(__GLIBC__)
+    _IO_list_resetlock();
 #endif
 }
 

@@ -92,6 +92,9 @@ typedef enum coral_test_point_e {
      * address range not yet reserved inaccessible; the object is the
      * range's base */
     CORAL_TP_HUGE_MOVED,
+    /* thread.c: the fork's parent handler released every lock that its
+     * prepare took; the fork is still in progress on the thread */
+    CORAL_TP_FORK_RELEASED,
     CORAL_TP_COUNT
 } coral_test_point_t;
 

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -183,7 +184,8 @@ void coral_heap_pool_put(coral_heap_t *heap) {
  * single-threaded (base.h, "forks from signal handlers"):
  *   0. glibc's stdio list lock (coral_libc_streams_lock: glibc's fork takes
  *      it only after the prepare handlers, and a thread in getdelim holds
- *      a stream's lock while it allocates);
+ *      a stream's lock while it allocates; made anew in the child,
+ *      coral_libc_streams_reset);
  *   1. the layer above's (coral_fork_hooks_set: the bulk caches' flush
  *      lock, so no purger flush of a cache is in progress);
  *   2. the exit heap's (allocations of threads past their exit);
@@ -301,11 +303,26 @@ static void heaps_exited_postfork_child(void) {
 /* This thread's forks in progress (base.h, "forks from signal handlers"). */
 static __thread coral_fork_nest_t fork_nest __attribute__((tls_model("initial-exec")));
 
+/* This thread's fork holds stdio's list lock: its prepare took it, and no
+ * child handler has made it anew since. The parent handler gives it back
+ * only then. A nested fork's child whose handler returns goes on with the
+ * prepare handler its signal interrupted while it waited for a lock (its
+ * locks released by that child's handler, the list lock made anew), and
+ * that fork's parent handler releases what its prepare took: the list
+ * lock too, before, which left its count of takes at -1 and the lock held
+ * for good by the next thread to take it (window_fork_nested_in_prepare).
+ * (The other locks are mutexes and spin locks that a second release
+ * leaves free.) */
+static __thread bool fork_streams_held __attribute__((tls_model("initial-exec")));
+
 static void fork_prepare(void) {
     coral_test_point(CORAL_TP_FORK_PREPARE, NULL);
     fork_parent_tid = gettid();
     if (!coral_fork_nest_enter(&fork_nest)) return;
     coral_libc_streams_lock(); /* before every lock of ours (base.h) */
+    atomic_signal_fence(memory_order_seq_cst);
+    fork_streams_held = true;
+    atomic_signal_fence(memory_order_seq_cst);
     fork_hooks_prepare(&fork_hooks_outer, &fork_taken_outer);
     pthread_mutex_lock(&exit_heap_lock);
     coral_purger_prefork();
@@ -315,8 +332,23 @@ static void fork_prepare(void) {
     coral_segment_cache_prefork();
     coral_orphans_prefork();
     fork_hooks_prepare(&fork_hooks_inner, &fork_taken_inner);
+    coral_fork_nest_prepared(&fork_nest);
     coral_test_point(CORAL_TP_FORK_PREPARED, NULL);
 }
+
+/* Blocks the signals a handler could fork from while a parent or child
+ * handler releases the locks (base.h, "forks from signal handlers"). A
+ * fault's signal stays deliverable: blocked, the kernel would end the
+ * process at it without the program's handler. */
+static void fork_signals_block(sigset_t *old) {
+    sigset_t set;
+    sigfillset(&set);
+    static const int faults[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS};
+    for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++) sigdelset(&set, faults[i]);
+    pthread_sigmask(SIG_BLOCK, &set, old);
+}
+
+static void fork_signals_restore(const sigset_t *old) { pthread_sigmask(SIG_SETMASK, old, NULL); }
 
 /* In the child the locks are unlocked as in the parent (the child's
  * thread took them, and a default mutex has no owner check), not made
@@ -338,23 +370,39 @@ static void fork_unlock(bool child) {
 }
 
 static void fork_parent(void) {
-    if (coral_fork_nest_took_locks(&fork_nest)) {
-        fork_hook_run(fork_taken_inner.parent);
-        fork_unlock(false);
-        fork_hook_run(fork_taken_outer.parent);
-        coral_libc_streams_unlock();
+    if (!coral_fork_nest_took_locks(&fork_nest)) {
+        coral_fork_nest_leave(&fork_nest);
+        return;
     }
+    sigset_t mask;
+    fork_signals_block(&mask);
+    fork_hook_run(fork_taken_inner.parent);
+    fork_unlock(false);
+    fork_hook_run(fork_taken_outer.parent);
+    if (fork_streams_held) coral_libc_streams_unlock();
+    fork_streams_held = false;
+    coral_test_point(CORAL_TP_FORK_RELEASED, NULL);
     coral_fork_nest_leave(&fork_nest);
+    fork_signals_restore(&mask);
 }
 
 static void fork_child_state(void);
 
 static void fork_child(void) {
     heaps_exited_postfork_child(); /* (the heap pool's lock is still held, if taken) */
-    /* Else the parent had no other thread: no lock to release, no notice
-     * in flight, no purge thread to forget. */
-    if (coral_fork_nest_locks_held(&fork_nest)) fork_child_state();
+    /* No lock taken: the parent had no other thread (no lock to release,
+     * no notice in flight, no purge thread to forget), or the fork is
+     * nested in one whose child released them. */
+    if (!coral_fork_nest_locks_held(&fork_nest)) {
+        coral_fork_nest_leave(&fork_nest);
+        return;
+    }
+    sigset_t mask;
+    fork_signals_block(&mask);
+    fork_child_state();
+    coral_fork_nest_released(&fork_nest);
     coral_fork_nest_leave(&fork_nest);
+    fork_signals_restore(&mask);
 }
 
 /* The child of a fork whose prepare took every lock: releases them and sets
@@ -362,6 +410,8 @@ static void fork_child(void) {
 static void fork_child_state(void) {
     fork_hook_run(fork_taken_inner.child);
     fork_unlock(true);
+    coral_libc_streams_reset(); /* (base.h) */
+    fork_streams_held = false;
     /* A thread that forks past its exit cleanup (from a later key
      * destructor) told the parent's purge thread; the child's forgot it
      * (coral_purger_postfork), and the thread, the child's only one, will

@@ -24,8 +24,8 @@ static void cache_thread_exit(void);
 static pthread_mutex_t flush_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void fork_prepare(void) {
-    pthread_mutex_lock(&flush_lock);
-    pthread_mutex_lock(&registry_lock);
+    coral_mutex_lock(&flush_lock);
+    coral_mutex_lock(&registry_lock);
 }
 
 /* The parent and the child both unlock them (the child's thread took
@@ -34,8 +34,8 @@ static void fork_prepare(void) {
  * nested fork, back in the fork its signal interrupted, found flush_lock
  * "held" at its next flush). */
 static void fork_release(void) {
-    pthread_mutex_unlock(&registry_lock);
-    pthread_mutex_unlock(&flush_lock);
+    coral_mutex_unlock(&registry_lock);
+    coral_mutex_unlock(&flush_lock);
 }
 
 /* Set by the purger when it will look at the caches again (a cache held
@@ -93,13 +93,13 @@ static coral_bulk_cache_t *cache_create(void) {
     s->key = mix64((uint64_t)(uintptr_t)s ^ coral_clock_ms() ^ (uint64_t)coral_thread_id()) |
              ((uintptr_t)1 << 63);
     cache_hooks_set();
-    if (pthread_mutex_trylock(&registry_lock) != 0) {
+    if (!coral_mutex_trylock(&registry_lock)) {
         coral_test_point(CORAL_TP_BULK_REGISTRY_WAIT, s);
-        pthread_mutex_lock(&registry_lock);
+        coral_mutex_lock(&registry_lock);
     }
     coral_test_point(CORAL_TP_BULK_CACHE_LISTING, s);
     coral_list_push_back(&registry, &s->registry_link);
-    pthread_mutex_unlock(&registry_lock);
+    coral_mutex_unlock(&registry_lock);
     return s;
 }
 
@@ -233,9 +233,9 @@ static void cache_thread_exit(void) {
     /* The purger holds it only while it flushes. */
     while (atomic_exchange_explicit(&s->busy, 1, memory_order_acquire) != 0) sched_yield();
     coral_bulk_cache_flush(s);
-    pthread_mutex_lock(&registry_lock);
+    coral_mutex_lock(&registry_lock);
     coral_list_remove(&registry, &s->registry_link);
-    pthread_mutex_unlock(&registry_lock);
+    coral_mutex_unlock(&registry_lock);
     coral_bulk_cache_tls = NULL;
     coral_os_unmap(s, CORAL_BULK_CACHE_MAP_SIZE);
 }
@@ -284,12 +284,12 @@ static uint64_t caches_flush_due(uint64_t now, bool force) {
     /* A flush in progress elsewhere, or in this very thread (a flush frees
      * blocks, which may start the purge thread, whose creation allocates,
      * and that allocation's slow path may run a pass): look again soon. */
-    if (pthread_mutex_trylock(&flush_lock) != 0) return now + 1;
+    if (!coral_mutex_trylock(&flush_lock)) return now + 1;
     atomic_store_explicit(&cache_watched, 0, memory_order_seq_cst);
-    pthread_mutex_lock(&registry_lock);
+    coral_mutex_lock(&registry_lock);
     for (coral_link_t *l = registry.first; l != NULL; l = l->next)
         cache_look(coral_container_of(l, coral_bulk_cache_t, registry_link), &look);
-    pthread_mutex_unlock(&registry_lock);
+    coral_mutex_unlock(&registry_lock);
     if (look.next != 0) atomic_store_explicit(&cache_watched, 1, memory_order_seq_cst);
     /* Outside the registry lock: flushing frees blocks, which may release
      * pages and segments. */
@@ -298,6 +298,6 @@ static uint64_t caches_flush_due(uint64_t now, bool force) {
         coral_bulk_cache_flush(look.take[i]);
         atomic_store_explicit(&look.take[i]->busy, 0, memory_order_release);
     }
-    pthread_mutex_unlock(&flush_lock);
+    coral_mutex_unlock(&flush_lock);
     return look.next;
 }

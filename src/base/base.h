@@ -176,6 +176,44 @@ void coral_libc_streams_lock(void);
 void coral_libc_streams_unlock(void);
 void coral_libc_streams_reset(void);
 
+/* ---- the locks a fork holds ------------------------------------------------
+ * Every mutex the fork's prepare handler takes (heap/thread.c, "fork") is
+ * taken and released through coral_mutex_lock / _trylock / _unlock. From
+ * the end of that prepare to the start of the release in the parent or
+ * child handler, coral_fork_holding is set on the forking thread (only it
+ * writes its own; a signal fence orders it against a handler that
+ * interrupts): it holds every one of those locks, so no other thread is
+ * inside their critical sections, and it is inside none itself (it is in
+ * fork). A program's own fork handlers run then and may allocate: those
+ * of a library whose constructor registered them before coralloc's (the
+ * loader runs a linked library's constructors before an LD_PRELOADed
+ * coralloc's), whose prepare handler runs after ours and whose parent and
+ * child handlers run before ours. Their allocations take none of those
+ * locks and go on as if the locks were theirs (ctest fork_early_handlers:
+ * before, they waited for their own thread). Any other lock is taken as
+ * always. (message.c defines the flag.) */
+extern __thread bool coral_fork_holding __attribute__((tls_model("initial-exec")));
+
+CORAL_INLINE void coral_mutex_lock(pthread_mutex_t *m) {
+    if (!coral_fork_holding) pthread_mutex_lock(m);
+}
+
+CORAL_INLINE void coral_mutex_unlock(pthread_mutex_t *m) {
+    if (!coral_fork_holding) pthread_mutex_unlock(m);
+}
+
+/* True when taken (or held by this thread's fork). */
+CORAL_INLINE bool coral_mutex_trylock(pthread_mutex_t *m) {
+    return coral_fork_holding || pthread_mutex_trylock(m) == 0;
+}
+
+/* The forking thread's prepare took every lock, or its release begins. */
+CORAL_INLINE void coral_fork_holding_set(bool holding) {
+    atomic_signal_fence(memory_order_seq_cst);
+    coral_fork_holding = holding;
+    atomic_signal_fence(memory_order_seq_cst);
+}
+
 CORAL_INLINE bool coral_fork_nest_enter(coral_fork_nest_t *n) {
     unsigned d = n->depth;
     bool lock = d == 0 && !coral_process_single_threaded();

@@ -70,6 +70,8 @@ uint64_t coral_clock_ms(void) {
            atomic_load_explicit(&clock_skew_ms, memory_order_relaxed);
 }
 
+__thread bool coral_fork_holding __attribute__((tls_model("initial-exec")));
+
 bool coral_process_single_threaded(void) {
 #if __has_include(<sys/single_threaded.h>)
     return __libc_single_threaded != 0;

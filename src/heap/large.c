@@ -28,8 +28,8 @@ static size_t align_up(size_t x, size_t a) { return (x + a - 1) & ~(a - 1); }
  * block's move (mremap), never while waiting for another lock. */
 static pthread_mutex_t huge_lists_lock = PTHREAD_MUTEX_INITIALIZER;
 
-void coral_huge_lists_lock(void) { pthread_mutex_lock(&huge_lists_lock); }
-void coral_huge_lists_unlock(void) { pthread_mutex_unlock(&huge_lists_lock); }
+void coral_huge_lists_lock(void) { coral_mutex_lock(&huge_lists_lock); }
+void coral_huge_lists_unlock(void) { coral_mutex_unlock(&huge_lists_lock); }
 
 static void *huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool zero);
 

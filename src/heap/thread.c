@@ -102,12 +102,12 @@ static void heaps_exited_reap(void) {
 }
 
 void coral_heap_park_exited(coral_heap_t *heap) {
-    pthread_mutex_lock(&heap_pool_lock);
+    coral_mutex_lock(&heap_pool_lock);
     heap_counts_retire(heap);
     heap->thread = NULL;
     heap->exited_tid = gettid();
     coral_list_push_back(&heaps_exited, &heap->thread_link);
-    pthread_mutex_unlock(&heap_pool_lock);
+    coral_mutex_unlock(&heap_pool_lock);
 }
 
 bool coral_heap_exited_by_caller(const coral_heap_t *heap) {
@@ -115,18 +115,18 @@ bool coral_heap_exited_by_caller(const coral_heap_t *heap) {
 }
 
 void coral_heap_forget_exited(coral_heap_t *heap) {
-    pthread_mutex_lock(&heap_pool_lock);
+    coral_mutex_lock(&heap_pool_lock);
     coral_list_remove(&heaps_exited, &heap->thread_link);
     heap->exited_tid = 0;
     heap_pool_push(heap);
-    pthread_mutex_unlock(&heap_pool_lock);
+    coral_mutex_unlock(&heap_pool_lock);
 }
 
 void coral_heaps_visit(coral_heap_visit_fn fn, void *arg) {
-    pthread_mutex_lock(&heap_pool_lock);
+    coral_mutex_lock(&heap_pool_lock);
     for (coral_link_t *l = heaps_live.first; l != NULL; l = l->next)
         fn(coral_container_of(l, coral_heap_t, registry_link), arg);
-    pthread_mutex_unlock(&heap_pool_lock);
+    coral_mutex_unlock(&heap_pool_lock);
 }
 
 /* A heap's counts outlive it in the global totals. */
@@ -142,7 +142,7 @@ static void heap_counts_retire(coral_heap_t *heap) {
 }
 
 coral_heap_t *coral_heap_pool_get(void) {
-    pthread_mutex_lock(&heap_pool_lock);
+    coral_mutex_lock(&heap_pool_lock);
     coral_test_point(CORAL_TP_HEAP_POOL_LOCKED, NULL);
     if (heaps_exited.first != NULL) heaps_exited_reap();
     /* Heaps are carved from 64 KiB mappings one at a time, when needed:
@@ -165,15 +165,15 @@ coral_heap_t *coral_heap_pool_get(void) {
         memset(heap, 0, sizeof *heap);
         coral_list_push_front(&heaps_live, &heap->registry_link);
     }
-    pthread_mutex_unlock(&heap_pool_lock);
+    coral_mutex_unlock(&heap_pool_lock);
     return heap;
 }
 
 void coral_heap_pool_put(coral_heap_t *heap) {
-    pthread_mutex_lock(&heap_pool_lock);
+    coral_mutex_lock(&heap_pool_lock);
     heap_counts_retire(heap);
     heap_pool_push(heap);
-    pthread_mutex_unlock(&heap_pool_lock);
+    coral_mutex_unlock(&heap_pool_lock);
 }
 
 /* ---- fork -------------------------------------------------------------------------------
@@ -271,7 +271,7 @@ static coral_heap_t *exit_heap; /* the exit heap (below), under exit_heap_lock *
  * checks: EPERM, the lock left held): the child starts from a fresh one. */
 static void exit_heap_lock_postfork(bool child) {
     if (!child) {
-        pthread_mutex_unlock(&exit_heap_lock);
+        coral_mutex_unlock(&exit_heap_lock);
         return;
     }
     pthread_mutexattr_t attr;
@@ -324,15 +324,16 @@ static void fork_prepare(void) {
     fork_streams_held = true;
     atomic_signal_fence(memory_order_seq_cst);
     fork_hooks_prepare(&fork_hooks_outer, &fork_taken_outer);
-    pthread_mutex_lock(&exit_heap_lock);
+    coral_mutex_lock(&exit_heap_lock);
     coral_purger_prefork();
-    pthread_mutex_lock(&heap_pool_lock);
+    coral_mutex_lock(&heap_pool_lock);
     coral_huge_lists_lock();
     coral_segment_locks_prefork();
     coral_segment_cache_prefork();
     coral_orphans_prefork();
     fork_hooks_prepare(&fork_hooks_inner, &fork_taken_inner);
     coral_fork_nest_prepared(&fork_nest);
+    coral_fork_holding_set(true); /* (base.h, "the locks a fork holds") */
     coral_test_point(CORAL_TP_FORK_PREPARED, NULL);
 }
 
@@ -364,7 +365,7 @@ static void fork_unlock(bool child) {
     coral_segment_cache_postfork();
     coral_segment_locks_postfork(child);
     coral_huge_lists_unlock();
-    pthread_mutex_unlock(&heap_pool_lock);
+    coral_mutex_unlock(&heap_pool_lock);
     coral_purger_postfork(child);
     exit_heap_lock_postfork(child);
 }
@@ -376,6 +377,7 @@ static void fork_parent(void) {
     }
     sigset_t mask;
     fork_signals_block(&mask);
+    coral_fork_holding_set(false);
     fork_hook_run(fork_taken_inner.parent);
     fork_unlock(false);
     fork_hook_run(fork_taken_outer.parent);
@@ -399,6 +401,7 @@ static void fork_child(void) {
     }
     sigset_t mask;
     fork_signals_block(&mask);
+    coral_fork_holding_set(false);
     fork_child_state();
     coral_fork_nest_released(&fork_nest);
     coral_fork_nest_leave(&fork_nest);
@@ -516,11 +519,11 @@ static __thread bool coral_tls_exiting __attribute__((tls_model("initial-exec"))
 bool coral_thread_exiting(void) { return coral_tls_exiting; }
 
 coral_heap_t *coral_exit_heap_acquire(void) {
-    pthread_mutex_lock(&exit_heap_lock);
+    coral_mutex_lock(&exit_heap_lock);
     if (exit_heap != NULL) return exit_heap;
     coral_heap_t *heap = coral_heap_pool_get();
     if (heap == NULL) {
-        pthread_mutex_unlock(&exit_heap_lock);
+        coral_mutex_unlock(&exit_heap_lock);
         return NULL;
     }
     coral_thread_t *thread = &heap->thread_storage;
@@ -533,7 +536,7 @@ coral_heap_t *coral_exit_heap_acquire(void) {
     return heap;
 }
 
-void coral_exit_heap_release(void) { pthread_mutex_unlock(&exit_heap_lock); }
+void coral_exit_heap_release(void) { coral_mutex_unlock(&exit_heap_lock); }
 
 /* ---- threads ----------------------------------------------------------------------------- */
 
@@ -560,7 +563,7 @@ static coral_heap_t *thread_heap_list(coral_heap_t *heap) {
     uintptr_t tid = coral_thread_id();
     coral_list_t *bucket = tid_bucket(tid);
     coral_heap_t *dead = NULL;
-    pthread_mutex_lock(&heap_pool_lock);
+    coral_mutex_lock(&heap_pool_lock);
     for (coral_link_t *l = bucket->first; l != NULL && dead == NULL; l = l->next) {
         coral_thread_t *thread = coral_container_of(l, coral_thread_t, tid_link);
         if (thread->segments.thread_id == tid && thread->tid_generation == tid_generation)
@@ -572,7 +575,7 @@ static coral_heap_t *thread_heap_list(coral_heap_t *heap) {
         heap->thread_storage.tid_generation = tid_generation;
         coral_list_push_front(bucket, &heap->thread_storage.tid_link);
     }
-    pthread_mutex_unlock(&heap_pool_lock);
+    coral_mutex_unlock(&heap_pool_lock);
     return dead;
 }
 

@@ -349,9 +349,9 @@ void coral_purger_thread_exiting(void) {
     }
     /* (seq_cst: purger_wake_for_notices) */
     if (atomic_load_explicit(&purger_state, memory_order_seq_cst) != PURGER_RUNNING) return;
-    pthread_mutex_lock(&purger_lock);
+    coral_mutex_lock(&purger_lock);
     pthread_cond_signal(&purger_cond);
-    pthread_mutex_unlock(&purger_lock);
+    coral_mutex_unlock(&purger_lock);
 }
 
 /* The starter of the purge thread, once its state is RUNNING: a notice that
@@ -366,9 +366,9 @@ static void purger_wake_for_notices(void) {
         atomic_load_explicit(&main_look_ms, memory_order_seq_cst) == 0 &&
         atomic_load_explicit(&purger_pending, memory_order_seq_cst) == 0)
         return;
-    pthread_mutex_lock(&purger_lock);
+    coral_mutex_lock(&purger_lock);
     pthread_cond_signal(&purger_cond);
-    pthread_mutex_unlock(&purger_lock);
+    coral_mutex_unlock(&purger_lock);
 }
 
 /* Under purger_lock: sleep until a pass is due (true: `next`, the
@@ -414,7 +414,7 @@ static void *purger_main(void *arg) {
         if (main_look != 0 && coral_clock_ms() >= main_look) purger_look_at_main();
         if (atomic_load_explicit(&exit_watch_until_ms, memory_order_relaxed) != 0)
             purger_end_process_if_last();
-        pthread_mutex_lock(&purger_lock);
+        coral_mutex_lock(&purger_lock);
         if (pass) {
             /* A test that asked for a pass during this one asks again when
              * it sees it counted (coral_purge_wait_pass loops). */
@@ -423,7 +423,7 @@ static void *purger_main(void *arg) {
             pthread_cond_broadcast(&pass_cond);
         }
         pass = purger_sleep(next);
-        pthread_mutex_unlock(&purger_lock);
+        coral_mutex_unlock(&purger_lock);
     }
     return NULL;
 }
@@ -433,7 +433,7 @@ bool coral_purge_wait_pass(void) {
         (void)purge_pass(false);
         return false;
     }
-    pthread_mutex_lock(&purger_lock);
+    coral_mutex_lock(&purger_lock);
     /* A pass in progress may have read the clock before this call: the
      * pass after it is the first whole pass that starts after it. */
     uint64_t target = purger_passes + 2;
@@ -443,7 +443,7 @@ bool coral_purge_wait_pass(void) {
         pthread_cond_broadcast(&purger_cond);
         pthread_cond_wait(&pass_cond, &purger_lock);
     }
-    pthread_mutex_unlock(&purger_lock);
+    coral_mutex_unlock(&purger_lock);
     return true;
 }
 
@@ -452,9 +452,9 @@ void coral_purger_notify(void) {
     if (atomic_exchange_explicit(&purger_pending, 1, memory_order_seq_cst)) return;
     /* (seq_cst: purger_wake_for_notices) */
     if (atomic_load_explicit(&purger_state, memory_order_seq_cst) == PURGER_RUNNING) {
-        pthread_mutex_lock(&purger_lock);
+        coral_mutex_lock(&purger_lock);
         pthread_cond_signal(&purger_cond);
-        pthread_mutex_unlock(&purger_lock);
+        coral_mutex_unlock(&purger_lock);
     }
 }
 
@@ -535,7 +535,7 @@ void coral_purge_tick(void) {
 /* Purge everything purgeable now (coral_collect, malloc_trim). */
 void coral_purge_now(void) { (void)purge_pass(true); }
 
-void coral_purger_prefork(void) { pthread_mutex_lock(&purger_lock); }
+void coral_purger_prefork(void) { coral_mutex_lock(&purger_lock); }
 
 /* The child has no purge thread: it starts a new one when it needs it. The
  * condition variable may still count the parent's purge thread as a waiter
@@ -543,7 +543,7 @@ void coral_purger_prefork(void) { pthread_mutex_lock(&purger_lock); }
  * wait for that thread forever, so the child starts from fresh ones. */
 void coral_purger_postfork(bool child) {
     if (!child) {
-        pthread_mutex_unlock(&purger_lock);
+        coral_mutex_unlock(&purger_lock);
         return;
     }
     pthread_mutex_init(&purger_lock, NULL);

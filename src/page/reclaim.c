@@ -44,8 +44,8 @@ static pthread_mutex_t reclaim_lock = PTHREAD_MUTEX_INITIALIZER;
 
 #define RECLAIM_BATCH 32
 
-void coral_orphans_lock(void) { pthread_mutex_lock(&orphans_lock); }
-void coral_orphans_unlock(void) { pthread_mutex_unlock(&orphans_lock); }
+void coral_orphans_lock(void) { coral_mutex_lock(&orphans_lock); }
+void coral_orphans_unlock(void) { coral_mutex_unlock(&orphans_lock); }
 
 static coral_orphan_entry_t *orphan_entry(coral_page_t *page) {
     coral_segment_t *seg = coral_ptr_segment(page);
@@ -108,9 +108,9 @@ bool coral_orphan_add(coral_page_t *page) {
  * the lock from before that CAS, so waiting for the lock here is what makes
  * sure it is listed by now (and not after the page is released). */
 void coral_orphan_take_back(coral_page_t *page) {
-    pthread_mutex_lock(&orphans_lock);
+    coral_mutex_lock(&orphans_lock);
     if (atomic_load_explicit(&page->orphan_listed, memory_order_relaxed)) orphan_unlink(page);
-    pthread_mutex_unlock(&orphans_lock);
+    coral_mutex_unlock(&orphans_lock);
 }
 
 /* The page is being released, its blocks dead (coral_heap_destroy) or
@@ -204,11 +204,11 @@ static uint64_t orphans_reclaim_due(uint64_t now, bool force) {
     /* A peek: a page listed just after it was read notifies the purger. */
     if (atomic_load_explicit(&orphans_count, memory_order_relaxed) == 0) return 0;
     uint64_t delay = (uint64_t)coral_option(CORAL_OPT_PURGE_DELAY_MS), next_due = 0;
-    pthread_mutex_lock(&reclaim_lock);
+    coral_mutex_lock(&reclaim_lock);
     for (;;) {
         coral_page_t *claimed[RECLAIM_BATCH];
         size_t n = 0;
-        pthread_mutex_lock(&orphans_lock);
+        coral_mutex_lock(&orphans_lock);
         while (orphans.first != NULL && n < RECLAIM_BATCH) {
             coral_page_t *page = orphan_page(orphans.first);
             uint64_t since_ms = orphan_entry(page)->since_ms;
@@ -230,12 +230,12 @@ static uint64_t orphans_reclaim_due(uint64_t now, bool force) {
             if (got == LOOK_CLAIMED) claimed[n++] = page;
         }
         bool more = orphans.first != NULL && next_due == 0;
-        pthread_mutex_unlock(&orphans_lock);
+        coral_mutex_unlock(&orphans_lock);
         for (size_t i = 0; i < n; i++) orphan_purge(claimed[i]);
         if (!more) break;
         now = coral_clock_ms();
     }
-    pthread_mutex_unlock(&reclaim_lock);
+    coral_mutex_unlock(&reclaim_lock);
     return next_due;
 }
 
@@ -245,11 +245,11 @@ void coral_orphans_init(void) {
 
 /* fork: the child has one thread, the locks must be free in it. */
 void coral_orphans_prefork(void) {
-    pthread_mutex_lock(&reclaim_lock);
-    pthread_mutex_lock(&orphans_lock);
+    coral_mutex_lock(&reclaim_lock);
+    coral_mutex_lock(&orphans_lock);
 }
 
 void coral_orphans_postfork(void) {
-    pthread_mutex_unlock(&orphans_lock);
-    pthread_mutex_unlock(&reclaim_lock);
+    coral_mutex_unlock(&orphans_lock);
+    coral_mutex_unlock(&reclaim_lock);
 }

@@ -262,20 +262,20 @@ static void regions_unmap(cache_region_t *r, size_t n) {
  * recently freed regions leave it and are unmapped, under evict_lock. */
 static void cache_insert(cache_region_t r) {
     cache_region_t evict[CACHE_SLOTS];
-    pthread_mutex_lock(&cache_lock);
+    coral_mutex_lock(&cache_lock);
     bool evicter = table_needs_room(r.size);
     if (evicter) { /* (the table may change meanwhile: looked at again below) */
-        pthread_mutex_unlock(&cache_lock); /* evict_lock comes first */
-        pthread_mutex_lock(&evict_lock);
-        pthread_mutex_lock(&cache_lock);
+        coral_mutex_unlock(&cache_lock); /* evict_lock comes first */
+        coral_mutex_lock(&evict_lock);
+        coral_mutex_lock(&cache_lock);
     }
     r = table_merge(r);
     size_t evicted = table_make_room(r.size, evict); /* 0 unless evicter */
     table_insert(r);
-    pthread_mutex_unlock(&cache_lock);
+    coral_mutex_unlock(&cache_lock);
     if (evicted != 0) coral_test_point(CORAL_TP_CACHE_EVICTING, evict[0].base);
     regions_unmap(evict, evicted);
-    if (evicter) pthread_mutex_unlock(&evict_lock);
+    if (evicter) coral_mutex_unlock(&evict_lock);
 }
 
 /* The chunks at base (size: whole chunks; bytes up to base + dirty may hold
@@ -308,7 +308,7 @@ static size_t cache_fill(uint8_t *dst, size_t size) {
      * two pieces per region. */
     cache_region_t pieces[2 * CACHE_SLOTS];
     size_t n = 0, got = 0;
-    pthread_mutex_lock(&cache_lock);
+    coral_mutex_lock(&cache_lock);
     while (got < size) {
         long i = table_most_dirty(CORAL_SEGMENT_SIZE);
         size_t take = CORAL_SEGMENT_SIZE; /* a partly dirty chunk */
@@ -321,7 +321,7 @@ static size_t cache_fill(uint8_t *dst, size_t size) {
         coral_segment_map_set(pieces[n].base, pieces[n].size, false);
         got += pieces[n++].size;
     }
-    pthread_mutex_unlock(&cache_lock);
+    coral_mutex_unlock(&cache_lock);
     size_t off = 0, dirty = 0;
     for (size_t i = 0; i < n; i++) {
         coral_os_move(pieces[i].base, dst + off, pieces[i].size, false, CORAL_SEGMENT_SIZE);
@@ -341,10 +341,10 @@ static size_t cache_fill(uint8_t *dst, size_t size) {
 void *coral_segment_cache_take(size_t size, size_t huge_bytes, coral_cache_got_t *got) {
     cache_region_t target = {NULL, 0, 0, 0, 0};
     if (atomic_load_explicit(&cache_bytes, memory_order_relaxed) != 0) {
-        pthread_mutex_lock(&cache_lock);
+        coral_mutex_lock(&cache_lock);
         long i = table_best_fit(size);
         if (i >= 0) target = table_take_front((size_t)i, size);
-        pthread_mutex_unlock(&cache_lock);
+        coral_mutex_unlock(&cache_lock);
     }
     got->fresh = target.base == NULL;
     if (got->fresh) {
@@ -389,7 +389,7 @@ bool coral_segment_cache_take_range(void *addr, size_t size) {
     uint8_t *a = addr;
     if (atomic_load_explicit(&cache_bytes, memory_order_relaxed) < size) return false;
     bool taken = false;
-    pthread_mutex_lock(&cache_lock);
+    coral_mutex_lock(&cache_lock);
     /* Up to two regions (before and after the range) replace one. */
     for (size_t i = 0; i < region_count && region_count < CACHE_SLOTS && !taken; i++) {
         cache_region_t r = regions[i];
@@ -413,7 +413,7 @@ bool coral_segment_cache_take_range(void *addr, size_t size) {
         }
         coral_segment_map_set(a, size, false);
     }
-    pthread_mutex_unlock(&cache_lock);
+    coral_mutex_unlock(&cache_lock);
     if (taken) CORAL_VG(VALGRIND_MAKE_MEM_DEFINED(a, size)); /* as coral_segment_cache_take */
     return taken;
 }
@@ -428,7 +428,7 @@ static bool cache_take_due(uint64_t now, bool force, int64_t budget, cache_regio
                            uint64_t *next) {
     uint64_t delay = (uint64_t)coral_option(CORAL_OPT_PURGE_DELAY_MS);
     long pick = -1;
-    pthread_mutex_lock(&cache_lock);
+    coral_mutex_lock(&cache_lock);
     for (size_t i = 0; i < region_count; i++) {
         if (regions[i].dirty == 0) continue;
         uint64_t due = regions[i].freed_ms + delay;
@@ -446,7 +446,7 @@ static bool cache_take_due(uint64_t now, bool force, int64_t budget, cache_regio
         coral_segment_map_set(out->base, out->size, false); /* headers are about to go */
         table_remove((size_t)pick);
     }
-    pthread_mutex_unlock(&cache_lock);
+    coral_mutex_unlock(&cache_lock);
     return found;
 }
 
@@ -464,7 +464,7 @@ uint64_t coral_segment_cache_purge(uint64_t now, bool force) {
     cache_region_t r;
     if (atomic_load_explicit(&cache_dirty, memory_order_relaxed) == 0) return 0;
     int64_t budget = force ? INT64_MAX : coral_segment_purge_budget(now);
-    pthread_mutex_lock(&purge_lock);
+    coral_mutex_lock(&purge_lock);
     /* Each pass takes one region out; a purged region that merges with a
      * dirty neighbour on its way back is seen again. Bounded by the table. */
     for (size_t passes = 0; passes < 2 * CACHE_SLOTS; passes++) {
@@ -481,7 +481,7 @@ uint64_t coral_segment_cache_purge(uint64_t now, bool force) {
         }
         cache_insert(r);
     }
-    pthread_mutex_unlock(&purge_lock);
+    coral_mutex_unlock(&purge_lock);
     return next;
 }
 
@@ -489,19 +489,19 @@ uint64_t coral_segment_cache_purge(uint64_t now, bool force) {
  * progress (evict_lock): the child gets every region back in the table,
  * and has none of the evicted ones mapped. */
 void coral_segment_cache_prefork(void) {
-    if (pthread_mutex_trylock(&purge_lock) != 0) {
+    if (!coral_mutex_trylock(&purge_lock)) {
         coral_test_point(CORAL_TP_FORK_CACHE_WAIT, NULL);
-        pthread_mutex_lock(&purge_lock);
+        coral_mutex_lock(&purge_lock);
     }
-    if (pthread_mutex_trylock(&evict_lock) != 0) {
+    if (!coral_mutex_trylock(&evict_lock)) {
         coral_test_point(CORAL_TP_FORK_EVICT_WAIT, NULL);
-        pthread_mutex_lock(&evict_lock);
+        coral_mutex_lock(&evict_lock);
     }
-    pthread_mutex_lock(&cache_lock);
+    coral_mutex_lock(&cache_lock);
 }
 
 void coral_segment_cache_postfork(void) {
-    pthread_mutex_unlock(&cache_lock);
-    pthread_mutex_unlock(&evict_lock);
-    pthread_mutex_unlock(&purge_lock);
+    coral_mutex_unlock(&cache_lock);
+    coral_mutex_unlock(&evict_lock);
+    coral_mutex_unlock(&purge_lock);
 }

@@ -56,16 +56,16 @@ static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static coral_list_t registry; /* through seg->registry_link, under the lock */
 
 static void registry_add(coral_segment_t *seg) {
-    pthread_mutex_lock(&registry_lock);
+    coral_mutex_lock(&registry_lock);
     coral_list_push_front(&registry, &seg->registry_link);
-    pthread_mutex_unlock(&registry_lock);
+    coral_mutex_unlock(&registry_lock);
 }
 
 /* Waits out a purge of seg in progress (the purger holds the lock). */
 static void registry_remove(coral_segment_t *seg) {
-    pthread_mutex_lock(&registry_lock);
+    coral_mutex_lock(&registry_lock);
     coral_list_remove(&registry, &seg->registry_link);
-    pthread_mutex_unlock(&registry_lock);
+    coral_mutex_unlock(&registry_lock);
 }
 
 /* ---- purging free slices ------------------------------------------------------------ */
@@ -207,7 +207,7 @@ static uint64_t segments_purge_due(uint64_t now, bool force) {
     uint64_t next = 0;
     /* What the free slices hold beyond what the demand window keeps. */
     int64_t budget = force ? INT64_MAX : coral_segment_purge_budget(now);
-    pthread_mutex_lock(&registry_lock);
+    coral_mutex_lock(&registry_lock);
     for (coral_link_t *l = registry.first; l != NULL; l = l->next) {
         coral_segment_t *seg = coral_container_of(l, coral_segment_t, registry_link);
         uint64_t due = atomic_load_explicit(&seg->purge_due_ms, memory_order_relaxed);
@@ -226,7 +226,7 @@ static uint64_t segments_purge_due(uint64_t now, bool force) {
         if (due <= now) due = now + 1; /* busy: try again soon */
         if (next == 0 || due < next) next = due;
     }
-    pthread_mutex_unlock(&registry_lock);
+    coral_mutex_unlock(&registry_lock);
     return next;
 }
 
@@ -537,10 +537,10 @@ void coral_segments_abandon(coral_thread_segments_t *ts) {
             seg->owner = NULL;
             segment_clear_page_tids(seg);
             atomic_store_explicit(&seg->thread_id, 0, memory_order_release);
-            pthread_mutex_lock(&abandoned_lock);
+            coral_mutex_lock(&abandoned_lock);
             coral_list_push_front(&abandoned, &seg->link);
             atomic_fetch_add_explicit(&coral_abandoned_count, 1, memory_order_relaxed);
-            pthread_mutex_unlock(&abandoned_lock);
+            coral_mutex_unlock(&abandoned_lock);
             coral_count(&coral_counters.segments_abandoned, 1);
         }
         l = next;
@@ -563,14 +563,14 @@ static coral_segment_t *abandoned_pick(unsigned cls) {
 
 coral_segment_t *coral_segment_adopt_next(coral_thread_segments_t *ts, unsigned cls) {
     if (atomic_load_explicit(&coral_abandoned_count, memory_order_relaxed) == 0) return NULL;
-    pthread_mutex_lock(&abandoned_lock);
+    coral_mutex_lock(&abandoned_lock);
     coral_segment_t *seg = abandoned_pick(cls);
     if (seg) {
         seg->room_classes[0] = seg->room_classes[1] = 0;
         coral_list_remove(&abandoned, &seg->link);
         atomic_fetch_sub_explicit(&coral_abandoned_count, 1, memory_order_relaxed);
     }
-    pthread_mutex_unlock(&abandoned_lock);
+    coral_mutex_unlock(&abandoned_lock);
     if (seg == NULL) return NULL;
     segment_own(seg, ts);
     coral_count(&coral_counters.segments_adopted, 1);
@@ -588,8 +588,8 @@ coral_page_t *coral_segment_next_span(coral_segment_t *seg, coral_page_t *page) 
 
 /* Holding the registry lock also means the purger holds no span lock. */
 void coral_segment_locks_prefork(void) {
-    pthread_mutex_lock(&abandoned_lock);
-    pthread_mutex_lock(&registry_lock);
+    coral_mutex_lock(&abandoned_lock);
+    coral_mutex_lock(&registry_lock);
 }
 
 /* In the child, every span lock is free: a thread that held one at the
@@ -600,8 +600,8 @@ void coral_segment_locks_postfork(bool child) {
     if (child)
         for (coral_link_t *l = registry.first; l != NULL; l = l->next)
             span_unlock(coral_container_of(l, coral_segment_t, registry_link));
-    pthread_mutex_unlock(&registry_lock);
-    pthread_mutex_unlock(&abandoned_lock);
+    coral_mutex_unlock(&registry_lock);
+    coral_mutex_unlock(&abandoned_lock);
 }
 
 /* Grow or shrink a page's span in place to `slices` (owner only). Growing

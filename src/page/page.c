@@ -114,21 +114,22 @@
  *
  * Freed marks (the default build; page.h): every block freed, by its
  * owner or by another thread, holds the page's freed mark in its second
- * word until malloc hands it out again. A remote freer swaps the mark in
- * with one atomic exchange before its push; when the word held the mark
- * already, the block may be free now (on one of the owner's lists, on
- * thread_free, in a bulk cache), and the push sets SUSPECT. Of two frees
- * of one block, whatever came between them and however they interleave
- * (the exchange orders them), the second sees the first's mark: nothing
- * in between clears it but a malloc that hands the block out (then the
- * second free is no double free). So a list taken without SUSPECT holds
- * each block once and becomes local_free unwalked; a list with SUSPECT is
- * checked against the owner's lists (thread_free_collect): a block found
- * twice is reported, anything else (the program's data that equals the
- * mark) costs the walk. Chains (bulk frees) carry marks too and always set
- * SUSPECT. (The owner's own free writes the mark with a plain store: a
- * double free by the owner racing one by another thread, at the same
- * moment, may go unseen; any other order is caught.)
+ * word until malloc hands it out again. A remote freer reads the word and
+ * writes the mark before its push (a plain load and store, no locked
+ * instruction: page.h, coral_remote_mark_swap); when the word held the
+ * mark already, the block may be free now (on one of the owner's lists,
+ * on thread_free, in a bulk cache), and the push sets SUSPECT. Of two
+ * frees of one block, whatever came between them, the second sees the
+ * first's mark: nothing in between clears it but a malloc that hands the
+ * block out (then the second free is no double free). So a list taken
+ * without SUSPECT holds each block once and becomes local_free unwalked; a
+ * list with SUSPECT is checked against the owner's lists
+ * (thread_free_collect): a block found twice is reported, anything else
+ * (the program's data that equals the mark) costs the walk. Chains (bulk
+ * frees) carry marks too and always set SUSPECT. Not caught: two frees of
+ * one block by two threads (the owner and another, or two others) at the
+ * same instant, both reading the word before either writes the mark; the
+ * block is then on two lists or twice on one. Any other order is caught.
  */
 #include <sched.h>
 #include <string.h>

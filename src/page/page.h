@@ -211,9 +211,9 @@ CORAL_INLINE uintptr_t coral_tf_pushed(uintptr_t tf, const coral_block_t *head, 
  * a mark left in a span's memory by an earlier page is harmless, as a
  * live block never holds it (malloc cleared it) and a never-handed-out
  * block fails the start test, or, carved again, is on the free list (its
- * free is then a double free). Another thread swaps the mark in (one
- * atomic exchange: of two frees of a block, in any order or at the same
- * moment, one sees the other's mark) and, when the word held it already,
+ * free is then a double free). Another thread writes the mark too (a
+ * plain load and store: of two frees of a block one sees the other's mark
+ * unless they run at the same instant) and, when the word held it already,
  * pushes with SUSPECT: the owner then checks the list it takes against its
  * own lists. The secure build has its own freed mark at the block's end
  * (secure.c); a CORAL_VALGRIND build keeps freed blocks inaccessible and
@@ -292,13 +292,19 @@ CORAL_INLINE void coral_freed_mark_clear(coral_block_t *block) {
     if (CORAL_FREED_MARKS) *coral_block_mark_word(block) = 0;
 }
 
-/* Any thread but the owner, about to push block: the mark swapped in;
+/* Any thread but the owner, about to push block: the mark written;
  * SUSPECT when it was there already (a double free, or the program's data:
- * the owner tells them apart). */
+ * the owner tells them apart). A plain load and store, not an atomic
+ * exchange: an exchange is a locked instruction (a full barrier on x86) on
+ * every remote free, dear where many cores free remotely at once. What it
+ * alone caught is two threads freeing one block at the same instant
+ * (page.c, "Freed marks"), which the owner's plain store and the secure
+ * build's mark let through as well. */
 CORAL_INLINE uintptr_t coral_remote_mark_swap(coral_block_t *block) {
     if (!CORAL_FREED_MARKS) return CORAL_VALGRIND ? CORAL_TF_SUSPECT : 0;
-    uint64_t old =
-        __atomic_exchange_n(coral_block_mark_word(block), CORAL_FREED_MARK, __ATOMIC_RELAXED);
+    uint64_t *word = coral_block_mark_word(block);
+    uint64_t old = *word;
+    *word = CORAL_FREED_MARK;
     return old == CORAL_FREED_MARK ? CORAL_TF_SUSPECT : 0;
 }
 

@@ -33,6 +33,16 @@ purger clears in the CAS that finds the page held; read apart from the
 CAS, as orphan_listed, the purger may unlist the page between the read
 and the CAS).
 
+A third model, of a page set aside (a design not built yet:
+docs/experiments/2026-11-28-idle-owner-pages-larson.md): a page behind
+the first of its class queue, its blocks freed partly by its owner (on
+its own lists, `used` written by the free fast path with plain stores)
+and partly by another thread, is claimed by the purger once `used`
+equals the count on thread_free, with no call from the owner. Invariants:
+no claim of a page with a live block or one its owner pops from; a page
+its idle owner left aside with every block free is claimed. Fixes:
+`unaside_before_use`, `aside_in_word`, `used_after_acquire` (AsideModel).
+
 `--without FIX` explores the protocol with one fix taken out, to show the
 explorer finds the defect it guards against (the test runs both ways:
 with every fix, no violation; without each fix, a violation)."""
@@ -44,7 +54,8 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterator, Optional
 
 NONE, USE, FREEING, NEVER = "NONE", "USE", "FREEING", "NEVER"
-FIXES = ("claim_listed", "wait_notice", "take_before_use", "renew_on_repark", "listed_in_word")
+FIXES = ("claim_listed", "wait_notice", "take_before_use", "renew_on_repark", "listed_in_word",
+         "unaside_before_use", "aside_in_word", "used_after_acquire")
 
 
 @dataclass(frozen=True)
@@ -229,6 +240,11 @@ class Model:
             return "blocks lost"
         return ""
 
+    done_pcs: tuple[int, ...] = (3, 9)  # the steps a thread ends at
+
+    def successors(self, s: State) -> list[State]:
+        return [n for n in (self.step(s, t) for t in range(len(s.pcs))) if n is not None]
+
     def explore(self) -> tuple[int, Optional[str]]:
         seen: set[State] = set()
         stack = [self.initial()]
@@ -239,17 +255,13 @@ class Model:
             seen.add(s)
             if s.error:
                 return len(seen), s.error
-            moved = False
-            for t in range(len(s.pcs)):
-                n = self.step(s, t)
-                if n is not None:
-                    moved = True
-                    stack.append(n)
-            if not moved:
+            nexts = self.successors(s)
+            stack.extend(nexts)
+            if not nexts:
                 why = self.final_check(s)
                 if why:
                     return len(seen), why
-                if any(p not in (3, 9) for p in s.pcs):
+                if any(p not in self.done_pcs for p in s.pcs):
                     return len(seen), f"deadlock at {s.pcs}"
         return len(seen), None
 
@@ -389,12 +401,168 @@ class ParkModel(Model):
         return ""
 
 
+@dataclass(frozen=True)
+class AState:
+    """A page set aside (behind the first of its class queue) whose blocks
+    may all become free while its owner idles, some freed by the owner
+    (on its own lists), the rest by another thread (on thread_free)."""
+    count: int = 0  # blocks on thread_free
+    aside: bool = False  # ASIDE in the word
+    claim: str = ""  # "", "busy" (claimed, being purged), "done" (purged)
+    hist: tuple[int, ...] = ()  # every value the owner wrote to `used`, oldest first
+    sync: int = 0  # index in hist of the owner's last write before it set ASIDE (release)
+    own: int = 0  # blocks on the owner's lists
+    owner_live: int = 0  # live blocks the owner will free (locally) or keep
+    in_use: bool = False  # the owner pops from the page (it made it first)
+    snap: tuple[int, bool, str] = (0, False, "")  # the word the purger read
+    seen: int = -1  # the purger's read of `used`
+    looks_left: int = 0  # looks the purger makes before the others are done
+    pcs: tuple[int, ...] = ()
+    error: str = ""
+
+
+class AsideModel(Model):
+    """A page of 3 blocks that was first (its owner popped all 3 and freed
+    one: used went 0, 1, 2, 3, 2) is set aside; the owner may free its
+    live block (the free fast path: `used` written with a plain store, no
+    atomic), come back to the page (make it first and pop) or idle; a
+    freer frees the other live block remotely; the purger looks at the
+    page at any moment: reads the word (acquire), then `used` (any value
+    the owner wrote since the write its acquire synchronizes with: a plain
+    read may see a stale one), and claims the page when `used` equals the
+    count, with one CAS that needs the word it read. Invariants: no claim
+    of a page with a live block or one its owner pops from; at the end, a
+    page its idle owner left aside with every block free is claimed. Fixes:
+    `unaside_before_use` (the owner clears ASIDE with an RMW on the word
+    before it touches the page's lists other than to free a live block),
+    `aside_in_word` (ASIDE is in the word the claim's CAS compares, not a
+    flag read beside it), `used_after_acquire` (`used` is read after the
+    acquire load of the word that saw ASIDE, which the owner set with
+    release after its last write to `used` on its slow path).
+    Threads: 0 the owner, 1 the freer, 2 the purger; pc 9 is done."""
+
+    def __init__(self, looks: int, fixes: set[str]) -> None:
+        super().__init__(3, 1, "aside", fixes)
+        self.looks, self.done_pcs = looks, (9,)
+        self.owner_t, self.freer_t, self.purger_t = 0, 1, 2
+
+    def initial(self) -> AState:  # type: ignore[override]
+        return AState(hist=(0, 1, 2, 3, 2), sync=4, own=1, owner_live=1, looks_left=self.looks,
+                      pcs=(0, 0, 0))
+
+    def used(self, s: AState) -> int:
+        return s.hist[-1]
+
+    def live(self, s: AState) -> int:
+        return self.used(s) - s.count  # every block in `used` and not on thread_free
+
+    def write_used(self, s: AState, value: int) -> tuple[int, ...]:
+        return s.hist + (value,)
+
+    def owner_steps(self, s: AState, t: int) -> Optional[AState]:
+        pc = s.pcs[t]
+        if pc == 0:  # set aside: fetch_or ASIDE, release
+            return aset(s, t, 1, aside=True, sync=len(s.hist) - 1)
+        if pc == 1:  # free the live block it holds (fast path), come back, or idle
+            return None  # (the choices are in owner_choices)
+        if pc == 2:  # come back: clear ASIDE with an RMW (the fix), or use the lists at once
+            if "unaside_before_use" not in self.fixes:
+                return aset(s, t, 4)
+            if s.claim:
+                return aset(s, t, 3, aside=False)
+            return aset(s, t, 4, aside=False)
+        if pc == 3:  # claimed: wait for BUSY to clear, then the page is empty and zero
+            if s.claim == "busy":
+                return None
+            return aset(s, t, 9, claim="", count=0, own=0, hist=self.write_used(s, 0),
+                        in_use=True)
+        if pc == 4:  # first again: pop from its lists (or take thread_free)
+            if s.own > 0:
+                return aset(s, t, 9, own=s.own - 1, hist=self.write_used(s, self.used(s) + 1),
+                            in_use=True)
+            return aset(s, t, 9, own=s.own + s.count, count=0,
+                        hist=self.write_used(s, self.used(s) - s.count), in_use=True)
+        return None
+
+    def owner_choices(self, s: AState, t: int) -> list[AState]:
+        if s.pcs[t] != 1:
+            n = self.owner_steps(s, t)
+            return [n] if n is not None else []
+        out = [aset(s, t, 2), aset(s, t, 9)]  # come back; idle for good
+        if s.owner_live > 0:  # the free fast path: push, used - 1 (plain store)
+            out.append(replace(s, owner_live=s.owner_live - 1, own=s.own + 1,
+                               hist=self.write_used(s, self.used(s) - 1)))
+        return out
+
+    def freer_steps(self, s: AState, t: int) -> Optional[AState]:
+        if s.pcs[t] != 0:
+            return None
+        if s.claim:
+            return aset(s, t, 9, error="a remote free found the page claimed")
+        return aset(s, t, 9, count=s.count + 1)  # the push's CAS
+
+    def purger_choices(self, s: AState, t: int) -> list[AState]:
+        pc = s.pcs[t]
+        done = s.pcs[self.owner_t] == 9 and s.pcs[self.freer_t] == 9
+        if pc == 0:  # read the word (acquire); a last look once the others are done
+            if s.claim or (not done and s.looks_left == 0):
+                return [aset(s, t, 9)] if done or s.claim else []
+            return [aset(s, t, 1, snap=(s.count, s.aside, s.claim),
+                         looks_left=s.looks_left - (0 if done else 1))]
+        if pc == 1:  # read `used`: any value since the write the acquire ordered (or any)
+            if not s.snap[1]:
+                return [aset(s, t, 0)]
+            if done:  # (the last look: the owner's stores are visible by then)
+                return [aset(s, t, 2, seen=self.used(s))]
+            first = s.sync if "used_after_acquire" in self.fixes else 0
+            return [aset(s, t, 2, seen=v) for v in sorted(set(s.hist[first:]))]
+        if pc == 2:  # the claim: one CAS that needs the word read
+            if s.seen != s.snap[0]:
+                return [aset(s, t, 0)]
+            word = (s.count, s.aside, s.claim)
+            same = word == s.snap if "aside_in_word" in self.fixes \
+                else (s.count, s.claim) == (s.snap[0], s.snap[2])
+            if not same:
+                return [aset(s, t, 0)]
+            if self.live(s) > 0 or s.in_use:
+                return [aset(s, t, 9, error="the purger claimed a page with a live block "
+                             "or one its owner uses")]
+            return [aset(s, t, 3, claim="busy")]
+        if pc == 3:  # purge, then clear BUSY
+            if s.in_use:
+                return [aset(s, t, 9, error="the purger purged a page its owner uses")]
+            return [aset(s, t, 9, claim="done")]
+        return []
+
+    def successors(self, s: AState) -> list[AState]:  # type: ignore[override]
+        out = self.owner_choices(s, self.owner_t)
+        n = self.freer_steps(s, self.freer_t)
+        if n is not None:
+            out.append(n)
+        return out + self.purger_choices(s, self.purger_t)
+
+    def final_check(self, s: AState) -> str:  # type: ignore[override]
+        if s.error:
+            return s.error
+        if s.aside and not s.claim and self.live(s) == 0 and not s.in_use:
+            return "a page its idle owner left aside, every block free, is never claimed"
+        return ""
+
+
+def aset(s: AState, t: int, pc: int, **kw: object) -> AState:
+    pcs = list(s.pcs)
+    pcs[t] = pc
+    return replace(s, pcs=tuple(pcs), **kw)
+
+
 def scenarios(fixes: set[str]) -> Iterator[tuple[str, Model]]:
     for blocks, freers in ((1, 1), (2, 2)):
         for owner in ("collect", "destroy"):
             yield f"{owner}, {blocks} blocks, {freers} freers", Model(blocks, freers, owner, fixes)
     for parks, looks in ((1, 2), (2, 3), (3, 3)):
         yield f"park, {parks} parks, {looks} looks", ParkModel(parks, looks, fixes)
+    for looks in (1, 2):
+        yield f"aside, {looks} looks", AsideModel(looks, fixes)
 
 
 def violations(fixes: set[str]) -> list[str]:

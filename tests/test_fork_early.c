@@ -3,25 +3,94 @@
  * A library the program links registers its pthread_atfork handlers from
  * its constructor, which the loader runs before an LD_PRELOADed coralloc's:
  * its prepare handler then runs after coralloc's (every allocator lock
- * held) and its parent and child handlers before coralloc's (still held).
- * Here a constructor of priority 101 registers them before coralloc's
- * (default priority, the same order), and each handler allocates and frees
- * blocks of every size range (small, medium, large, huge: the heap pool,
- * segment, segment cache and huge-list locks). The process has a second
- * thread, so the fork takes the locks. Each fork's child allocates again
- * and exits 0; before coralloc's handlers let the forking thread's own
- * allocations through, the first handler's malloc waited forever for a
- * lock its own thread held (the alarm ends it: a hang detector). */
+ * held) and its parent and child handlers before coralloc's (still held;
+ * in the child, before coralloc's child handler has set right what the
+ * parent's other threads left in flight). Here a constructor of priority
+ * 101 registers them before coralloc's (default priority, the same order);
+ * each case sets what they do. The process has a second thread, so the
+ * fork takes the locks. Run as `test_fork_early [CASE]` (default:
+ * allocate). */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
 #include "coralloc.h"
+#include "hooks.h"
+
+/* What the early handlers do (NULL: nothing), set by the case before it
+ * forks. The child's handler starts the child's alarm (a hang detector:
+ * alarms are not inherited). */
+static void (*early_in_prepare)(void), (*early_in_parent)(void), (*early_in_child)(void);
+
+static void early_prepare(void) {
+    if (early_in_prepare != NULL) early_in_prepare();
+}
+
+static void early_parent(void) {
+    if (early_in_parent != NULL) early_in_parent();
+}
+
+static void early_child(void) {
+    alarm(20);
+    if (early_in_child != NULL) early_in_child();
+}
+
+__attribute__((constructor(101))) static void register_early(void) {
+    CHECK_EQ(pthread_atfork(early_prepare, early_parent, early_child), 0);
+}
+
+static int idle_pipe[2];
+
+static void *idle_thread(void *arg) {
+    (void)arg;
+    char c;
+    CHECK_EQ(read(idle_pipe[0], &c, 1), 1);
+    return NULL;
+}
+
+/* A second thread that allocates nothing, so that each fork takes the
+ * locks (a single-threaded process's takes none). */
+static pthread_t idle_start(void) {
+    CHECK_EQ(pipe(idle_pipe), 0);
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, idle_thread, NULL), 0);
+    return t;
+}
+
+static void idle_stop(pthread_t t) {
+    CHECK_EQ(write(idle_pipe[1], "x", 1), 1);
+    CHECK_EQ(pthread_join(t, NULL), 0);
+}
+
+/* Fork; the child runs child_then (if any) and exits 0; the parent expects
+ * that (SIGALRM: the child hung; its alarm is set by early_child). */
+static void fork_and_wait(const char *what, void (*child_then)(void)) {
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        if (child_then != NULL) child_then();
+        _exit(0);
+    }
+    int status = 0;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+              "%s: child status 0x%x (SIGALRM: it hung)", what, status);
+}
+
+/* ---- allocate: blocks of every size range ---------------------------------------------
+ * Each handler allocates and frees small, medium, large and huge blocks
+ * (the heap pool, segment, segment cache and huge-list locks); each fork's
+ * child allocates again. Before coralloc's handlers let the forking
+ * thread's own allocations through (coral_fork_holding), the first
+ * handler's malloc waited forever for a lock its own thread held. */
 
 #define FORKS 20
 
@@ -38,44 +107,160 @@ static void allocate_each_size(void) {
     for (size_t i = 0; i < NSIZES; i++) coral_free(p[i]);
 }
 
-static void early_prepare(void) { allocate_each_size(); }
-static void early_parent(void) { allocate_each_size(); }
-static void early_child(void) { allocate_each_size(); }
-
-__attribute__((constructor(101))) static void register_early(void) {
-    CHECK_EQ(pthread_atfork(early_prepare, early_parent, early_child), 0);
+static void case_allocate(void) {
+    early_in_prepare = early_in_parent = early_in_child = allocate_each_size;
+    pthread_t t = idle_start();
+    coral_free(coral_malloc(100));
+    for (int i = 0; i < FORKS; i++) fork_and_wait("allocate", allocate_each_size);
+    idle_stop(t);
 }
 
-static int idle_pipe[2];
+/* ---- purge_pass: a handler waits for a purge pass --------------------------------------
+ * coral_test_purge_pass waits for the purge thread's next pass. In the
+ * parent that pass needs the locks the fork holds (its wait let the purge
+ * thread go on, which then waited for them: both waited forever); in the
+ * child, before coralloc's child handler, the purge thread is the
+ * parent's, which the child does not have (it waited forever). Now, while
+ * the fork holds the locks, the call runs a pass itself. */
 
-static void *idle_thread(void *arg) {
+static void purge_pass_in_handler(void) {
+    CHECK_EQ(coral_test_purge_pass(), 0); /* 0: run here, not by the thread */
+}
+
+static void case_purge_pass(void) {
+    pthread_t t = idle_start();
+    /* Freed memory to purge starts the purge thread. */
+    void *big = coral_malloc(8u << 20);
+    CHECK(big != NULL);
+    memset(big, 1, 8u << 20);
+    coral_free(big);
+    coral_free(coral_malloc(100)); /* (a safe point: the thread starts) */
+    if (coral_test_purge_pass() != 1) {
+        printf("SKIPPED: no purge thread (CORALLOC_PURGE_THREAD=0?)\n");
+        exit(77);
+    }
+    early_in_prepare = early_in_parent = early_in_child = purge_pass_in_handler;
+    for (int i = 0; i < 3; i++) fork_and_wait("purge_pass", NULL);
+    early_in_prepare = early_in_parent = early_in_child = NULL;
+    CHECK_EQ(coral_test_purge_pass(), 1); /* the thread still runs its passes */
+    idle_stop(t);
+}
+
+/* ---- purger_start: the child's handler frees enough to start the purge thread ----------
+ * The parent has no purge thread. The child's early handler frees 8 MiB,
+ * which wants the purge thread. Started there, before coralloc's child
+ * handler, it was the child's one thread besides the forking one when that
+ * handler made the purge thread's lock and condition variables anew under
+ * it and marked it not running: the next free started a second one. Now
+ * no purge thread starts while the fork holds the locks: the child starts
+ * one, once, after its handlers. */
+
+static void free_8mib(void) {
+    void *big = coral_malloc(8u << 20);
+    CHECK(big != NULL);
+    memset(big, 1, 8u << 20);
+    coral_free(big);
+}
+
+static int task_count(void) {
+    DIR *d = opendir("/proc/self/task");
+    CHECK(d != NULL);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+static void child_starts_purger(void) {
+    free_8mib();
+    coral_free(coral_malloc(100)); /* (a safe point: the thread starts) */
+    CHECK_EQ(coral_test_purge_pass(), 1);
+    CHECK_MSG(task_count() == 2, "%d threads in the child: its own and more than one purge thread",
+              task_count());
+}
+
+static void case_purger_start(void) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    printf("SKIPPED: under the sanitizers no thread may start in the child of a multi-threaded "
+           "fork\n");
+    exit(77);
+#endif
+    pthread_t t = idle_start();
+    coral_free(coral_malloc(100));
+    CHECK_EQ(coral_test_purge_pass(), 0); /* no purge thread yet */
+    early_in_child = free_8mib;
+    fork_and_wait("purger_start", child_starts_purger);
+    idle_stop(t);
+}
+
+/* ---- child_freeing: a remote free tells the forking thread at the fork ------------------
+ * The forking thread's first page of 16 KiB blocks is full (in the full
+ * queue, state USE); another thread frees one of its blocks and is held
+ * after pushing the page on the heap's delayed_pages, the page in state
+ * FREEING; the thread forks. In the child that freer does not exist, and
+ * coralloc's child handler sets the state back, but the early child
+ * handler runs before it: its allocations take the delayed page back,
+ * which waited forever for FREEING to end. Now an owner in the child
+ * before that handler knows FREEING for stale. */
+
+#define CF_BLOCK ((size_t)16384)
+#define CF_MAX 64
+
+static void *cf_blocks[CF_MAX];
+
+static void allocate_past_the_page(void) {
+    for (size_t i = 0; i < 2 * CF_MAX; i++) CHECK(coral_malloc(CF_BLOCK) != NULL);
+}
+
+static void *free_first_block(void *arg) {
     (void)arg;
-    char c;
-    CHECK_EQ(read(idle_pipe[0], &c, 1), 1);
+    coral_free(cf_blocks[0]); /* held at NOTIFY_PUSHED, the page FREEING */
     return NULL;
 }
 
-int main(void) {
-    alarm(30); /* (a hang detector for the parent's own handlers) */
-    CHECK_EQ(pipe(idle_pipe), 0);
-    pthread_t t;
-    CHECK_EQ(pthread_create(&t, NULL, idle_thread, NULL), 0);
-    coral_free(coral_malloc(100));
-    for (int i = 0; i < FORKS; i++) {
-        pid_t pid = fork();
-        CHECK(pid >= 0);
-        if (pid == 0) {
-            alarm(20);
-            allocate_each_size();
-            _exit(0);
-        }
-        int status = 0;
-        CHECK_EQ(waitpid(pid, &status, 0), pid);
-        CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-                  "fork %d: child status 0x%x (SIGALRM: it hung)", i, status);
+static void case_child_freeing(void) {
+    char *first = coral_malloc(CF_BLOCK), *next = NULL;
+    CHECK(first != NULL);
+    size_t stride = coral_malloc_usable_size(first), count = 0;
+    cf_blocks[count++] = first;
+    while (next == NULL) { /* carved in address order until the page is full */
+        char *p = coral_malloc(CF_BLOCK);
+        CHECK(p != NULL && count < CF_MAX);
+        if (p == first + count * stride)
+            cf_blocks[count++] = p;
+        else
+            next = p;
     }
-    CHECK_EQ(write(idle_pipe[1], "x", 1), 1);
-    CHECK_EQ(pthread_join(t, NULL), 0);
-    puts("test_fork_early: ok");
-    return 0;
+    gate_arm(CORAL_TP_NOTIFY_PUSHED, -1);
+    pthread_t freer;
+    CHECK_EQ(pthread_create(&freer, NULL, free_first_block, NULL), 0);
+    gate_wait_held();
+    early_in_child = allocate_past_the_page;
+    fork_and_wait("child_freeing", NULL);
+    early_in_child = NULL;
+    gate_open();
+    CHECK_EQ(pthread_join(freer, NULL), 0);
+    allocate_past_the_page(); /* (the parent's page, FREEING ended) */
+}
+
+int main(int argc, char **argv) {
+    alarm(60); /* (a hang detector for the parent's own handlers) */
+    static const struct {
+        const char *name;
+        void (*run)(void);
+    } cases[] = {
+        {"allocate", case_allocate},
+        {"purge_pass", case_purge_pass},
+        {"purger_start", case_purger_start},
+        {"child_freeing", case_child_freeing},
+    };
+    const char *name = argc > 1 ? argv[1] : "allocate";
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (strcmp(cases[i].name, name) != 0) continue;
+        cases[i].run();
+        printf("test_fork_early %s: ok\n", name);
+        return 0;
+    }
+    fprintf(stderr, "test_fork_early: no case %s\n", name);
+    return 2;
 }

@@ -21,6 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
+#include <unistd.h>
 
 #include "coralloc.h"
 
@@ -191,27 +193,42 @@ void coral_libc_streams_reset(void);
  * child handlers run before ours. Their allocations take none of those
  * locks and go on as if the locks were theirs (ctest fork_early_handlers:
  * before, they waited for their own thread). Any other lock is taken as
- * always. (message.c defines the flag.) */
-extern __thread bool coral_fork_holding __attribute__((tls_model("initial-exec")));
+ * always. The flag holds the pid of the process whose prepare took the
+ * locks (0: none): a child inherits it, and in the child, until its child
+ * handler releases the locks, what the parent's other threads left in
+ * flight is not yet set right (coral_fork_child_unreleased). So while it
+ * is set nothing may wait for another thread of the allocator's (the
+ * purge thread: purge.c) nor start one, and in the child a state that
+ * only another thread ends is stale (a remote free's FREEING: page.c).
+ * (message.c defines the flag.) */
+extern __thread pid_t coral_fork_holding __attribute__((tls_model("initial-exec")));
 
 CORAL_INLINE void coral_mutex_lock(pthread_mutex_t *m) {
-    if (!coral_fork_holding) pthread_mutex_lock(m);
+    if (coral_fork_holding == 0) pthread_mutex_lock(m);
 }
 
 CORAL_INLINE void coral_mutex_unlock(pthread_mutex_t *m) {
-    if (!coral_fork_holding) pthread_mutex_unlock(m);
+    if (coral_fork_holding == 0) pthread_mutex_unlock(m);
 }
 
 /* True when taken (or held by this thread's fork). */
 CORAL_INLINE bool coral_mutex_trylock(pthread_mutex_t *m) {
-    return coral_fork_holding || pthread_mutex_trylock(m) == 0;
+    return coral_fork_holding != 0 || pthread_mutex_trylock(m) == 0;
 }
 
-/* The forking thread's prepare took every lock, or its release begins. */
+/* The forking thread's prepare took every lock (holding), or its release
+ * begins. */
 CORAL_INLINE void coral_fork_holding_set(bool holding) {
     atomic_signal_fence(memory_order_seq_cst);
-    coral_fork_holding = holding;
+    coral_fork_holding = holding ? getpid() : 0;
     atomic_signal_fence(memory_order_seq_cst);
+}
+
+/* The calling thread is in the child of its fork (of any fork nested in
+ * it), before the child handler released the locks: the child has no
+ * other thread of the parent's. (A system call, on this path only.) */
+CORAL_INLINE bool coral_fork_child_unreleased(void) {
+    return coral_fork_holding != 0 && coral_fork_holding != getpid();
 }
 
 CORAL_INLINE bool coral_fork_nest_enter(coral_fork_nest_t *n) {

@@ -329,6 +329,19 @@ static void purger_look_at_main(void) {
                           memory_order_relaxed);
 }
 
+/* Wake the purge thread (its state RUNNING). Not in a fork's child before
+ * its child handler (a program's handler registered before coralloc's,
+ * base.h "the locks a fork holds"): the condition variable is the
+ * parent's, whose purge thread the child does not have (it may even have
+ * held the variable's internal lock at the fork); the child handler makes
+ * it anew and forgets what is pending (coral_purger_postfork). */
+static void purger_signal(void) {
+    if (coral_fork_child_unreleased()) return;
+    coral_mutex_lock(&purger_lock);
+    pthread_cond_signal(&purger_cond);
+    coral_mutex_unlock(&purger_lock);
+}
+
 /* The notice is noted even while no purge thread runs: the thread that
  * gave it (a later key destructor's free) or another may start one after
  * it, and the exit that it noted may have been the last program thread's.
@@ -349,9 +362,7 @@ void coral_purger_thread_exiting(void) {
     }
     /* (seq_cst: purger_wake_for_notices) */
     if (atomic_load_explicit(&purger_state, memory_order_seq_cst) != PURGER_RUNNING) return;
-    coral_mutex_lock(&purger_lock);
-    pthread_cond_signal(&purger_cond);
-    coral_mutex_unlock(&purger_lock);
+    purger_signal();
 }
 
 /* The starter of the purge thread, once its state is RUNNING: a notice that
@@ -366,9 +377,7 @@ static void purger_wake_for_notices(void) {
         atomic_load_explicit(&main_look_ms, memory_order_seq_cst) == 0 &&
         atomic_load_explicit(&purger_pending, memory_order_seq_cst) == 0)
         return;
-    coral_mutex_lock(&purger_lock);
-    pthread_cond_signal(&purger_cond);
-    coral_mutex_unlock(&purger_lock);
+    purger_signal();
 }
 
 /* Under purger_lock: sleep until a pass is due (true: `next`, the
@@ -428,8 +437,13 @@ static void *purger_main(void *arg) {
     return NULL;
 }
 
+/* While this thread's fork holds the locks (base.h), the pass is run here:
+ * the purge thread's would wait for those locks, and in the fork's child,
+ * before its child handler, the purge thread is the parent's, which the
+ * child does not have (test_fork_early purge_pass: both waited forever). */
 bool coral_purge_wait_pass(void) {
-    if (atomic_load_explicit(&purger_state, memory_order_acquire) != PURGER_RUNNING) {
+    if (atomic_load_explicit(&purger_state, memory_order_acquire) != PURGER_RUNNING ||
+        coral_fork_holding != 0) {
         (void)purge_pass(false);
         return false;
     }
@@ -452,9 +466,7 @@ void coral_purger_notify(void) {
     if (atomic_exchange_explicit(&purger_pending, 1, memory_order_seq_cst)) return;
     /* (seq_cst: purger_wake_for_notices) */
     if (atomic_load_explicit(&purger_state, memory_order_seq_cst) == PURGER_RUNNING) {
-        coral_mutex_lock(&purger_lock);
-        pthread_cond_signal(&purger_cond);
-        coral_mutex_unlock(&purger_lock);
+        purger_signal();
     }
 }
 
@@ -490,6 +502,13 @@ void coral_purger_start_ahead(int64_t bytes) {
  * held: pthread_create may allocate, and does so through us. */
 void coral_purger_start_if_wanted(void) {
     int wanted = PURGER_WANTED;
+    /* Not while this thread's fork holds every allocator lock (base.h): the
+     * thread would wait for them, and one started in the fork's child,
+     * before its child handler, had its lock and condition variables made
+     * anew under it and was taken for not running, so that a second one
+     * started (test_fork_early purger_start). It stays WANTED: the next
+     * safe point after the release starts it. */
+    if (coral_fork_holding != 0) return;
     if (atomic_load_explicit(&purger_state, memory_order_relaxed) != PURGER_WANTED ||
         !atomic_compare_exchange_strong(&purger_state, &wanted, PURGER_STARTING))
         return;

@@ -546,10 +546,24 @@ void coral_page_collect(coral_page_t *page) {
 /* Owner: wait while a remote freer is telling the owner (state FREEING):
  * a few steps of that freer (page_notify_owner), but it may be preempted,
  * or run at a lower priority on this CPU (wait_step). Returns the word
- * seen once the state is another. */
+ * seen once the state is another. In a fork's child before its child
+ * handler (base.h, "the locks a fork holds": a program's handler
+ * registered before coralloc's allocates there), the freer was one of the
+ * parent's other threads, which the child does not have: the state is
+ * stale, and set back to NONE here as that handler does for every page of
+ * the forking thread's heaps (coral_heap_after_fork_child; before, the
+ * early handler's allocation waited forever: test_fork_early
+ * child_freeing). */
 static uintptr_t wait_not_freeing(coral_page_t *page, uintptr_t tf) {
     unsigned spins = 0;
     while ((tf & CORAL_DELAY_MASK) == CORAL_DELAY_FREEING) {
+        if (coral_fork_child_unreleased()) {
+            uintptr_t none = (tf & ~CORAL_DELAY_MASK) | CORAL_DELAY_NONE;
+            if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, none,
+                                                      memory_order_acq_rel, memory_order_acquire))
+                return none;
+            continue;
+        }
         if (spins == 0) coral_test_point(CORAL_TP_WAIT_FREEING, page);
         wait_step(&spins);
         tf = atomic_load_explicit(&page->thread_free, memory_order_acquire);

@@ -12,11 +12,15 @@
  * allocate). */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -69,6 +73,15 @@ static void idle_stop(pthread_t t) {
     CHECK_EQ(pthread_join(t, NULL), 0);
 }
 
+/* The cases whose child starts a thread. */
+static void skip_under_sanitizers(void) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    printf("SKIPPED: under the sanitizers no thread may start in the child of a multi-threaded "
+           "fork\n");
+    exit(77);
+#endif
+}
+
 /* Fork; the child runs child_then (if any) and exits 0; the parent expects
  * that (SIGALRM: the child hung; its alarm is set by early_child). */
 static void fork_and_wait(const char *what, void (*child_then)(void)) {
@@ -82,7 +95,7 @@ static void fork_and_wait(const char *what, void (*child_then)(void)) {
     int status = 0;
     CHECK_EQ(waitpid(pid, &status, 0), pid);
     CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-              "%s: child status 0x%x (SIGALRM: it hung)", what, status);
+              "%s: child status 0x%x (SIGALRM: it hung; exit 1: a check failed)", what, status);
 }
 
 /* ---- allocate: blocks of every size range ---------------------------------------------
@@ -180,11 +193,7 @@ static void child_starts_purger(void) {
 }
 
 static void case_purger_start(void) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-    printf("SKIPPED: under the sanitizers no thread may start in the child of a multi-threaded "
-           "fork\n");
-    exit(77);
-#endif
+    skip_under_sanitizers();
     pthread_t t = idle_start();
     coral_free(coral_malloc(100));
     CHECK_EQ(coral_test_purge_pass(), 0); /* no purge thread yet */
@@ -243,16 +252,100 @@ static void case_child_freeing(void) {
     allocate_past_the_page(); /* (the parent's page, FREEING ended) */
 }
 
+/* ---- child_thread: a thread the child's handler starts frees ---------------------------
+ * The parent's purge thread runs and has nothing pending. The child's
+ * early handler starts a thread that frees every block of a page of the
+ * forking thread's: the last free lists the page as an orphan (waiting for
+ * the orphan lock until coralloc's child handler releases it) and wakes
+ * the purge thread. That thread took the purge thread's lock, still held
+ * from the parent, and waited; the child handler then made the lock anew
+ * under it, so that it waited forever (the child's alarm ends it). The
+ * child handler is held where it makes the lock anew until the thread is
+ * done or waits for that lock (its /proc/self/task/TID/syscall: futex on
+ * the lock's address). Now no thread signals the purge thread in a
+ * fork's child before its child handler released the locks. */
+
+#define CT_BLOCKS 1024 /* 64-byte blocks: one 64 KiB page of a new heap */
+
+static void *ct_blocks[CT_BLOCKS];
+static _Atomic(pid_t) ct_tid;
+static _Atomic(bool) ct_done;
+static pthread_t ct_thread;
+
+static void *free_the_page(void *arg) {
+    (void)arg;
+    atomic_store(&ct_tid, (pid_t)syscall(SYS_gettid));
+    for (size_t i = 0; i < CT_BLOCKS; i++) coral_free(ct_blocks[i]);
+    atomic_store(&ct_done, true);
+    return NULL;
+}
+
+static void start_freer(void) {
+    CHECK_EQ(pthread_create(&ct_thread, NULL, free_the_page, NULL), 0);
+}
+
+/* Whether task tid waits in a futex call on lock (its syscall file: the
+ * call's number, then its arguments in hex). No allocation. */
+static bool waits_on(pid_t tid, const void *lock) {
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    CHECK_MSG(fd >= 0, "cannot open %s", path);
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return false;
+    buf[n] = '\0';
+    char *end;
+    long nr = strtol(buf, &end, 10);
+    return nr == SYS_futex && strtoull(end, NULL, 16) == (unsigned long long)(uintptr_t)lock;
+}
+
+static void hold_until_freer_settled(int point, const void *object) {
+    if (point != CORAL_TP_FORK_CHILD_PURGER) return;
+    for (;;) {
+        if (atomic_load(&ct_done)) return;
+        pid_t tid = atomic_load(&ct_tid);
+        if (tid != 0 && waits_on(tid, object)) return;
+        sched_yield();
+    }
+}
+
+static void join_freer(void) {
+    CHECK_EQ(pthread_join(ct_thread, NULL), 0);
+    CHECK(atomic_load(&ct_done));
+}
+
+static void case_child_thread(void) {
+    skip_under_sanitizers();
+    pthread_t t = idle_start();
+    free_8mib();
+    coral_free(coral_malloc(100)); /* (a safe point: the purge thread starts) */
+    if (coral_test_purge_pass() != 1) {
+        printf("SKIPPED: no purge thread (CORALLOC_PURGE_THREAD=0?)\n");
+        exit(77);
+    }
+    coral_heap_t *heap = coral_heap_new();
+    CHECK(heap != NULL);
+    for (size_t i = 0; i < CT_BLOCKS; i++) CHECK((ct_blocks[i] = coral_heap_malloc(heap, 64)));
+    coral_test_point_set(hold_until_freer_settled);
+    early_in_child = start_freer;
+    CHECK_EQ(coral_test_purge_pass(), 1); /* (nothing pending at the fork) */
+    fork_and_wait("child_thread", join_freer);
+    early_in_child = NULL;
+    coral_test_point_set(NULL);
+    coral_heap_destroy(heap);
+    idle_stop(t);
+}
+
 int main(int argc, char **argv) {
     alarm(60); /* (a hang detector for the parent's own handlers) */
     static const struct {
         const char *name;
         void (*run)(void);
     } cases[] = {
-        {"allocate", case_allocate},
-        {"purge_pass", case_purge_pass},
-        {"purger_start", case_purger_start},
-        {"child_freeing", case_child_freeing},
+        {"allocate", case_allocate},         {"purge_pass", case_purge_pass},
+        {"purger_start", case_purger_start}, {"child_freeing", case_child_freeing},
+        {"child_thread", case_child_thread},
     };
     const char *name = argc > 1 ? argv[1] : "allocate";
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -193,42 +193,57 @@ void coral_libc_streams_reset(void);
  * child handlers run before ours. Their allocations take none of those
  * locks and go on as if the locks were theirs (ctest fork_early_handlers:
  * before, they waited for their own thread). Any other lock is taken as
- * always. The flag holds the pid of the process whose prepare took the
- * locks (0: none): a child inherits it, and in the child, until its child
- * handler releases the locks, what the parent's other threads left in
- * flight is not yet set right (coral_fork_child_unreleased). So while it
- * is set nothing may wait for another thread of the allocator's (the
- * purge thread: purge.c) nor start one, and in the child a state that
- * only another thread ends is stale (a remote free's FREEING: page.c).
- * (message.c defines the flag.) */
-extern __thread pid_t coral_fork_holding __attribute__((tls_model("initial-exec")));
+ * always. So while it is set nothing may wait for another thread of the
+ * allocator's (the purge thread) nor start one (os/purge.c).
+ *
+ * In the child, the early child handlers run before coralloc's has set
+ * right what the parent's other threads left in flight, and threads they
+ * start run meanwhile: coral_fork_locks_pid, the pid of the process whose
+ * fork's prepare took the locks (0: none), set with the flag, cleared in
+ * the parent with it and in the child only once its handler has released
+ * the locks and made the purge thread's state anew, tells any thread
+ * there that it is in such a child (coral_fork_child_unreleased). There a
+ * remote free's FREEING state on the forking thread's pages is stale
+ * (page/page.c), and no thread signals or starts the purge thread (its
+ * lock and condition variables are the parent's, about to be made anew).
+ * (message.c defines both.) */
+extern __thread bool coral_fork_holding __attribute__((tls_model("initial-exec")));
+extern _Atomic(pid_t) coral_fork_locks_pid;
 
 CORAL_INLINE void coral_mutex_lock(pthread_mutex_t *m) {
-    if (coral_fork_holding == 0) pthread_mutex_lock(m);
+    if (!coral_fork_holding) pthread_mutex_lock(m);
 }
 
 CORAL_INLINE void coral_mutex_unlock(pthread_mutex_t *m) {
-    if (coral_fork_holding == 0) pthread_mutex_unlock(m);
+    if (!coral_fork_holding) pthread_mutex_unlock(m);
 }
 
 /* True when taken (or held by this thread's fork). */
 CORAL_INLINE bool coral_mutex_trylock(pthread_mutex_t *m) {
-    return coral_fork_holding != 0 || pthread_mutex_trylock(m) == 0;
+    return coral_fork_holding || pthread_mutex_trylock(m) == 0;
 }
 
-/* The forking thread's prepare took every lock (holding), or its release
- * begins. */
+/* The forking thread's prepare took every lock (and marks the process's
+ * pid), or its release begins. */
 CORAL_INLINE void coral_fork_holding_set(bool holding) {
     atomic_signal_fence(memory_order_seq_cst);
-    coral_fork_holding = holding ? getpid() : 0;
+    if (holding) atomic_store_explicit(&coral_fork_locks_pid, getpid(), memory_order_relaxed);
+    coral_fork_holding = holding;
     atomic_signal_fence(memory_order_seq_cst);
 }
 
-/* The calling thread is in the child of its fork (of any fork nested in
- * it), before the child handler released the locks: the child has no
- * other thread of the parent's. (A system call, on this path only.) */
+/* The release is done (in the child: the state made anew). Release: a
+ * thread that reads 0 sees that state. */
+CORAL_INLINE void coral_fork_locks_released(void) {
+    atomic_store_explicit(&coral_fork_locks_pid, 0, memory_order_release);
+}
+
+/* The calling thread is in the child of a fork (or of one nested in it)
+ * whose child handler has not yet released the locks. (A system call, only
+ * while a fork holds the locks.) */
 CORAL_INLINE bool coral_fork_child_unreleased(void) {
-    return coral_fork_holding != 0 && coral_fork_holding != getpid();
+    pid_t pid = atomic_load_explicit(&coral_fork_locks_pid, memory_order_acquire);
+    return pid != 0 && pid != getpid();
 }
 
 CORAL_INLINE bool coral_fork_nest_enter(coral_fork_nest_t *n) {

@@ -70,7 +70,8 @@ uint64_t coral_clock_ms(void) {
            atomic_load_explicit(&clock_skew_ms, memory_order_relaxed);
 }
 
-__thread pid_t coral_fork_holding __attribute__((tls_model("initial-exec")));
+__thread bool coral_fork_holding __attribute__((tls_model("initial-exec")));
+_Atomic(pid_t) coral_fork_locks_pid;
 
 bool coral_process_single_threaded(void) {
 #if __has_include(<sys/single_threaded.h>)

@@ -95,6 +95,9 @@ typedef enum coral_test_point_e {
     /* thread.c: the fork's parent handler released every lock that its
      * prepare took; the fork is still in progress on the thread */
     CORAL_TP_FORK_RELEASED,
+    /* purge.c: a fork's child handler released the allocator's other locks
+     * and is about to make the purge thread's lock (the object) anew */
+    CORAL_TP_FORK_CHILD_PURGER,
     CORAL_TP_COUNT
 } coral_test_point_t;
 

@@ -365,9 +365,13 @@ static void fork_unlock(bool child) {
     coral_segment_cache_postfork();
     coral_segment_locks_postfork(child);
     coral_huge_lists_unlock();
-    coral_mutex_unlock(&heap_pool_lock);
     coral_purger_postfork(child);
     exit_heap_lock_postfork(child);
+    /* Last: in the child, threads that a program's child handler started
+     * before this one (base.h, "the locks a fork holds") run meanwhile;
+     * each takes its heap here first, so none is past its exit (taking the
+     * exit heap's lock) before that lock is made anew. */
+    coral_mutex_unlock(&heap_pool_lock);
 }
 
 static void fork_parent(void) {
@@ -378,6 +382,7 @@ static void fork_parent(void) {
     sigset_t mask;
     fork_signals_block(&mask);
     coral_fork_holding_set(false);
+    coral_fork_locks_released(); /* (read in a child only) */
     fork_hook_run(fork_taken_inner.parent);
     fork_unlock(false);
     fork_hook_run(fork_taken_outer.parent);
@@ -427,9 +432,10 @@ static void fork_child_state(void) {
      * thread's heaps (window_fork_exit_heap_notice). */
     if (exit_heap != NULL) coral_heap_after_fork_child(exit_heap);
     coral_heap_t *heap = coral_tls_heap;
-    if (heap == &coral_heap_empty) return;
-    for (coral_link_t *l = heap->thread->heaps.first; l != NULL; l = l->next)
-        coral_heap_after_fork_child(coral_container_of(l, coral_heap_t, thread_link));
+    if (heap != &coral_heap_empty)
+        for (coral_link_t *l = heap->thread->heaps.first; l != NULL; l = l->next)
+            coral_heap_after_fork_child(coral_container_of(l, coral_heap_t, thread_link));
+    coral_fork_locks_released(); /* the state is the child's now (base.h) */
 }
 
 /* ---- process start-up ------------------------------------------------------------------- */

@@ -330,11 +330,14 @@ static void purger_look_at_main(void) {
 }
 
 /* Wake the purge thread (its state RUNNING). Not in a fork's child before
- * its child handler (a program's handler registered before coralloc's,
- * base.h "the locks a fork holds"): the condition variable is the
+ * its child handler released the locks (base.h, "the locks a fork holds":
+ * a program's handler registered before coralloc's, or a thread it
+ * started, frees there): the lock and condition variable are the
  * parent's, whose purge thread the child does not have (it may even have
- * held the variable's internal lock at the fork); the child handler makes
- * it anew and forgets what is pending (coral_purger_postfork). */
+ * held the variable's internal lock at the fork), and the child handler
+ * makes them anew, so a thread that waited for that lock then waited
+ * forever (test_fork_early child_thread); it forgets what is pending too
+ * (coral_purger_postfork). */
 static void purger_signal(void) {
     if (coral_fork_child_unreleased()) return;
     coral_mutex_lock(&purger_lock);
@@ -443,7 +446,7 @@ static void *purger_main(void *arg) {
  * child does not have (test_fork_early purge_pass: both waited forever). */
 bool coral_purge_wait_pass(void) {
     if (atomic_load_explicit(&purger_state, memory_order_acquire) != PURGER_RUNNING ||
-        coral_fork_holding != 0) {
+        coral_fork_holding || coral_fork_child_unreleased()) {
         (void)purge_pass(false);
         return false;
     }
@@ -502,14 +505,15 @@ void coral_purger_start_ahead(int64_t bytes) {
  * held: pthread_create may allocate, and does so through us. */
 void coral_purger_start_if_wanted(void) {
     int wanted = PURGER_WANTED;
-    /* Not while this thread's fork holds every allocator lock (base.h): the
-     * thread would wait for them, and one started in the fork's child,
-     * before its child handler, had its lock and condition variables made
-     * anew under it and was taken for not running, so that a second one
-     * started (test_fork_early purger_start). It stays WANTED: the next
-     * safe point after the release starts it. */
-    if (coral_fork_holding != 0) return;
+    /* Not while this thread's fork holds every allocator lock, nor in a
+     * fork's child before its child handler (base.h): the thread would wait
+     * for those locks, and one started in the child had its lock and
+     * condition variables made anew under it and was taken for not
+     * running, so that a second one started (test_fork_early
+     * purger_start). It stays WANTED: the next safe point after the
+     * release starts it. */
     if (atomic_load_explicit(&purger_state, memory_order_relaxed) != PURGER_WANTED ||
+        coral_fork_holding || coral_fork_child_unreleased() ||
         !atomic_compare_exchange_strong(&purger_state, &wanted, PURGER_STARTING))
         return;
     purger_cond_init(); /* no one waits on or signals it before RUNNING */
@@ -565,6 +569,7 @@ void coral_purger_postfork(bool child) {
         coral_mutex_unlock(&purger_lock);
         return;
     }
+    coral_test_point(CORAL_TP_FORK_CHILD_PURGER, &purger_lock);
     pthread_mutex_init(&purger_lock, NULL);
     purger_cond_init();
     int state = atomic_load_explicit(&purger_state, memory_order_relaxed);

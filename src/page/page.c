@@ -543,27 +543,34 @@ void coral_page_collect(coral_page_t *page) {
 
 /* Owner: set the delay state (see the protocol above). A page in state NEVER
  * keeps it unless override_never. */
-/* Owner: wait while a remote freer is telling the owner (state FREEING):
- * a few steps of that freer (page_notify_owner), but it may be preempted,
- * or run at a lower priority on this CPU (wait_step). Returns the word
- * seen once the state is another. In a fork's child before its child
- * handler (base.h, "the locks a fork holds": a program's handler
- * registered before coralloc's allocates there), the freer was one of the
+/* In a fork's child before its child handler (base.h, "the locks a fork
+ * holds": a program's handler registered before coralloc's allocates
+ * there), the forking thread's pages in state FREEING were told by the
  * parent's other threads, which the child does not have: the state is
  * stale, and set back to NONE here as that handler does for every page of
  * the forking thread's heaps (coral_heap_after_fork_child; before, the
  * early handler's allocation waited forever: test_fork_early
- * child_freeing). */
-static uintptr_t wait_not_freeing(coral_page_t *page, uintptr_t tf) {
+ * child_freeing). True when so (*tf: the word now). Out of line: the
+ * owner's wait stays small. */
+static CORAL_COLD __attribute__((noinline)) bool freeing_stale(coral_page_t *page, uintptr_t *tf) {
+    if (!coral_fork_child_unreleased()) return false;
+    while ((*tf & CORAL_DELAY_MASK) == CORAL_DELAY_FREEING) {
+        uintptr_t none = (*tf & ~CORAL_DELAY_MASK) | CORAL_DELAY_NONE;
+        if (atomic_compare_exchange_weak_explicit(&page->thread_free, tf, none,
+                                                  memory_order_acq_rel, memory_order_acquire))
+            *tf = none;
+    }
+    return true;
+}
+
+/* Owner: wait while a remote freer is telling the owner (state FREEING):
+ * a few steps of that freer (page_notify_owner), but it may be preempted,
+ * or run at a lower priority on this CPU (wait_step). Returns the word
+ * seen once the state is another. */
+CORAL_INLINE uintptr_t wait_not_freeing(coral_page_t *page, uintptr_t tf) {
     unsigned spins = 0;
     while ((tf & CORAL_DELAY_MASK) == CORAL_DELAY_FREEING) {
-        if (coral_fork_child_unreleased()) {
-            uintptr_t none = (tf & ~CORAL_DELAY_MASK) | CORAL_DELAY_NONE;
-            if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, none,
-                                                      memory_order_acq_rel, memory_order_acquire))
-                return none;
-            continue;
-        }
+        if (coral_unlikely(coral_fork_holding) && freeing_stale(page, &tf)) return tf;
         if (spins == 0) coral_test_point(CORAL_TP_WAIT_FREEING, page);
         wait_step(&spins);
         tf = atomic_load_explicit(&page->thread_free, memory_order_acquire);

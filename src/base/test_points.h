@@ -96,7 +96,9 @@ typedef enum coral_test_point_e {
      * prepare took; the fork is still in progress on the thread */
     CORAL_TP_FORK_RELEASED,
     /* purge.c: a fork's child handler released the allocator's other locks
-     * and is about to make the purge thread's lock (the object) anew */
+     * and is about to make the purge thread's lock (the object) anew; only
+     * in a child that has another thread (one a program's child handler
+     * started before coralloc's) */
     CORAL_TP_FORK_CHILD_PURGER,
     CORAL_TP_COUNT
 } coral_test_point_t;

@@ -569,7 +569,12 @@ void coral_purger_postfork(bool child) {
         coral_mutex_unlock(&purger_lock);
         return;
     }
-    coral_test_point(CORAL_TP_FORK_CHILD_PURGER, &purger_lock);
+#if CORAL_TEST_HOOKS
+    /* Only in a child that has another thread (one a program's child
+     * handler started): other tests' hooks may take a lock that a parent
+     * thread held at the fork. */
+    if (!only_thread_left()) coral_test_point(CORAL_TP_FORK_CHILD_PURGER, &purger_lock);
+#endif
     pthread_mutex_init(&purger_lock, NULL);
     purger_cond_init();
     int state = atomic_load_explicit(&purger_state, memory_order_relaxed);

@@ -541,8 +541,6 @@ void coral_page_collect(coral_page_t *page) {
     local_free_to_free(page);
 }
 
-/* Owner: set the delay state (see the protocol above). A page in state NEVER
- * keeps it unless override_never. */
 /* In a fork's child before its child handler (base.h, "the locks a fork
  * holds": a program's handler registered before coralloc's allocates
  * there), the forking thread's pages in state FREEING were told by the
@@ -552,7 +550,7 @@ void coral_page_collect(coral_page_t *page) {
  * early handler's allocation waited forever: test_fork_early
  * child_freeing). True when so (*tf: the word now). Out of line: the
  * owner's wait stays small. */
-static CORAL_COLD __attribute__((noinline)) bool freeing_stale(coral_page_t *page, uintptr_t *tf) {
+static CORAL_COLD bool freeing_stale(coral_page_t *page, uintptr_t *tf) {
     if (!coral_fork_child_unreleased()) return false;
     while ((*tf & CORAL_DELAY_MASK) == CORAL_DELAY_FREEING) {
         uintptr_t none = (*tf & ~CORAL_DELAY_MASK) | CORAL_DELAY_NONE;
@@ -582,6 +580,8 @@ void coral_page_wait_notice_done(coral_page_t *page) {
     (void)wait_not_freeing(page, atomic_load_explicit(&page->thread_free, memory_order_acquire));
 }
 
+/* Owner: set the delay state (see the protocol above). A page in state NEVER
+ * keeps it unless override_never. */
 void coral_page_set_delay(coral_page_t *page, uintptr_t state, bool override_never) {
     uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
     for (;;) {

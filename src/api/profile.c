@@ -140,7 +140,30 @@ static void *pool_get(size_t size, bool record) {
     return p;
 }
 
+/* Each thread keeps up to RECORDS_KEPT freed records (its own list, taken
+ * and put only inside its critical section, so no handler sees it half
+ * changed): a sample and the free of a sampled block take no pool lock, a
+ * lock every thread's samples share, while it has some. The thread's exit
+ * gives them back to the pool (records_kept_return). */
+#define RECORDS_KEPT 32
+static __thread record_t *records_kept __attribute__((tls_model("initial-exec")));
+static __thread uint32_t nrecords_kept __attribute__((tls_model("initial-exec")));
+
+static record_t *record_get(void) {
+    record_t *r = records_kept;
+    if (r == NULL) return pool_get(sizeof(record_t), true);
+    records_kept = r->next;
+    nrecords_kept--;
+    return r;
+}
+
 static void record_put(record_t *r) {
+    if (nrecords_kept < RECORDS_KEPT) {
+        r->next = records_kept;
+        records_kept = r;
+        nrecords_kept++;
+        return;
+    }
     spin_lock(&pool_lock);
     r->next = records_free;
     records_free = r;
@@ -433,7 +456,7 @@ static void sample_record(coral_heap_t *heap, void *p, size_t size, size_t count
     coral_profile_site_t *site = site_add(pcs, depth, 1.0 / prob, (double)size / prob);
     live_bucket_t *b = live_bucket_of(page);
     spin_lock(&b->lock);
-    record_t *r = site != NULL ? pool_get(sizeof(record_t), true) : NULL;
+    record_t *r = site != NULL ? record_get() : NULL;
     if (r != NULL) {
         *r = (record_t){.next = b->first,
                         .addr = p,
@@ -683,8 +706,24 @@ void *coral_profile_refilled(coral_heap_t *heap, unsigned cls, void *p, size_t s
     return p;
 }
 
-/* The thread exits (before its heaps are abandoned): every batch back. */
+/* The thread's kept records back to the pool, in one list. */
+static void records_kept_return(void) {
+    if (records_kept == NULL || !crit_enter()) return;
+    record_t *last = records_kept;
+    while (last->next != NULL) last = last->next;
+    spin_lock(&pool_lock);
+    last->next = records_free;
+    records_free = records_kept;
+    spin_unlock(&pool_lock);
+    records_kept = NULL;
+    nrecords_kept = 0;
+    crit_leave();
+}
+
+/* The thread exits (before its heaps are abandoned): every batch back,
+ * and its kept records. */
 static void profile_thread_exit(void) {
+    records_kept_return();
     coral_heap_t *self = thread_heap;
     if (self == NULL) return;
     thread_heap = NULL;

@@ -172,7 +172,8 @@ typedef struct mapping_s {
     int file;    /* index in the symbolizer's files, or -1 */
     uint64_t id; /* in the profile, from 1; 0: not written */
     bool has_functions;
-    bool used; /* a location lies in it: written (the program's is, always) */
+    bool used;   /* a location lies in it: written (the program's is, always) */
+    bool is_exe; /* of the program's own file (/proc/self/exe) */
 } mapping_t;
 
 /* The whole of a file that stat cannot size (/proc), into b. */
@@ -212,8 +213,8 @@ static const char *skip_field(const char *s, const char *end) {
 static void maps_parse(const buf_t *text, buf_t *out) {
     const char *s = (const char *)text->p, *end = s + text->len;
     while (s < end) {
-        const char *eol = s;
-        while (eol < end && *eol != '\n') eol++;
+        const char *eol = memchr(s, '\n', (size_t)(end - s));
+        if (eol == NULL) eol = end;
         mapping_t m = {.file = -1, .path = ""};
         m.start = parse_hex(&s);
         if (*s == '-') s++;
@@ -336,14 +337,16 @@ static const char *elf_function_at(const elf_file_t *f, uint64_t off, size_t *le
     const Elf64_Sym *best = NULL;
     for (size_t i = 0; i < f->nsyms; i++) {
         const Elf64_Sym *s = &f->syms[i];
+        /* The range first (one subtraction: below st_value it wraps to a
+         * huge distance), the symbol's kind only for the few that hold
+         * vaddr: the test most symbols fail, made first. */
+        if (vaddr - s->st_value >= (s->st_size ? s->st_size : 1)) continue;
         unsigned type = ELF64_ST_TYPE(s->st_info);
         if ((type != STT_FUNC && type != STT_GNU_IFUNC) || s->st_shndx == SHN_UNDEF ||
-            s->st_value > vaddr || s->st_name >= f->strsz)
+            s->st_name >= f->strsz)
             continue;
-        if (vaddr - s->st_value < (s->st_size ? s->st_size : 1)) {
-            best = s;
-            break;
-        }
+        best = s;
+        break;
     }
     if (best == NULL) return NULL;
     const char *name = f->strtab + best->st_name;
@@ -414,6 +417,9 @@ static void symbolizer_init(symbolizer_t *z, arena_t *a) {
     z->nmaps = z->maps.len / sizeof(mapping_t);
     char exe[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe);
+    for (size_t i = 0; i < z->nmaps && n > 0; i++)
+        map_at(z, i)->is_exe =
+            same_path(map_at(z, i)->path, map_at(z, i)->path_len, exe, (size_t)n);
     mapping_t *self = mapping_of(z, (uintptr_t)&coral_profile_write);
     if (self != NULL && n > 0 && !same_path(self->path, self->path_len, exe, (size_t)n)) {
         z->self_path = self->path;
@@ -618,17 +624,14 @@ static uint64_t location_id(writer_t *w, uintptr_t ret) {
  * location lies in. */
 static void mapping_ids(writer_t *w) {
     if (w->z.nmaps == 0) return; /* no sample: no mapping read */
-    char exe[4096];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe);
     uint64_t next = 1;
     for (int pass = 0; pass < 2; pass++) {
         for (size_t i = 0; i < w->z.nmaps; i++) {
             mapping_t *m = map_at(&w->z, i);
             if (!m->exec || m->id != 0) continue;
-            bool is_exe = n > 0 && same_path(m->path, m->path_len, exe, (size_t)n);
-            if (pass == 0 && !is_exe) continue;
+            if (pass == 0 && !m->is_exe) continue;
             m->id = next++;
-            m->used = is_exe;
+            m->used = m->is_exe;
         }
     }
 }

@@ -72,9 +72,9 @@ static bool crit_enter(void) {
     return true;
 }
 
-static void run_deferred(void);
+static CORAL_NOINLINE void run_deferred(void);
 
-static void crit_leave(void) {
+static inline void crit_leave(void) {
     atomic_signal_fence(memory_order_seq_cst);
     in_crit = 0;
     atomic_signal_fence(memory_order_seq_cst);
@@ -229,17 +229,24 @@ static live_bucket_t *live_bucket_of(const coral_page_t *page) {
     return &live[h >> (64 - 12)];
 }
 
-static uint64_t stack_hash(const uintptr_t *pcs, uint32_t depth) {
-    uint64_t h = 0xcbf29ce484222325ull ^ depth;
-    for (uint32_t i = 0; i < depth; i++) h = (h ^ pcs[i]) * 0x100000001b3ull;
+/* A stack's hash (FNV-1a over the return addresses, then the depth),
+ * computed by the walk as it goes: STACK_HASH_START, a step per frame,
+ * stack_hash_end. */
+#define STACK_HASH_START 0xcbf29ce484222325ull
+
+static inline uint64_t stack_hash_step(uint64_t h, uintptr_t pc) {
+    return (h ^ pc) * 0x100000001b3ull;
+}
+
+static inline uint64_t stack_hash_end(uint64_t h, uint32_t depth) {
+    h ^= depth;
     return h ^ (h >> 29);
 }
 
 /* The site of the stack, made if new, with sample's weights added
  * (signals blocked). NULL: no memory for a new one. */
-static coral_profile_site_t *site_add(const uintptr_t *pcs, uint32_t depth, double objects,
-                                      double bytes) {
-    uint64_t h = stack_hash(pcs, depth);
+static coral_profile_site_t *site_add(const uintptr_t *pcs, uint32_t depth, uint64_t h,
+                                      double objects, double bytes) {
     site_bucket_t *b = &sites[h & (SITE_BUCKETS - 1)];
     spin_lock(&b->lock);
     coral_profile_site_t *s = b->first;
@@ -395,19 +402,23 @@ static uintptr_t stack_top_of(uintptr_t fp) {
 /* Return addresses, innermost first, by the frame-pointer chain: each
  * frame's saved frame pointer must lie above the last and below the
  * stack's top, so the walk reads only the thread's stack and ends. Frames
- * compiled without a frame pointer are skipped or end the walk. */
-static CORAL_NOINLINE uint32_t stack_walk(uintptr_t *pcs, uint32_t max) {
+ * compiled without a frame pointer are skipped or end the walk. The
+ * stack's hash, made on the way (no second pass), goes to *hash. */
+static CORAL_NOINLINE uint32_t stack_walk(uintptr_t *pcs, uint32_t max, uint64_t *hash) {
     uintptr_t fp = (uintptr_t)__builtin_frame_address(0);
     uintptr_t top = stack_top_of(fp);
     uint32_t n = 0;
+    uint64_t h = STACK_HASH_START;
     while (n < max && (fp & 7) == 0 && fp + 2 * sizeof(uintptr_t) <= top) {
         const uintptr_t *frame = (const uintptr_t *)fp;
         uintptr_t next = frame[0], ret = frame[1];
         if (ret < CORAL_OS_PAGE_SIZE) break;
         pcs[n++] = ret;
+        h = stack_hash_step(h, ret);
         if (next <= fp) break;
         fp = next;
     }
+    *hash = stack_hash_end(h, n);
     return n;
 }
 
@@ -447,13 +458,14 @@ static void sample_record(coral_heap_t *heap, void *p, size_t size, size_t count
     coral_page_t *page = page_key_of(p);
     if (page == NULL) return; /* (a secure build's malloc(0) slot: no bytes) */
     uintptr_t pcs[CORAL_PROFILE_DEPTH];
-    uint32_t depth = stack_walk(pcs, CORAL_PROFILE_DEPTH);
+    uint64_t hash;
+    uint32_t depth = stack_walk(pcs, CORAL_PROFILE_DEPTH, &hash);
     if (!crit_enter()) return; /* a handler's malloc inside the section: not sampled */
     /* A block counted as c bytes is sampled with probability
      * 1 - e^(-c/rate); it stands for 1/that many blocks and size/that bytes
      * (docs/PROFILING.md). */
     double prob = sample_probability(counted);
-    coral_profile_site_t *site = site_add(pcs, depth, 1.0 / prob, (double)size / prob);
+    coral_profile_site_t *site = site_add(pcs, depth, hash, 1.0 / prob, (double)size / prob);
     live_bucket_t *b = live_bucket_of(page);
     spin_lock(&b->lock);
     record_t *r = site != NULL ? record_get() : NULL;
@@ -887,7 +899,7 @@ static void profile_on_signal(int sig) {
 /* Deferred frees and dump, at the end of a section (not in it). A free is
  * popped with a compare-and-swap: a handler that pushes another meanwhile
  * makes it fail, and the loop reads again. */
-static void run_deferred(void) {
+static CORAL_NOINLINE void run_deferred(void) {
     for (;;) {
         int n = __atomic_load_n(&npending, __ATOMIC_RELAXED);
         if (n > 0) {

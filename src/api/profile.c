@@ -140,11 +140,18 @@ static void *pool_get(size_t size, bool record) {
     return p;
 }
 
-/* Each thread keeps up to RECORDS_KEPT freed records (its own list, taken
- * and put only inside its critical section, so no handler sees it half
- * changed): a sample and the free of a sampled block take no pool lock, a
- * lock every thread's samples share, while it has some. The thread's exit
- * gives them back to the pool (records_kept_return). */
+/* The calling thread's own heap once profiled: its exit (the heap layer
+ * has switched coral_tls_heap to the empty heap by then) finds it here. */
+static __thread coral_heap_t *thread_heap __attribute__((tls_model("initial-exec")));
+
+/* Each thread with a profiled heap (thread_heap) keeps up to RECORDS_KEPT
+ * freed records (its own list, taken and put only inside its critical
+ * section, so no handler sees it half changed): a sample and the free of a
+ * sampled block take no pool lock, a lock every thread's samples share,
+ * while it has some. Its exit gives them back to the pool
+ * (records_kept_return, from the heap layer's exit hook). A thread with no
+ * heap (one that only frees) gets no exit hook: its records go straight to
+ * the pool, or each such thread would take up to RECORDS_KEPT with it. */
 #define RECORDS_KEPT 32
 static __thread record_t *records_kept __attribute__((tls_model("initial-exec")));
 static __thread uint32_t nrecords_kept __attribute__((tls_model("initial-exec")));
@@ -158,7 +165,7 @@ static record_t *record_get(void) {
 }
 
 static void record_put(record_t *r) {
-    if (nrecords_kept < RECORDS_KEPT) {
+    if (thread_heap != NULL && nrecords_kept < RECORDS_KEPT) {
         r->next = records_kept;
         records_kept = r;
         nrecords_kept++;
@@ -595,10 +602,6 @@ static void proxies_install(coral_heap_t *heap, proxies_t *ph) {
     }
 }
 
-/* The calling thread's own heap once profiled: its exit (the heap layer
- * has switched coral_tls_heap to the empty heap by then) finds it here. */
-static __thread coral_heap_t *thread_heap __attribute__((tls_model("initial-exec")));
-
 void coral_profile_heap_start(coral_heap_t *heap) {
     heap->no_direct = true; /* direct[] is ours: all coral_page_empty now */
     if (heap->is_default) thread_heap = heap;
@@ -735,12 +738,12 @@ static void records_kept_return(void) {
 /* The thread exits (before its heaps are abandoned): every batch back,
  * and its kept records. */
 static void profile_thread_exit(void) {
-    records_kept_return();
     coral_heap_t *self = thread_heap;
-    if (self == NULL) return;
-    thread_heap = NULL;
-    for (coral_link_t *l = self->thread->heaps.first; l != NULL; l = l->next)
-        coral_profile_heap_stop(coral_container_of(l, coral_heap_t, thread_link), true);
+    thread_heap = NULL; /* from here on its freed records go to the pool */
+    if (self != NULL)
+        for (coral_link_t *l = self->thread->heaps.first; l != NULL; l = l->next)
+            coral_profile_heap_stop(coral_container_of(l, coral_heap_t, thread_link), true);
+    records_kept_return();
 }
 
 void coral_profile_forget(coral_page_t *page, const void *p) {

@@ -216,7 +216,7 @@ static void owner_free(coral_page_t *page, void *p) {
 }
 
 /* Another thread's block of a normal segment: the quick push, else the
- * full one (which checks p), the freed mark swapped in once. */
+ * full one (which checks p), the freed mark written once. */
 static void remote_free(coral_segment_t *seg, coral_page_t *page, void *p) {
     uintptr_t suspect;
     /* A span no page holds (released, its segment perhaps cached): no

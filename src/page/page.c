@@ -116,7 +116,7 @@
  * owner or by another thread, holds the page's freed mark in its second
  * word until malloc hands it out again. A remote freer reads the word and
  * writes the mark before its push (a plain load and store, no locked
- * instruction: page.h, coral_remote_mark_swap); when the word held the
+ * instruction: page.h, coral_remote_mark_write); when the word held the
  * mark already, the block may be free now (on one of the owner's lists,
  * on thread_free, in a bulk cache), and the push sets SUSPECT. Of two
  * frees of one block, whatever came between them, the second sees the
@@ -718,7 +718,7 @@ coral_block_t *coral_page_freed_block(const coral_page_t *page, void *p) {
 
 void coral_page_free_remote(coral_page_t *page, void *p) {
     coral_block_t *block = coral_page_freed_block(page, p);
-    if (block != NULL) push_remote(page, block, block, 1, coral_remote_mark_swap(block));
+    if (block != NULL) push_remote(page, block, block, 1, coral_remote_mark_write(block));
 }
 
 /* A remote freer pushes its block (state FREEING) before it lists the page

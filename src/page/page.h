@@ -161,7 +161,7 @@ CORAL_INLINE size_t coral_class_size(unsigned cls) {
 /* What a take of the list keeps of the word: the delay state and LISTED. */
 #define CORAL_TF_KEPT (CORAL_DELAY_MASK | CORAL_TF_LISTED)
 /* (Never in the word: what coral_page_free_remote_quick tells the full
- * path when it swapped a block's freed mark in already.) */
+ * path when it wrote a block's freed mark already.) */
 #define CORAL_TF_MARKED ((uintptr_t)1)
 
 CORAL_INLINE coral_block_t *coral_tf_list(uintptr_t tf) {
@@ -300,7 +300,7 @@ CORAL_INLINE void coral_freed_mark_clear(coral_block_t *block) {
  * alone caught is two threads freeing one block at the same instant
  * (page.c, "Freed marks"), which the owner's plain store and the secure
  * build's mark let through as well. */
-CORAL_INLINE uintptr_t coral_remote_mark_swap(coral_block_t *block) {
+CORAL_INLINE uintptr_t coral_remote_mark_write(coral_block_t *block) {
     if (!CORAL_FREED_MARKS) return CORAL_VALGRIND ? CORAL_TF_SUSPECT : 0;
     uint64_t *word = coral_block_mark_word(block);
     uint64_t old = *word;
@@ -371,7 +371,7 @@ bool coral_page_all_free(const coral_page_t *page);
 /* Any thread but the owner: push the chain head..tail of n blocks. */
 void coral_page_push_remote(coral_page_t *page, coral_block_t *head, coral_block_t *tail,
                             uint32_t n);
-/* The same for one block whose freed mark a remote freer swapped in
+/* The same for one block whose freed mark a remote freer wrote
  * already (coral_page_free_remote_quick), SUSPECT as it found. */
 void coral_page_push_remote_marked(coral_page_t *page, coral_block_t *block, uintptr_t suspect);
 /* Owner: whether block, which holds the page's freed mark, is on one of
@@ -534,7 +534,7 @@ CORAL_INLINE bool coral_tf_quick_push(coral_page_t *page, uintptr_t tf, coral_bl
  * attempt, with the same checks as the full path (a page in use, p a block
  * start, no purge or reclaim under way, a count within the page, not the
  * block pushed last); false, with nothing done, sends the free down the
- * full path, which reports a misuse. The freed mark is swapped in once,
+ * full path, which reports a misuse. The freed mark is written once,
  * before the attempt, and stays if the attempt fails: the full path is
  * told what it found (*suspect). */
 CORAL_INLINE bool coral_page_free_remote_quick(coral_page_t *page, void *p, uintptr_t *suspect) {
@@ -546,7 +546,7 @@ CORAL_INLINE bool coral_page_free_remote_quick(coral_page_t *page, void *p, uint
     uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_acquire);
     if (coral_unlikely(!coral_tf_quick_push_ok(page, tf, p))) return false;
     coral_block_t *block = p;
-    *suspect = coral_remote_mark_swap(block) | CORAL_TF_MARKED;
+    *suspect = coral_remote_mark_write(block) | CORAL_TF_MARKED;
     return coral_tf_quick_push(page, tf, block, *suspect & CORAL_TF_SUSPECT);
 }
 
@@ -554,7 +554,7 @@ CORAL_INLINE bool coral_page_free_remote_quick(coral_page_t *page, void *p, uint
  * aligned block: its canary check passed, which stands for the
  * block-start test), by a thread that does not own it: the quick push
  * when it may, else the full one (which checks the count and the page's
- * state). The secure build has no remote freed mark to swap (its mark,
+ * state). The secure build has no remote freed mark to write (its mark,
  * in the block, was written by the check). */
 CORAL_INLINE void coral_page_free_remote_checked(coral_page_t *page, void *p) {
     uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_acquire);

@@ -294,16 +294,18 @@ CORAL_INLINE void coral_freed_mark_clear(coral_block_t *block) {
 
 /* Any thread but the owner, about to push block: the mark written;
  * SUSPECT when it was there already (a double free, or the program's data:
- * the owner tells them apart). A plain load and store, not an atomic
- * exchange: an exchange is a locked instruction (a full barrier on x86) on
- * every remote free, dear where many cores free remotely at once. What it
- * alone caught is two threads freeing one block at the same instant
- * (page.c, "Freed marks"), which the owner's plain store and the secure
- * build's mark let through as well. */
+ * the owner tells them apart). The caller read thread_free (acquire)
+ * before, and its push sets SUSPECT too when that word changed since: so
+ * of two threads freeing one block at the same instant, both reading no
+ * mark, the second to push flags its list (page.c, "Freed marks"). A
+ * plain load and store, not an atomic exchange: an exchange is a locked
+ * instruction (a full barrier on x86) on every remote free, dear where
+ * many cores free remotely at once. */
 CORAL_INLINE uintptr_t coral_remote_mark_write(coral_block_t *block) {
     if (!CORAL_FREED_MARKS) return CORAL_VALGRIND ? CORAL_TF_SUSPECT : 0;
     uint64_t *word = coral_block_mark_word(block);
     uint64_t old = *word;
+    coral_test_point(CORAL_TP_REMOTE_MARK_READ, block);
     *word = CORAL_FREED_MARK;
     return old == CORAL_FREED_MARK ? CORAL_TF_SUSPECT : 0;
 }
@@ -536,7 +538,8 @@ CORAL_INLINE bool coral_tf_quick_push(coral_page_t *page, uintptr_t tf, coral_bl
  * block pushed last); false, with nothing done, sends the free down the
  * full path, which reports a misuse. The freed mark is written once,
  * before the attempt, and stays if the attempt fails: the full path is
- * told what it found (*suspect). */
+ * told what it found (*suspect), and SUSPECT, as the word changed since
+ * it was read (page.c, "Freed marks"). */
 CORAL_INLINE bool coral_page_free_remote_quick(coral_page_t *page, void *p, uintptr_t *suspect) {
     *suspect = 0;
     if (coral_unlikely(page->slice_count == 0 || page->class_idx == CORAL_CLASS_LARGE ||
@@ -547,7 +550,12 @@ CORAL_INLINE bool coral_page_free_remote_quick(coral_page_t *page, void *p, uint
     if (coral_unlikely(!coral_tf_quick_push_ok(page, tf, p))) return false;
     coral_block_t *block = p;
     *suspect = coral_remote_mark_write(block) | CORAL_TF_MARKED;
-    return coral_tf_quick_push(page, tf, block, *suspect & CORAL_TF_SUSPECT);
+    if (coral_likely(coral_tf_quick_push(page, tf, block, *suspect & CORAL_TF_SUSPECT)))
+        return true;
+    /* The word changed since it was read, before the mark (page.c, "Freed
+     * marks"): another free of this block may have read no mark either. */
+    *suspect |= CORAL_TF_SUSPECT;
+    return false;
 }
 
 /* The secure build's push of p, a block start of page (a size class, no

@@ -104,6 +104,10 @@ typedef enum coral_test_point_e {
      * mark word and has not written the freed mark yet; the object is the
      * block */
     CORAL_TP_REMOTE_MARK_READ,
+    /* heap.c: a fork's child handler read the remote-free word of a page
+     * of the forking thread's, in state FREEING, and has not set it back
+     * yet; the object is the page */
+    CORAL_TP_FORK_CHILD_FREEING,
     CORAL_TP_COUNT
 } coral_test_point_t;
 

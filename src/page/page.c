@@ -563,13 +563,18 @@ void coral_page_collect(coral_page_t *page) {
  * owner's wait stays small. */
 static CORAL_COLD bool freeing_stale(coral_page_t *page, uintptr_t *tf) {
     if (!coral_fork_child_unreleased()) return false;
-    while ((*tf & CORAL_DELAY_MASK) == CORAL_DELAY_FREEING) {
-        uintptr_t none = (*tf & ~CORAL_DELAY_MASK) | CORAL_DELAY_NONE;
-        if (atomic_compare_exchange_weak_explicit(&page->thread_free, tf, none,
-                                                  memory_order_acq_rel, memory_order_acquire))
-            *tf = none;
-    }
+    *tf = coral_page_freeing_reset(page, *tf);
     return true;
+}
+
+uintptr_t coral_page_freeing_reset(coral_page_t *page, uintptr_t tf) {
+    while ((tf & CORAL_DELAY_MASK) == CORAL_DELAY_FREEING) {
+        uintptr_t none = (tf & ~CORAL_DELAY_MASK) | CORAL_DELAY_NONE;
+        if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, none,
+                                                  memory_order_acq_rel, memory_order_acquire))
+            return none;
+    }
+    return tf;
 }
 
 /* Owner: wait while a remote freer is telling the owner (state FREEING):

@@ -393,6 +393,12 @@ void coral_page_set_delay(coral_page_t *page, uintptr_t state, bool override_nev
 /* Is a remote freer telling the owner about this page, or has it told it?
  * Such a page must not be released before the owner takes the notice. */
 bool coral_page_notice_pending(coral_page_t *page);
+/* Owner, in a fork's child: the page's state FREEING (its word read as
+ * tf), left by a parent thread the child does not have, set back to NONE
+ * with a CAS, as threads of the child (those a program's child handler
+ * started) may push on thread_free meanwhile (fork_early_child_freeing_push:
+ * a store of the word read lost their push). Returns the word after. */
+uintptr_t coral_page_freeing_reset(coral_page_t *page, uintptr_t tf);
 /* Until the purger has returned a claimed page's memory. */
 void coral_page_wait_not_busy(coral_page_t *page);
 /* Owner: a page taken off delayed_pages was pushed there by a remote freer

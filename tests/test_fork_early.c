@@ -407,15 +407,99 @@ static void case_child_freeing_push(void) {
     CHECK_EQ(pthread_join(freer, NULL), 0);
 }
 
+/* ---- nested_parked: the child's handler forks again, the forking thread past its exit -----
+ * A thread forks in a key destructor that runs after coralloc's exit
+ * cleanup parked its user heap (test_lifetime child_destroys_parked); the
+ * child's early handler forks again. Each child's coralloc handler gives
+ * the parked heaps of the forking thread's parent id the thread's new id
+ * (the child's), so that its thread may destroy them there. The nested
+ * fork's prepare overwrote that parent id with the child's id, though the
+ * heaps still had the first parent's: neither the inner child nor the
+ * child renamed them, and each destroy of the heap stopped with "the heap
+ * belongs to another thread" (and their reapers took its thread for gone,
+ * free to reuse its struct). Now a nested fork keeps the outermost fork's
+ * parent id. */
+
+static pthread_key_t np_key;
+static __thread bool np_rearmed;
+static coral_heap_t *np_heap;
+static int np_inner_status = -1, np_status = -1;
+
+static int np_wait(pid_t pid) {
+    int status = -1;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    return status;
+}
+
+static bool np_exit_0(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
+
+/* The early child handler, in the child: fork again; the inner child
+ * destroys the heap. */
+static void fork_inner_destroy(void) {
+    early_in_child = NULL;
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        coral_heap_destroy(np_heap);
+        _exit(0);
+    }
+    np_inner_status = np_wait(pid);
+}
+
+static void fork_from_late_destructor(void *value) {
+    /* A thread with user heaps runs coralloc's cleanup in the second round
+     * of destructors: this one forks in that round, after it. */
+    if (!np_rearmed) {
+        np_rearmed = true;
+        CHECK_EQ(pthread_setspecific(np_key, value), 0);
+        return;
+    }
+    np_heap = value;
+    early_in_child = fork_inner_destroy;
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        coral_heap_destroy(np_heap);
+        _exit(np_exit_0(np_inner_status) ? 0 : 2);
+    }
+    early_in_child = NULL;
+    np_status = np_wait(pid);
+    coral_heap_destroy(np_heap);
+}
+
+static void *heap_then_exit(void *arg) {
+    (void)arg;
+    coral_heap_t *heap = coral_heap_new();
+    CHECK(heap != NULL);
+    memset(coral_heap_malloc(heap, 64), 5, 64);
+    CHECK_EQ(pthread_setspecific(np_key, heap), 0);
+    return NULL;
+}
+
+static void case_nested_parked(void) {
+    pthread_t t = idle_start();
+    coral_free(coral_malloc(16)); /* coralloc's key first: its destructor runs before np_key's */
+    CHECK_EQ(pthread_key_create(&np_key, fork_from_late_destructor), 0);
+    pthread_t exiting;
+    CHECK_EQ(pthread_create(&exiting, NULL, heap_then_exit, NULL), 0);
+    CHECK_EQ(pthread_join(exiting, NULL), 0);
+    CHECK_MSG(np_exit_0(np_status),
+              "a destroy of the forking thread's parked heap failed in the %s (status 0x%x)",
+              WIFEXITED(np_status) && WEXITSTATUS(np_status) == 2 ? "inner child" : "child",
+              np_status);
+    idle_stop(t);
+}
+
 int main(int argc, char **argv) {
     alarm(60); /* (a hang detector for the parent's own handlers) */
     static const struct {
         const char *name;
         void (*run)(void);
     } cases[] = {
-        {"allocate", case_allocate},         {"purge_pass", case_purge_pass},
-        {"purger_start", case_purger_start}, {"child_freeing", case_child_freeing},
-        {"child_thread", case_child_thread}, {"child_freeing_push", case_child_freeing_push},
+        {"allocate", case_allocate},           {"purge_pass", case_purge_pass},
+        {"purger_start", case_purger_start},   {"child_freeing", case_child_freeing},
+        {"child_thread", case_child_thread},   {"child_freeing_push", case_child_freeing_push},
+        {"nested_parked", case_nested_parked},
     };
     const char *name = argc > 1 ? argv[1] : "allocate";
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -227,7 +227,9 @@ static void *free_first_block(void *arg) {
     return NULL;
 }
 
-static void case_child_freeing(void) {
+/* The forking thread's first page of CF_BLOCK blocks, filled: its blocks
+ * in cf_blocks (the page is then in the full queue, state USE). */
+static void fill_first_page(void) {
     char *first = coral_malloc(CF_BLOCK), *next = NULL;
     CHECK(first != NULL);
     size_t stride = coral_malloc_usable_size(first), count = 0;
@@ -240,6 +242,10 @@ static void case_child_freeing(void) {
         else
             next = p;
     }
+}
+
+static void case_child_freeing(void) {
+    fill_first_page();
     gate_arm(CORAL_TP_NOTIFY_PUSHED, -1);
     pthread_t freer;
     CHECK_EQ(pthread_create(&freer, NULL, free_first_block, NULL), 0);
@@ -337,15 +343,163 @@ static void case_child_thread(void) {
     idle_stop(t);
 }
 
+/* ---- child_freeing_push: a thread the child's handler starts frees into a FREEING page -----
+ * As child_freeing, a parent thread is held at the fork having told the
+ * forking thread that its full page of 16 KiB blocks has a free block
+ * (the page in state FREEING, on the heap's delayed_pages). The child's
+ * early handler starts a thread that frees a second block of that page:
+ * a push on its thread_free, no lock. coralloc's child handler sets the
+ * page's stale FREEING back to NONE meanwhile; it is held after it read
+ * the word until that push is done. Before, it then stored the word it
+ * had read: the push was lost, and the block with it (never handed out
+ * again in the child: a leak of the block and of its page). Now the state
+ * is set back with a CAS, which keeps the push: the child's allocations
+ * get both freed blocks back. */
+
+static _Atomic(bool) cfp_at_point, cfp_pushed;
+
+static void *free_second_block(void *arg) {
+    (void)arg;
+    while (!atomic_load(&cfp_at_point)) sched_yield();
+    coral_free(cf_blocks[1]);
+    atomic_store(&cfp_pushed, true);
+    return NULL;
+}
+
+static void start_second_freer(void) {
+    CHECK_EQ(pthread_create(&ct_thread, NULL, free_second_block, NULL), 0);
+}
+
+static void hold_until_pushed(int point, const void *object) {
+    (void)object;
+    if (point != CORAL_TP_FORK_CHILD_FREEING || atomic_load(&cfp_at_point)) return;
+    atomic_store(&cfp_at_point, true);
+    while (!atomic_load(&cfp_pushed)) sched_yield();
+}
+
+static void both_blocks_back(void) {
+    CHECK_EQ(pthread_join(ct_thread, NULL), 0);
+    CHECK(atomic_load(&cfp_pushed));
+    bool first = false, second = false;
+    for (size_t i = 0; i < 2 * CF_MAX; i++) {
+        void *p = coral_malloc(CF_BLOCK);
+        CHECK(p != NULL);
+        first |= p == cf_blocks[0];
+        second |= p == cf_blocks[1];
+    }
+    CHECK_MSG(first, "the block freed at the fork was not handed out again");
+    CHECK_MSG(second, "the block the child's thread freed was lost (never handed out again)");
+}
+
+static void case_child_freeing_push(void) {
+    skip_under_sanitizers();
+    fill_first_page();
+    gate_arm(CORAL_TP_NOTIFY_PUSHED, -1);
+    pthread_t freer;
+    CHECK_EQ(pthread_create(&freer, NULL, free_first_block, NULL), 0);
+    gate_wait_held();
+    coral_test_point_set(hold_until_pushed);
+    early_in_child = start_second_freer;
+    fork_and_wait("child_freeing_push", both_blocks_back);
+    early_in_child = NULL;
+    coral_test_point_set(gate_hook);
+    gate_open();
+    CHECK_EQ(pthread_join(freer, NULL), 0);
+}
+
+/* ---- nested_parked: the child's handler forks again, the forking thread past its exit -----
+ * A thread forks in a key destructor that runs after coralloc's exit
+ * cleanup parked its user heap (test_lifetime child_destroys_parked); the
+ * child's early handler forks again. Each child's coralloc handler gives
+ * the parked heaps of the forking thread's parent id the thread's new id
+ * (the child's), so that its thread may destroy them there. The nested
+ * fork's prepare overwrote that parent id with the child's id, though the
+ * heaps still had the first parent's: neither the inner child nor the
+ * child renamed them, and each destroy of the heap stopped with "the heap
+ * belongs to another thread" (and their reapers took its thread for gone,
+ * free to reuse its struct). Now a nested fork keeps the outermost fork's
+ * parent id. */
+
+static pthread_key_t np_key;
+static __thread bool np_rearmed;
+static coral_heap_t *np_heap;
+static int np_inner_status = -1, np_status = -1;
+
+static int np_wait(pid_t pid) {
+    int status = -1;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    return status;
+}
+
+static bool np_exit_0(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
+
+/* The early child handler, in the child: fork again; the inner child
+ * destroys the heap. */
+static void fork_inner_destroy(void) {
+    early_in_child = NULL;
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        coral_heap_destroy(np_heap);
+        _exit(0);
+    }
+    np_inner_status = np_wait(pid);
+}
+
+static void fork_from_late_destructor(void *value) {
+    /* A thread with user heaps runs coralloc's cleanup in the second round
+     * of destructors: this one forks in that round, after it. */
+    if (!np_rearmed) {
+        np_rearmed = true;
+        CHECK_EQ(pthread_setspecific(np_key, value), 0);
+        return;
+    }
+    np_heap = value;
+    early_in_child = fork_inner_destroy;
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        coral_heap_destroy(np_heap);
+        _exit(np_exit_0(np_inner_status) ? 0 : 2);
+    }
+    early_in_child = NULL;
+    np_status = np_wait(pid);
+    coral_heap_destroy(np_heap);
+}
+
+static void *heap_then_exit(void *arg) {
+    (void)arg;
+    coral_heap_t *heap = coral_heap_new();
+    CHECK(heap != NULL);
+    memset(coral_heap_malloc(heap, 64), 5, 64);
+    CHECK_EQ(pthread_setspecific(np_key, heap), 0);
+    return NULL;
+}
+
+static void case_nested_parked(void) {
+    pthread_t t = idle_start();
+    coral_free(coral_malloc(16)); /* coralloc's key first: its destructor runs before np_key's */
+    CHECK_EQ(pthread_key_create(&np_key, fork_from_late_destructor), 0);
+    pthread_t exiting;
+    CHECK_EQ(pthread_create(&exiting, NULL, heap_then_exit, NULL), 0);
+    CHECK_EQ(pthread_join(exiting, NULL), 0);
+    CHECK_MSG(np_exit_0(np_status),
+              "a destroy of the forking thread's parked heap failed in the %s (status 0x%x)",
+              WIFEXITED(np_status) && WEXITSTATUS(np_status) == 2 ? "inner child" : "child",
+              np_status);
+    idle_stop(t);
+}
+
 int main(int argc, char **argv) {
     alarm(60); /* (a hang detector for the parent's own handlers) */
     static const struct {
         const char *name;
         void (*run)(void);
     } cases[] = {
-        {"allocate", case_allocate},         {"purge_pass", case_purge_pass},
-        {"purger_start", case_purger_start}, {"child_freeing", case_child_freeing},
-        {"child_thread", case_child_thread},
+        {"allocate", case_allocate},           {"purge_pass", case_purge_pass},
+        {"purger_start", case_purger_start},   {"child_freeing", case_child_freeing},
+        {"child_thread", case_child_thread},   {"child_freeing_push", case_child_freeing_push},
+        {"nested_parked", case_nested_parked},
     };
     const char *name = argc > 1 ? argv[1] : "allocate";
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

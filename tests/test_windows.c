@@ -1785,6 +1785,82 @@ static void case_fork_prepare_starts_thread(void) {
     CHECK_EQ(coral_test_check(), 0);
 }
 
+/* ---- two threads free one block of a third at the same instant --------------------------
+ * A thread frees another thread's block x: it reads x's mark word (no
+ * freed mark: x is live) and is held there, before it writes the mark. A
+ * second thread frees x too (it reads no mark either: the first has not
+ * written it), then y, a block of the same page: x and y are on the
+ * page's thread_free. The first thread goes on: it writes the mark and
+ * pushes x again, onto y: the list is x, y, x, y, ... (x's link now leads
+ * to y), counted as 3 blocks. The owner keeps 8 blocks of the page in use,
+ * so the count is within them, and takes the list when its free list runs
+ * dry. Before, that push was not SUSPECT (it had read no mark): the owner
+ * took the list unwalked and malloc handed x out twice (and y), silently.
+ * The push now finds thread_free changed since it read the word before
+ * the mark, and flags its list: the owner's take walks it and reports x
+ * (coral_fatal: the child aborts). In a fork child, so that the report
+ * ends the child only. */
+#define RACE_LIVE 8
+#define RACE_SIZE 48
+#define RACE_TAKES 4096
+
+static void *race_live[RACE_LIVE];
+
+static void *free_arg(void *arg) {
+    coral_free(arg);
+    return NULL;
+}
+
+static void *free_x_then_y(void *arg) {
+    (void)arg;
+    coral_free(race_live[0]);
+    coral_free(race_live[1]);
+    return NULL;
+}
+
+static int address_order(const void *a, const void *b) {
+    uintptr_t x = (uintptr_t) * (void *const *)a, y = (uintptr_t) * (void *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void remote_mark_race_child(void) {
+    alarm(20);
+    for (int i = 0; i < RACE_LIVE; i++) {
+        race_live[i] = coral_malloc(RACE_SIZE);
+        CHECK(race_live[i] != NULL);
+        if (i > 0 && slice_of(race_live[i]) != slice_of(race_live[0])) _exit(4);
+    }
+    gate_arm(CORAL_TP_REMOTE_MARK_READ, -1);
+    pthread_t first = start(free_arg, race_live[0]);
+    CHECK(gate_wait_held() == race_live[0]);
+    join(start(free_x_then_y, NULL));
+    gate_open();
+    join(first);
+    static void *taken[RACE_TAKES];
+    for (int i = 0; i < RACE_TAKES; i++) taken[i] = coral_malloc(RACE_SIZE);
+    qsort(taken, RACE_TAKES, sizeof taken[0], address_order);
+    for (int i = 1; i < RACE_TAKES; i++)
+        if (taken[i] != NULL && taken[i] == taken[i - 1]) {
+            fprintf(stderr, "block %p handed out twice\n", taken[i]);
+            _exit(3);
+        }
+    _exit(0);
+}
+
+static void case_remote_mark_race(void) {
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) remote_mark_race_child();
+    int status = -1;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK_MSG(!(WIFEXITED(status) && WEXITSTATUS(status) == 3),
+              "a block freed by two threads at the same instant was handed out twice");
+    CHECK_MSG(!(WIFEXITED(status) && WEXITSTATUS(status) == 4), "the blocks are on two pages");
+    CHECK_MSG(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT,
+              "the double free was not reported (status 0x%x)", status);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_windows CASE\n");
@@ -1825,6 +1901,7 @@ int main(int argc, char **argv) {
         {"fork_prepare_starts_thread", case_fork_prepare_starts_thread},
         {"fork_nested_in_release", case_fork_nested_in_release},
         {"fork_nested_in_prepare", case_fork_nested_in_prepare},
+        {"remote_mark_race", case_remote_mark_race},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(argv[1], cases[i].name) == 0) {

@@ -100,6 +100,14 @@ typedef enum coral_test_point_e {
      * in a child that has another thread (one a program's child handler
      * started before coralloc's) */
     CORAL_TP_FORK_CHILD_PURGER,
+    /* page.h: a thread that frees another thread's block read the block's
+     * mark word and has not written the freed mark yet; the object is the
+     * block */
+    CORAL_TP_REMOTE_MARK_READ,
+    /* heap.c: a fork's child handler read the remote-free word of a page
+     * of the forking thread's, in state FREEING, and has not set it back
+     * yet; the object is the page */
+    CORAL_TP_FORK_CHILD_FREEING,
     CORAL_TP_COUNT
 } coral_test_point_t;
 

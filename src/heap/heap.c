@@ -648,16 +648,17 @@ void coral_heap_free_all(coral_heap_t *heap, bool keep) {
  * page is either on delayed_pages already or never will be: then its free
  * blocks stay on thread_free until a collect of the whole heap (a leak at
  * worst, never a double use); the state goes back to NONE so the owner does
- * not wait for it forever. */
+ * not wait for it forever. Threads that a program's child handler started
+ * may push on those pages meanwhile: coral_page_freeing_reset keeps their
+ * pushes. */
 void coral_heap_after_fork_child(coral_heap_t *heap) {
     for (unsigned q = 0; q < CORAL_QUEUE_COUNT; q++) {
         for (coral_link_t *l = heap->queues[q].first; l != NULL; l = l->next) {
             coral_page_t *page = coral_container_of(l, coral_page_t, link);
             uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
-            if ((tf & CORAL_DELAY_MASK) == CORAL_DELAY_FREEING)
-                atomic_store_explicit(&page->thread_free,
-                                      (tf & ~CORAL_DELAY_MASK) | CORAL_DELAY_NONE,
-                                      memory_order_relaxed);
+            if ((tf & CORAL_DELAY_MASK) != CORAL_DELAY_FREEING) continue;
+            coral_test_point(CORAL_TP_FORK_CHILD_FREEING, page);
+            (void)coral_page_freeing_reset(page, tf);
         }
     }
 }

@@ -283,7 +283,12 @@ static void exit_heap_lock_postfork(bool child) {
 
 /* The forking thread's kernel id in the parent (its parked heaps are its
  * own in the child too, where it has another id). Thread-local, as
- * fork_taken_outer: another thread's fork may write its own meanwhile. */
+ * fork_taken_outer: another thread's fork may write its own meanwhile.
+ * Written by the outermost fork in progress on the thread only: a fork
+ * nested in it from a program's child handler run before coralloc's runs
+ * in the child, whose parked heaps still have the parent's id until that
+ * handler renames them, and so has that fork's own child (test_fork_early
+ * nested_parked: the child's id written there, neither renamed them). */
 static __thread int fork_parent_tid __attribute__((tls_model("initial-exec")));
 
 /* The child: user heaps that the forking thread parked at its exit (it
@@ -317,7 +322,7 @@ static __thread bool fork_streams_held __attribute__((tls_model("initial-exec"))
 
 static void fork_prepare(void) {
     coral_test_point(CORAL_TP_FORK_PREPARE, NULL);
-    fork_parent_tid = gettid();
+    if (fork_nest.depth == 0) fork_parent_tid = gettid();
     if (!coral_fork_nest_enter(&fork_nest)) return;
     coral_libc_streams_lock(); /* before every lock of ours (base.h) */
     atomic_signal_fence(memory_order_seq_cst);

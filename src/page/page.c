@@ -126,10 +126,21 @@
  * list with SUSPECT is checked against the owner's lists
  * (thread_free_collect): a block found twice is reported, anything else
  * (the program's data that equals the mark) costs the walk. Chains (bulk
- * frees) carry marks too and always set SUSPECT. Not caught: two frees of
- * one block by two threads (the owner and another, or two others) at the
- * same instant, both reading the word before either writes the mark; the
- * block is then on two lists or twice on one. Any other order is caught.
+ * frees) carry marks too and always set SUSPECT.
+ * Two other threads that free one block at the same instant may both read
+ * the word before either writes the mark. So a remote freer reads
+ * thread_free (acquire) before it reads the mark word, and its push sets
+ * SUSPECT unless its CAS finds the word it read then: the first of the two
+ * to push wrote the mark before its CAS (release), so the second either
+ * read thread_free after that CAS, and then the mark, or finds the word
+ * changed (window_remote_mark_race: before, the second push made the list
+ * x, y, x, ... unflagged and malloc handed x out twice). A push that found
+ * nothing changed costs nothing more. Not caught, the block then handed
+ * out twice: the same with the owner's take of the first push between the
+ * second's read and its CAS, the list empty both times (the word is then
+ * the same again); and the owner's free and another thread's at the same
+ * instant (the owner's free fast path reads and writes the mark, no
+ * atomic operation). Any other order is caught.
  */
 #include <sched.h>
 #include <string.h>
@@ -552,13 +563,18 @@ void coral_page_collect(coral_page_t *page) {
  * owner's wait stays small. */
 static CORAL_COLD bool freeing_stale(coral_page_t *page, uintptr_t *tf) {
     if (!coral_fork_child_unreleased()) return false;
-    while ((*tf & CORAL_DELAY_MASK) == CORAL_DELAY_FREEING) {
-        uintptr_t none = (*tf & ~CORAL_DELAY_MASK) | CORAL_DELAY_NONE;
-        if (atomic_compare_exchange_weak_explicit(&page->thread_free, tf, none,
-                                                  memory_order_acq_rel, memory_order_acquire))
-            *tf = none;
-    }
+    *tf = coral_page_freeing_reset(page, *tf);
     return true;
+}
+
+uintptr_t coral_page_freeing_reset(coral_page_t *page, uintptr_t tf) {
+    while ((tf & CORAL_DELAY_MASK) == CORAL_DELAY_FREEING) {
+        uintptr_t none = (tf & ~CORAL_DELAY_MASK) | CORAL_DELAY_NONE;
+        if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, none,
+                                                  memory_order_acq_rel, memory_order_acquire))
+            return none;
+    }
+    return tf;
 }
 
 /* Owner: wait while a remote freer is telling the owner (state FREEING):
@@ -641,12 +657,14 @@ static void page_notify_owner(coral_page_t *page) {
 
 /* Any thread but the owner: push the chain head..tail of n blocks of the
  * page on its thread_free (see the protocol above), SUSPECT if `suspect`
- * says so (their freed marks are written). */
+ * says so (their freed marks are written) or if the word is no longer
+ * `seen`, what the caller read (acquire) before it read the blocks' mark
+ * words ("Freed marks" above). */
 static void push_remote(coral_page_t *page, coral_block_t *head, coral_block_t *tail, uint32_t n,
-                        uintptr_t suspect) {
+                        uintptr_t suspect, uintptr_t seen) {
     uint32_t reserved = page->reserved;
     bool locked = false;
-    uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_acquire), state;
+    uintptr_t tf = seen, state;
     uint32_t count;
     for (;;) {
         /* A misuse leaves the page's lists as they were (nothing pushed). */
@@ -667,6 +685,7 @@ static void push_remote(coral_page_t *page, coral_block_t *head, coral_block_t *
             tf = atomic_load_explicit(&page->thread_free, memory_order_acquire);
             continue;
         }
+        if (tf != seen) suspect = CORAL_TF_SUSPECT;
         state = tf & CORAL_DELAY_MASK;
         uintptr_t next_state = state == CORAL_DELAY_USE ? CORAL_DELAY_FREEING : state;
         coral_block_set_next(tail, coral_tf_list(tf));
@@ -687,13 +706,18 @@ static void push_remote(coral_page_t *page, coral_block_t *head, coral_block_t *
     if (coral_unlikely(state == CORAL_DELAY_USE)) page_notify_owner(page);
 }
 
+static uintptr_t remote_word(coral_page_t *page) {
+    return atomic_load_explicit(&page->thread_free, memory_order_acquire);
+}
+
 void coral_page_push_remote(coral_page_t *page, coral_block_t *head, coral_block_t *tail,
                             uint32_t n) {
-    push_remote(page, head, tail, n, CORAL_TF_SUSPECT); /* (the owner checks a chain) */
+    /* (the owner checks a chain) */
+    push_remote(page, head, tail, n, CORAL_TF_SUSPECT, remote_word(page));
 }
 
 void coral_page_push_remote_marked(coral_page_t *page, coral_block_t *block, uintptr_t suspect) {
-    push_remote(page, block, block, 1, suspect);
+    push_remote(page, block, block, 1, suspect, remote_word(page));
 }
 
 coral_block_t *coral_page_freed_block(const coral_page_t *page, void *p) {
@@ -718,7 +742,9 @@ coral_block_t *coral_page_freed_block(const coral_page_t *page, void *p) {
 
 void coral_page_free_remote(coral_page_t *page, void *p) {
     coral_block_t *block = coral_page_freed_block(page, p);
-    if (block != NULL) push_remote(page, block, block, 1, coral_remote_mark_write(block));
+    if (block == NULL) return;
+    uintptr_t seen = remote_word(page); /* before the mark is read ("Freed marks" above) */
+    push_remote(page, block, block, 1, coral_remote_mark_write(block), seen);
 }
 
 /* A remote freer pushes its block (state FREEING) before it lists the page

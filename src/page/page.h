@@ -294,16 +294,18 @@ CORAL_INLINE void coral_freed_mark_clear(coral_block_t *block) {
 
 /* Any thread but the owner, about to push block: the mark written;
  * SUSPECT when it was there already (a double free, or the program's data:
- * the owner tells them apart). A plain load and store, not an atomic
- * exchange: an exchange is a locked instruction (a full barrier on x86) on
- * every remote free, dear where many cores free remotely at once. What it
- * alone caught is two threads freeing one block at the same instant
- * (page.c, "Freed marks"), which the owner's plain store and the secure
- * build's mark let through as well. */
+ * the owner tells them apart). The caller read thread_free (acquire)
+ * before, and its push sets SUSPECT too when that word changed since: so
+ * of two threads freeing one block at the same instant, both reading no
+ * mark, the second to push flags its list (page.c, "Freed marks"). A
+ * plain load and store, not an atomic exchange: an exchange is a locked
+ * instruction (a full barrier on x86) on every remote free, dear where
+ * many cores free remotely at once. */
 CORAL_INLINE uintptr_t coral_remote_mark_write(coral_block_t *block) {
     if (!CORAL_FREED_MARKS) return CORAL_VALGRIND ? CORAL_TF_SUSPECT : 0;
     uint64_t *word = coral_block_mark_word(block);
     uint64_t old = *word;
+    coral_test_point(CORAL_TP_REMOTE_MARK_READ, block);
     *word = CORAL_FREED_MARK;
     return old == CORAL_FREED_MARK ? CORAL_TF_SUSPECT : 0;
 }
@@ -391,6 +393,12 @@ void coral_page_set_delay(coral_page_t *page, uintptr_t state, bool override_nev
 /* Is a remote freer telling the owner about this page, or has it told it?
  * Such a page must not be released before the owner takes the notice. */
 bool coral_page_notice_pending(coral_page_t *page);
+/* Owner, in a fork's child: the page's state FREEING (its word read as
+ * tf), left by a parent thread the child does not have, set back to NONE
+ * with a CAS, as threads of the child (those a program's child handler
+ * started) may push on thread_free meanwhile (fork_early_child_freeing_push:
+ * a store of the word read lost their push). Returns the word after. */
+uintptr_t coral_page_freeing_reset(coral_page_t *page, uintptr_t tf);
 /* Until the purger has returned a claimed page's memory. */
 void coral_page_wait_not_busy(coral_page_t *page);
 /* Owner: a page taken off delayed_pages was pushed there by a remote freer
@@ -536,7 +544,8 @@ CORAL_INLINE bool coral_tf_quick_push(coral_page_t *page, uintptr_t tf, coral_bl
  * block pushed last); false, with nothing done, sends the free down the
  * full path, which reports a misuse. The freed mark is written once,
  * before the attempt, and stays if the attempt fails: the full path is
- * told what it found (*suspect). */
+ * told what it found (*suspect), and SUSPECT, as the word changed since
+ * it was read (page.c, "Freed marks"). */
 CORAL_INLINE bool coral_page_free_remote_quick(coral_page_t *page, void *p, uintptr_t *suspect) {
     *suspect = 0;
     if (coral_unlikely(page->slice_count == 0 || page->class_idx == CORAL_CLASS_LARGE ||
@@ -547,7 +556,12 @@ CORAL_INLINE bool coral_page_free_remote_quick(coral_page_t *page, void *p, uint
     if (coral_unlikely(!coral_tf_quick_push_ok(page, tf, p))) return false;
     coral_block_t *block = p;
     *suspect = coral_remote_mark_write(block) | CORAL_TF_MARKED;
-    return coral_tf_quick_push(page, tf, block, *suspect & CORAL_TF_SUSPECT);
+    if (coral_likely(coral_tf_quick_push(page, tf, block, *suspect & CORAL_TF_SUSPECT)))
+        return true;
+    /* The word changed since it was read, before the mark (page.c, "Freed
+     * marks"): another free of this block may have read no mark either. */
+    *suspect |= CORAL_TF_SUSPECT;
+    return false;
 }
 
 /* The secure build's push of p, a block start of page (a size class, no

@@ -118,8 +118,10 @@ static uint8_t *pool_carve;
 static size_t pool_left;
 static record_t *records_free;
 
+/* Each piece starts a cache line: a proxies_t holds pages (64-byte
+ * aligned), and a thread's tally shares no line with what others write. */
 static void *pool_carve_locked(size_t size) {
-    size = (size + 15) & ~(size_t)15;
+    size = (size + 63) & ~(size_t)63;
     if (pool_left < size) {
         uint8_t *chunk = coral_os_map(POOL_CHUNK);
         if (chunk == NULL) return NULL;

@@ -440,6 +440,47 @@ static void test_fork(void) {
     CHECK(live_blocks() == n0 - 1);
 }
 
+/* ---- dumps while threads sample and free ------------------------------------------ */
+
+/* Each dump publishes the running threads' tallies while they add to them
+ * and evict entries (many sites: sizes x call sites); under TSan this is
+ * the tally protocol's race check (src/api/profile.c, "tallies"). */
+#define DW_THREADS 3
+static _Atomic(int) dw_running;
+
+static __attribute__((noinline)) void *dw_alloc_a(size_t n) { return coral_malloc(n); }
+static __attribute__((noinline)) void *dw_alloc_b(size_t n) { return coral_malloc(n); }
+
+static void *dw_worker(void *arg) {
+    (void)arg;
+    void *kept[64] = {0};
+    for (int i = 0; i < 4000; i++) {
+        size_t k = (size_t)i % 64;
+        coral_free(kept[k]);
+        kept[k] = (i & 1) ? dw_alloc_a(sizes[i % 6]) : dw_alloc_b(sizes[i % 6]);
+        CHECK(kept[k] != NULL);
+    }
+    for (size_t k = 0; k < 64; k++) coral_free(kept[k]);
+    atomic_fetch_sub(&dw_running, 1);
+    return NULL;
+}
+
+static void test_dump_while_sampling(const char *path) {
+    unsigned long long n0 = live_blocks();
+    pthread_t t[DW_THREADS];
+    atomic_store(&dw_running, DW_THREADS);
+    for (size_t i = 0; i < DW_THREADS; i++)
+        CHECK(pthread_create(&t[i], NULL, dw_worker, NULL) == 0);
+    int dumps = 0;
+    while ((atomic_load(&dw_running) > 0 && dumps < 8) || dumps < 2) {
+        CHECK(coral_profile_dump(path) == 0);
+        dumps++;
+    }
+    for (size_t i = 0; i < DW_THREADS; i++) pthread_join(t[i], NULL);
+    remove(path);
+    CHECK(live_blocks() == n0);
+}
+
 static void test_dump(const char *path) {
     CHECK(coral_profile_dump(path) == 0);
     FILE *f = fopen(path, "rb");
@@ -495,6 +536,7 @@ int main(int argc, char **argv) {
     test_fork();
     char path[4096];
     snprintf(path, sizeof path, "%s.dump", base);
+    test_dump_while_sampling(path);
     test_dump(path);
     CHECK(live_blocks() == n0);
     puts("test_profile: ok");

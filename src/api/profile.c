@@ -3,11 +3,17 @@
  *
  * Two tables, each an array of buckets with a spin lock and a chain:
  * - sites, keyed by a hash of the stack: one per distinct stack, never
- *   freed, with the estimated totals of its samples;
+ *   freed, with the estimated totals of its samples; found without the
+ *   lock (only a new site takes it), and added to in batches from each
+ *   thread's tally (below), so a sample or a sampled free takes no site
+ *   lock;
  * - live records, keyed by the block's page descriptor (the huge segment's
  *   first one for a huge block): one per sampled block not freed yet, so a
  *   free finds its record, and the owner learns whether its page still
- *   holds one, in one bucket.
+ *   holds one, in one bucket; each bucket carries its own counting
+ *   filters, written under its lock (no locked add).
+ * Per sample and per sampled free: one locked instruction each, the live
+ * bucket's lock.
  * A lock is held only inside a thread's critical section (crit_enter), for
  * a few hundred instructions, and never while taking another bucket's
  * lock (except the pool's, the innermost). A signal handler that
@@ -112,8 +118,10 @@ static uint8_t *pool_carve;
 static size_t pool_left;
 static record_t *records_free;
 
+/* Each piece starts a cache line: a proxies_t holds pages (64-byte
+ * aligned), and a thread's tally shares no line with what others write. */
 static void *pool_carve_locked(size_t size) {
-    size = (size + 15) & ~(size_t)15;
+    size = (size + 63) & ~(size_t)63;
     if (pool_left < size) {
         uint8_t *chunk = coral_os_map(POOL_CHUNK);
         if (chunk == NULL) return NULL;
@@ -126,7 +134,7 @@ static void *pool_carve_locked(size_t size) {
     return p;
 }
 
-/* (Called with a bucket lock held, signals blocked.) */
+/* (Signals blocked; a site bucket's lock may be held.) */
 static void *pool_get(size_t size, bool record) {
     spin_lock(&pool_lock);
     void *p;
@@ -180,18 +188,48 @@ static void record_put(record_t *r) {
 /* ---- the tables --------------------------------------------------------------- */
 
 #define SITE_BUCKETS 4096
-#define LIVE_BUCKETS 4096
+#define LIVE_BUCKETS 2048
+#define LIVE_BUCKET_BITS 11
 
+/* A site bucket's chain is read without its lock: a site is made and
+ * filled in (hash, depth, pcs, next) under the lock and then published by
+ * a release store of `first`; a reader's acquire load of `first` sees it
+ * whole, and those fields never change after. So a sample finds its site
+ * with no locked instruction; only a new site takes the lock. A site's
+ * totals are written and read under the lock only (tallies, below, add to
+ * them in batches). */
 typedef struct site_bucket_s {
     spin_t lock;
-    coral_profile_site_t *first;
+    _Atomic(coral_profile_site_t *) first;
 } site_bucket_t;
 
+/* A live bucket: the records of the pages that hash to it, and its own
+ * counting filters, written only under its lock, so each count is a plain
+ * load and store (no locked add): read without the lock by the free of a
+ * block of a flagged page, and by the page's owner. One cache line, so
+ * that a sample or the look-up of a free touches one line and one page of
+ * the table, not one per table.
+ * - addrs: records per hash of the block's address, among the bucket's;
+ *   a free whose count is 0 has no record and returns at once. A count
+ *   that reaches 255 stays there (it may be wrong from then on, high only:
+ *   a free then searches the chain, never misses a record).
+ * - pages: records per page, by one more bit of the page's hash (exact:
+ *   2^16 live records of one bucket's half would wrap it, far more than
+ *   any heap holds at any rate). 0: the page has no record, and its owner
+ *   clears its flag without searching.
+ * A count may be another block's or page's (then the chain is searched,
+ * under the lock). */
+#define ADDR_SLOTS 48
 typedef struct live_bucket_s {
     spin_t lock;
+    _Atomic(uint16_t) pages[2];
     record_t *first;
-} live_bucket_t;
+    _Atomic(uint8_t) addrs[ADDR_SLOTS];
+} __attribute__((aligned(64))) live_bucket_t;
+_Static_assert(sizeof(live_bucket_t) == 64, "a live bucket is one cache line");
 
+/* In static memory: untouched, so not resident, while profiling is off;
+ * on, a sample touches a page of each table. */
 static site_bucket_t sites[SITE_BUCKETS];
 static live_bucket_t live[LIVE_BUCKETS];
 static _Atomic(size_t) site_count;
@@ -200,40 +238,31 @@ static _Atomic(size_t) site_count;
  * dump reads those only, not every bucket's page. */
 static _Atomic(uint64_t) sites_used[SITE_BUCKETS / 64];
 
-/* Counting filters, so that the free of a block of a flagged page that was
- * not sampled (most of them) returns at once, with no lock and no system
- * call: live records per hash of the block's address, and per hash of its
- * page. Incremented when a record is made, before its block is handed
- * out; decremented when it is removed (both under the record's bucket
- * lock). A zero means no record (for that block, for that page); a nonzero
- * count may be another's (then the bucket is searched). Small, so that the
- * look-up of every such free stays in the cache: 64 KiB of 16-bit counts
- * for addresses (a count would need 2^16 live records in one slot, about
- * 2^31 in all, to wrap), 32 KiB for pages. In static memory (untouched, so
- * not resident, while profiling is off). */
-#define ADDR_FILTER_BITS 15
-#define PAGE_FILTER_BITS 14
-static _Atomic(uint16_t) addr_filter[1u << ADDR_FILTER_BITS];
-static _Atomic(uint16_t) page_filter[1u << PAGE_FILTER_BITS];
-
-static _Atomic(uint16_t) *addr_count(const void *p) {
-    return &addr_filter[((uint64_t)(uintptr_t)p * 0x9E3779B97F4A7C15ull) >>
-                        (64 - ADDR_FILTER_BITS)];
-}
-
-static _Atomic(uint16_t) *page_count(const coral_page_t *page) {
-    return &page_filter[((uint64_t)(uintptr_t)page * 0xC2B2AE3D27D4EB4Full) >>
-                        (64 - PAGE_FILTER_BITS)];
-}
-
-static void filters_add(const void *p, const coral_page_t *page, int delta) {
-    atomic_fetch_add_explicit(addr_count(p), (uint16_t)delta, memory_order_relaxed);
-    atomic_fetch_add_explicit(page_count(page), (uint16_t)delta, memory_order_relaxed);
+static uint64_t page_hash(const coral_page_t *page) {
+    return (uint64_t)(uintptr_t)page * 0x9E3779B97F4A7C15ull;
 }
 
 static live_bucket_t *live_bucket_of(const coral_page_t *page) {
-    uint64_t h = (uint64_t)(uintptr_t)page * 0x9E3779B97F4A7C15ull;
-    return &live[h >> (64 - 12)];
+    return &live[page_hash(page) >> (64 - LIVE_BUCKET_BITS)];
+}
+
+static _Atomic(uint8_t) *addr_count(live_bucket_t *b, const void *p) {
+    uint64_t h = ((uint64_t)(uintptr_t)p * 0xC2B2AE3D27D4EB4Full) >> 32;
+    return &b->addrs[(h * ADDR_SLOTS) >> 32];
+}
+
+static _Atomic(uint16_t) *page_count(live_bucket_t *b, const coral_page_t *page) {
+    return &b->pages[(page_hash(page) >> (63 - LIVE_BUCKET_BITS)) & 1];
+}
+
+/* A record of p on page comes (+1) or goes (-1); b's lock held. */
+static void counts_add(live_bucket_t *b, const void *p, const coral_page_t *page, int delta) {
+    _Atomic(uint8_t) *a = addr_count(b, p);
+    uint8_t n = atomic_load_explicit(a, memory_order_relaxed);
+    if (n != UINT8_MAX) atomic_store_explicit(a, (uint8_t)(n + delta), memory_order_relaxed);
+    _Atomic(uint16_t) *c = page_count(b, page);
+    atomic_store_explicit(c, (uint16_t)(atomic_load_explicit(c, memory_order_relaxed) + delta),
+                          memory_order_relaxed);
 }
 
 /* A stack's hash (FNV-1a over the return addresses, then the depth),
@@ -250,52 +279,268 @@ static inline uint64_t stack_hash_end(uint64_t h, uint32_t depth) {
     return h ^ (h >> 29);
 }
 
-/* The site of the stack, made if new, with sample's weights added
- * (signals blocked). NULL: no memory for a new one. */
-static coral_profile_site_t *site_add(const uintptr_t *pcs, uint32_t depth, uint64_t h,
-                                      double objects, double bytes) {
-    site_bucket_t *b = &sites[h & (SITE_BUCKETS - 1)];
-    spin_lock(&b->lock);
-    coral_profile_site_t *s = b->first;
+static site_bucket_t *site_bucket_of(const coral_profile_site_t *s) {
+    return &sites[s->hash & (SITE_BUCKETS - 1)];
+}
+
+static coral_profile_site_t *site_search(coral_profile_site_t *s, const uintptr_t *pcs,
+                                         uint32_t depth, uint64_t h) {
     while (s != NULL &&
            (s->hash != h || s->depth != depth || memcmp(s->pcs, pcs, depth * sizeof *pcs) != 0))
         s = s->next;
+    return s;
+}
+
+/* The site of the stack, made if new (signals blocked). NULL: no memory
+ * for a new one. */
+static coral_profile_site_t *site_find(const uintptr_t *pcs, uint32_t depth, uint64_t h) {
+    site_bucket_t *b = &sites[h & (SITE_BUCKETS - 1)];
+    coral_profile_site_t *first = atomic_load_explicit(&b->first, memory_order_acquire);
+    coral_profile_site_t *s = site_search(first, pcs, depth, h);
+    if (s != NULL) return s;
+    spin_lock(&b->lock);
+    coral_profile_site_t *now = atomic_load_explicit(&b->first, memory_order_relaxed);
+    if (now != first) s = site_search(now, pcs, depth, h); /* (made meanwhile) */
     if (s == NULL && (s = pool_get(sizeof *s, false)) != NULL) {
         memset(s, 0, sizeof *s);
         s->hash = h;
         s->depth = depth;
         memcpy(s->pcs, pcs, depth * sizeof *pcs);
-        s->next = b->first;
-        b->first = s;
+        s->next = now;
+        atomic_store_explicit(&b->first, s, memory_order_release);
         size_t i = (size_t)(b - sites);
         atomic_fetch_or_explicit(&sites_used[i / 64], (uint64_t)1 << (i % 64),
                                  memory_order_relaxed);
         atomic_fetch_add_explicit(&site_count, 1, memory_order_relaxed);
     }
-    if (s != NULL) {
-        s->alloc_objects += objects;
-        s->alloc_bytes += bytes;
-        s->inuse_objects += objects;
-        s->inuse_bytes += bytes;
-    }
     spin_unlock(&b->lock);
     return s;
 }
 
-/* A record's weights leave its site's in-use totals (signals blocked). */
-static void site_release(const record_t *r) {
-    site_bucket_t *b = &sites[r->site->hash & (SITE_BUCKETS - 1)];
+/* The four totals of a site, in profile.h's order. */
+enum { T_ALLOC_OBJECTS, T_ALLOC_BYTES, T_INUSE_OBJECTS, T_INUSE_BYTES, T_COUNT };
+
+/* Adds d to s's totals; its bucket's lock held. */
+static void site_totals_add_locked(coral_profile_site_t *s, const double d[T_COUNT]) {
+    s->alloc_objects += d[T_ALLOC_OBJECTS];
+    s->alloc_bytes += d[T_ALLOC_BYTES];
+    s->inuse_objects += d[T_INUSE_OBJECTS];
+    s->inuse_bytes += d[T_INUSE_BYTES];
+}
+
+/* ---- tallies: a thread's site totals, published in batches ---------------------
+ * A thread with a profiled heap (thread_heap: its exit hook runs) adds its
+ * samples' weights, and its frees' of sampled blocks, to its own tally,
+ * with no lock and no locked instruction: an entry per site (direct-mapped
+ * by the site's hash; a site that finds its entry taken by another
+ * publishes and evicts that one). What an entry holds is published to its
+ * site's totals (under the site bucket's lock) when it is evicted, when
+ * the thread exits (tally_release, from the exit hook), and by every dump
+ * (tallies_publish, before the sites are read), so a dump has every
+ * sample and free made before it began, of threads gone or running.
+ *
+ * Who writes what, when:
+ * - sum[]: the owner only, at any time in its critical section (a load and
+ *   a store: one writer). Others read it, field by field.
+ * - published[]: how much of sum[] is in the site's totals. Written, with
+ *   the totals, under the lock of the entry's site's bucket: by the owner
+ *   (eviction, exit) and by a dump (the publication for the owner).
+ * - site: NULL, or the site sum[] is for. Set from NULL by the owner (no
+ *   lock: sum[] and published[] are 0 then, written before it by a release
+ *   store); back to NULL only under the site's bucket lock, after the
+ *   publication, with sum[] and published[] zeroed first. So whoever holds
+ *   the lock of site s's bucket and reads site == s reads sum[] and
+ *   published[] of s: the owner cannot evict s meanwhile.
+ * A dump may read a sum[] the owner is adding to, some fields with the
+ * sample and some without: it publishes what it read, and records it in
+ * published[], so the rest goes with the next publication; totals are
+ * never lost or counted twice, and a dump sees a sample made while it
+ * runs in part at most.
+ *
+ * Tallies are mapped from the pool, listed (a push-only list: `next` is
+ * set before the release store of the head, and never changed) and never
+ * unmapped; an exiting thread's, published and emptied, goes to a free
+ * list (pool_lock) for the next thread. A thread with no exit hook (no
+ * profiled heap: one that only frees, or an exiting thread past its
+ * cleanup) adds to the site's totals directly, under the bucket's lock. */
+#define TALLY_SLOTS 32
+
+typedef struct tally_entry_s {
+    _Atomic(coral_profile_site_t *) site;
+    _Atomic(double) sum[T_COUNT];
+    _Atomic(double) published[T_COUNT];
+} tally_entry_t;
+
+typedef struct tally_s {
+    tally_entry_t e[TALLY_SLOTS];
+    struct tally_s *next;      /* in tallies_all, immutable once listed */
+    struct tally_s *next_free; /* in tallies_free (pool_lock) */
+} tally_t;
+
+static _Atomic(tally_t *) tallies_all;
+static tally_t *tallies_free; /* (pool_lock) */
+static __thread tally_t *thread_tally __attribute__((tls_model("initial-exec")));
+
+/* What e holds beyond published[] goes to site s's totals; the lock of
+ * s's bucket held, e's site is s. */
+static void entry_publish_locked(tally_entry_t *e, coral_profile_site_t *s) {
+    double d[T_COUNT];
+    for (int i = 0; i < T_COUNT; i++) {
+        double sum = atomic_load_explicit(&e->sum[i], memory_order_relaxed);
+        d[i] = sum - atomic_load_explicit(&e->published[i], memory_order_relaxed);
+        atomic_store_explicit(&e->published[i], sum, memory_order_relaxed);
+    }
+    site_totals_add_locked(s, d);
+}
+
+/* The owner empties e (site s): published, then zeroed and freed. */
+static void entry_evict(tally_entry_t *e, coral_profile_site_t *s) {
+    site_bucket_t *b = site_bucket_of(s);
     spin_lock(&b->lock);
-    r->site->inuse_objects -= r->objects;
-    r->site->inuse_bytes -= r->bytes;
+    entry_publish_locked(e, s);
+    for (int i = 0; i < T_COUNT; i++) {
+        atomic_store_explicit(&e->sum[i], 0.0, memory_order_relaxed);
+        atomic_store_explicit(&e->published[i], 0.0, memory_order_relaxed);
+    }
+    atomic_store_explicit(&e->site, NULL, memory_order_relaxed);
     spin_unlock(&b->lock);
 }
+
+/* The calling thread's tally, made at its first use; NULL where it has
+ * none (no exit hook will publish it) or no memory. In the section. */
+static tally_t *tally_mine(void) {
+    if (thread_heap == NULL) return NULL;
+    tally_t *t = thread_tally;
+    if (t != NULL) return t;
+    spin_lock(&pool_lock);
+    t = tallies_free;
+    if (t != NULL) {
+        tallies_free = t->next_free;
+    } else if ((t = pool_carve_locked(sizeof *t)) != NULL) {
+        t->next = atomic_load_explicit(&tallies_all, memory_order_relaxed);
+        atomic_store_explicit(&tallies_all, t, memory_order_release);
+    }
+    spin_unlock(&pool_lock);
+    thread_tally = t;
+    return t;
+}
+
+/* The calling thread's entry for site s, taken for it (its holder
+ * evicted) if another site holds it; NULL where the thread has no tally.
+ * In the section. */
+static CORAL_NOINLINE tally_entry_t *tally_entry_slow(coral_profile_site_t *s) {
+    tally_t *t = tally_mine();
+    if (t == NULL) return NULL;
+    tally_entry_t *e = &t->e[(s->hash >> 12) & (TALLY_SLOTS - 1)];
+    coral_profile_site_t *held = atomic_load_explicit(&e->site, memory_order_relaxed);
+    if (held != s) {
+        if (held != NULL) entry_evict(e, held);
+        atomic_store_explicit(&e->site, s, memory_order_release);
+    }
+    return e;
+}
+
+static inline tally_entry_t *tally_entry(coral_profile_site_t *s) {
+    tally_t *t = thread_tally;
+    if (coral_likely(t != NULL)) {
+        tally_entry_t *e = &t->e[(s->hash >> 12) & (TALLY_SLOTS - 1)];
+        if (coral_likely(atomic_load_explicit(&e->site, memory_order_relaxed) == s)) return e;
+    }
+    return tally_entry_slow(s);
+}
+
+/* (The owner's add: it is sum[]'s only writer.) */
+static inline void sum_add(_Atomic(double) *sum, double v) {
+    atomic_store_explicit(sum, atomic_load_explicit(sum, memory_order_relaxed) + v,
+                          memory_order_relaxed);
+}
+
+/* Totals of site s: alloc_* += objects, bytes, and inuse_* += in_objects,
+ * in_bytes; to the thread's tally, or directly. In the section. */
+static CORAL_NOINLINE void site_count_locked(coral_profile_site_t *s, double objects, double bytes,
+                                             double in_objects, double in_bytes) {
+    site_bucket_t *b = site_bucket_of(s);
+    spin_lock(&b->lock);
+    const double d[T_COUNT] = {objects, bytes, in_objects, in_bytes};
+    site_totals_add_locked(s, d);
+    spin_unlock(&b->lock);
+}
+
+static inline void site_count_alloc(coral_profile_site_t *s, double objects, double bytes,
+                                    bool in_use) {
+    tally_entry_t *e = tally_entry(s);
+    if (e == NULL) {
+        site_count_locked(s, objects, bytes, in_use ? objects : 0.0, in_use ? bytes : 0.0);
+        return;
+    }
+    sum_add(&e->sum[T_ALLOC_OBJECTS], objects);
+    sum_add(&e->sum[T_ALLOC_BYTES], bytes);
+    if (!in_use) return;
+    sum_add(&e->sum[T_INUSE_OBJECTS], objects);
+    sum_add(&e->sum[T_INUSE_BYTES], bytes);
+}
+
+static inline void site_count_free(coral_profile_site_t *s, double objects, double bytes) {
+    tally_entry_t *e = tally_entry(s);
+    if (e == NULL) {
+        site_count_locked(s, 0.0, 0.0, -objects, -bytes);
+        return;
+    }
+    sum_add(&e->sum[T_INUSE_OBJECTS], -objects);
+    sum_add(&e->sum[T_INUSE_BYTES], -bytes);
+}
+
+/* Every entry of t published (by a dump, for whichever thread owns t). */
+static void tally_publish(tally_t *t) {
+    for (size_t i = 0; i < TALLY_SLOTS; i++) {
+        tally_entry_t *e = &t->e[i];
+        for (;;) {
+            coral_profile_site_t *s = atomic_load_explicit(&e->site, memory_order_acquire);
+            if (s == NULL) break;
+            site_bucket_t *b = site_bucket_of(s);
+            spin_lock(&b->lock);
+            bool same = atomic_load_explicit(&e->site, memory_order_acquire) == s;
+            if (same) entry_publish_locked(e, s);
+            spin_unlock(&b->lock);
+            if (same) break; /* (else the owner evicted s meanwhile: read again) */
+        }
+    }
+}
+
+static void tallies_publish(void) {
+    for (tally_t *t = atomic_load_explicit(&tallies_all, memory_order_acquire); t != NULL;
+         t = t->next) {
+        if (!crit_enter()) return; /* (never: dumps wait for the section's end) */
+        tally_publish(t);
+        crit_leave();
+    }
+}
+
+/* The exiting thread's tally: published, emptied, freed for another. */
+static void tally_release(void) {
+    tally_t *t = thread_tally;
+    if (t == NULL || !crit_enter()) return;
+    for (size_t i = 0; i < TALLY_SLOTS; i++) {
+        coral_profile_site_t *s = atomic_load_explicit(&t->e[i].site, memory_order_relaxed);
+        if (s != NULL) entry_evict(&t->e[i], s);
+    }
+    thread_tally = NULL;
+    spin_lock(&pool_lock);
+    t->next_free = tallies_free;
+    tallies_free = t;
+    spin_unlock(&pool_lock);
+    crit_leave();
+}
+
+/* A record's weights leave its site's in-use totals (signals blocked). */
+static void site_release(const record_t *r) { site_count_free(r->site, r->objects, r->bytes); }
 
 size_t coral_profile_site_count(void) {
     return atomic_load_explicit(&site_count, memory_order_relaxed);
 }
 
 void coral_profile_sites_visit(coral_profile_site_fn fn, void *arg) {
+    tallies_publish(); /* every thread's batch in the sites' totals first */
     coral_profile_site_t copy;
     for (size_t i = 0; i < SITE_BUCKETS; i++) {
         if (i % 64 == 0 && atomic_load_explicit(&sites_used[i / 64], memory_order_relaxed) == 0) {
@@ -306,7 +551,8 @@ void coral_profile_sites_visit(coral_profile_site_fn fn, void *arg) {
             continue;
         if (!crit_enter()) return; /* (never: dumps wait for the section's end) */
         spin_lock(&sites[i].lock);
-        for (coral_profile_site_t *s = sites[i].first; s != NULL; s = s->next) {
+        for (coral_profile_site_t *s = atomic_load_explicit(&sites[i].first, memory_order_relaxed);
+             s != NULL; s = s->next) {
             copy = *s;
             fn(&copy, arg);
         }
@@ -472,28 +718,28 @@ static void sample_record(coral_heap_t *heap, void *p, size_t size, size_t count
      * 1 - e^(-c/rate); it stands for 1/that many blocks and size/that bytes
      * (docs/PROFILING.md). */
     double prob = sample_probability(counted);
-    coral_profile_site_t *site = site_add(pcs, depth, hash, 1.0 / prob, (double)size / prob);
-    live_bucket_t *b = live_bucket_of(page);
-    spin_lock(&b->lock);
+    double objects = 1.0 / prob, bytes = (double)size / prob;
+    coral_profile_site_t *site = site_find(pcs, depth, hash);
     record_t *r = site != NULL ? record_get() : NULL;
+    if (site != NULL) site_count_alloc(site, objects, bytes, r != NULL); /* (in use: recorded) */
     if (r != NULL) {
+        live_bucket_t *b = live_bucket_of(page);
+        spin_lock(&b->lock);
         *r = (record_t){.next = b->first,
                         .addr = p,
                         .page = page,
                         .heap = heap,
                         .site = site,
-                        .objects = 1.0 / prob,
-                        .bytes = (double)size / prob,
+                        .objects = objects,
+                        .bytes = bytes,
                         .size = size};
         b->first = r;
-        filters_add(p, page, 1);
+        counts_add(b, p, page, 1);
         /* The calling thread owns the page (its heap just allocated there);
          * a huge segment's descriptor has no owner, and no one else writes it. */
         coral_slice_set_flags(page, coral_slice_flags(page) | CORAL_PAGE_SAMPLED);
-    } else if (site != NULL) {
-        site_release(&(record_t){.site = site, .objects = 1.0 / prob, .bytes = size / prob});
+        spin_unlock(&b->lock);
     }
-    spin_unlock(&b->lock);
     crit_leave();
 }
 
@@ -516,9 +762,9 @@ static bool page_has_records(const live_bucket_t *b, const coral_page_t *page) {
 }
 
 /* The owner takes a batch from a flagged page (a free of an unsampled
- * block leaves the flag alone: its look-up reads the address filter
- * only): the flag goes when the page has no record left, by the page
- * filter's count, else by a search of the page's bucket (under its lock).
+ * block leaves the flag alone: its look-up reads the address count
+ * only): the flag goes when the page has no record left, by its bucket's
+ * page count, else by a search of the bucket (under its lock).
  * So a page whose sampled blocks other threads freed has its frees back
  * on the fast path from its owner's next batch of it. */
 static void page_flag_check(coral_page_t *page) {
@@ -527,8 +773,8 @@ static void page_flag_check(coral_page_t *page) {
      * makes them, and a handler's malloc in the section is not sampled). */
     if (!crit_enter()) return; /* (the page's next batch clears it) */
     bool held = false;
-    if (atomic_load_explicit(page_count(page), memory_order_relaxed) != 0) {
-        live_bucket_t *b = live_bucket_of(page);
+    live_bucket_t *b = live_bucket_of(page);
+    if (atomic_load_explicit(page_count(b, page), memory_order_relaxed) != 0) {
         spin_lock(&b->lock);
         held = page_has_records(b, page);
         spin_unlock(&b->lock);
@@ -736,7 +982,7 @@ static void records_kept_return(void) {
 }
 
 /* The thread exits (before its heaps are abandoned): every batch back,
- * and its kept records. */
+ * its kept records, and its tally published. */
 static void profile_thread_exit(void) {
     coral_heap_t *self = thread_heap;
     thread_heap = NULL; /* from here on its freed records go to the pool */
@@ -744,23 +990,24 @@ static void profile_thread_exit(void) {
         for (coral_link_t *l = self->thread->heaps.first; l != NULL; l = l->next)
             coral_profile_heap_stop(coral_container_of(l, coral_heap_t, thread_link), true);
     records_kept_return();
+    tally_release();
 }
 
 void coral_profile_forget(coral_page_t *page, const void *p) {
     /* A record of p is made before p is handed out, so a free of p (which
      * the program orders after that) sees its count. */
-    if (atomic_load_explicit(addr_count(p), memory_order_relaxed) == 0) return;
+    live_bucket_t *b = live_bucket_of(page);
+    if (atomic_load_explicit(addr_count(b, p), memory_order_relaxed) == 0) return;
     if (!crit_enter()) {
         defer_free(page, p);
         return;
     }
-    live_bucket_t *b = live_bucket_of(page);
     spin_lock(&b->lock);
     record_t **link = &b->first, *r;
     while ((r = *link) != NULL && r->addr != p) link = &r->next;
     if (r != NULL) {
         *link = r->next;
-        filters_add(p, page, -1);
+        counts_add(b, p, page, -1);
     }
     /* The owner clears the flag when no sampled block of the page is left
      * (only it sets it, so none can appear meanwhile); another thread's
@@ -783,7 +1030,7 @@ void coral_profile_forget_heap(const coral_heap_t *heap) {
         while ((r = *link) != NULL) {
             if (r->heap == heap) {
                 *link = r->next;
-                filters_add(r->addr, r->page, -1);
+                counts_add(&live[i], r->addr, r->page, -1);
                 r->next = gone;
                 gone = r;
             } else {

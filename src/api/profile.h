@@ -89,7 +89,8 @@ int64_t coral_profile_rate(void);
 /* How many sites exist now (more may come while a dump runs). */
 size_t coral_profile_site_count(void);
 /* A copy of each site, one bucket at a time under its lock, given to fn
- * (which must take no profiler lock). */
+ * (which must take no profiler lock), after every thread's tally (its
+ * totals not yet published, profile.c) is added to the sites' totals. */
 typedef void (*coral_profile_site_fn)(const coral_profile_site_t *site, void *arg);
 void coral_profile_sites_visit(coral_profile_site_fn fn, void *arg);
 

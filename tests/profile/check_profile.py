@@ -25,6 +25,11 @@ With --stray STRAY_EXE (tests/profile/stray_frame.c), the profile of a
 program whose frame-pointer chain leads to a stray word (a return address
 in no mapping) has no location in no mapping: its stacks are cut there.
 
+With --totals TOTALS_EXE (tests/profile/thread_totals.c), the profile a
+program dumps while half of its threads have exited and half are alive
+holds every thread's allocations and frees at its site, exactly (each
+thread's totals are published in batches: at its exit, and by the dump).
+
 With --pprof, the standard pprof (PATH, or $(go env GOPATH)/bin) must read
 the file and its -top view (by alloc_space, and by inuse_space) must name
 the three functions first, in order. Exit 77 (SKIPPED) when pprof is not
@@ -131,6 +136,27 @@ def check_stray(lib: str, exe: str, work: Path) -> None:
     print(f"stray frame: {len(prof.locations)} locations, none in no mapping")
 
 
+def check_totals(lib: str, exe: str, work: Path) -> None:
+    work.mkdir(parents=True, exist_ok=True)
+    for old in work.glob("totals*"):
+        old.unlink()
+    dump = work / "totals-dump"
+    env = dict(os.environ, LD_PRELOAD=lib, CORALLOC_PROFILE=str(work / "totals"),
+               CORALLOC_PROFILE_RATE="1")
+    r = subprocess.run([exe, str(dump)], env=env, timeout=120, stdout=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        fail(f"{exe} exited {r.returncode}")
+    name, alloc, inuse = r.stdout.split()
+    prof = read_pprof.read(str(dump))
+    for type_name, want in [("alloc_objects", int(alloc)), ("inuse_objects", int(inuse)),
+                            ("alloc_space", int(alloc) * 4096),
+                            ("inuse_space", int(inuse) * 4096)]:
+        got = prof.totals_by(type_name, lambda fr: fr[0] if fr else None).get(name, 0)
+        print(f"{type_name:13} {name}: {got} in the dump, {want} true")
+        if got != want:
+            fail(f"{type_name} of {name}: {got} in the dump, not {want}")
+
+
 def find_pprof() -> str | None:
     found = shutil.which("pprof")
     if found:
@@ -190,6 +216,10 @@ def main() -> int:
     lib, exe, work = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     if "--stray" in sys.argv[4:]:
         check_stray(lib, sys.argv[sys.argv.index("--stray") + 1], work)
+        print("PASSED")
+        return 0
+    if "--totals" in sys.argv[4:]:
+        check_totals(lib, sys.argv[sys.argv.index("--totals") + 1], work)
         print("PASSED")
         return 0
     path, truth = run_sites(lib, exe, work)

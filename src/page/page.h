@@ -709,37 +709,38 @@ CORAL_INLINE uint64_t *coral_mark_word(const coral_page_t *page, void *block) {
  * need follow no pattern a branch predictor could learn (glibc-thread's,
  * 4 bytes to 32 KiB at random, are 16-byte blocks one time in two: a
  * branch there mispredicted at every other malloc and free, 3x its time). */
-CORAL_INLINE size_t coral_fill_step(size_t bs) { return (size_t)(bs > 16) * 8; }
+CORAL_INLINE size_t coral_fill_step(size_t usable) { return (size_t)(usable > 8) * 8; }
 
-/* The fill of a freed block of a size class, of bs bytes: three stores (in
+/* The fill of a freed block of a size class, of `usable` bytes before its
+ * canary's word (its block size less 8): three stores (in
  * a 32-byte block the third is the mark's word, in a 16-byte one all three
  * are: the mark, written after, takes it). */
-CORAL_INLINE void coral_secure_fill_words(uint8_t *block, size_t bs) {
+CORAL_INLINE void coral_secure_fill_words(uint8_t *block, size_t usable) {
     uint8_t *w = block + 8;
-    size_t k = coral_fill_step(bs);
+    size_t k = coral_fill_step(usable);
     *(uint64_t *)(void *)w = CORAL_FILL_WORD;
     *(uint64_t *)(void *)(w + k) = CORAL_FILL_WORD;
     *(uint64_t *)(void *)(w + 2 * k) = CORAL_FILL_WORD;
 }
 
 CORAL_INLINE void coral_secure_fill(const coral_page_t *page, uint8_t *block) {
-    coral_secure_fill_words(block, page->block_size);
+    coral_secure_fill_words(block, page->block_size - CORAL_CANARY_SIZE);
 }
 
-/* Whether a freed block of a size class (of bs bytes, its canary
- * `canary`) has its fill and, in a block of 32 bytes or less, its mark as
- * coral_secure_mark_freed left them: words 1, 2 and 3 hold the fill in a
- * block above 32 bytes; words 1 and 2 the fill and word 3 the mark in a
- * 32-byte one; word 1 the mark in a 16-byte one (read three times,
- * coral_fill_step). What each word must hold is a select, not a branch
+/* Whether a freed block of a size class (of `usable` bytes before its
+ * canary's word, its canary `canary`) has its fill and, in a block of 32
+ * bytes or less, its mark as coral_secure_mark_freed left them: words 1,
+ * 2 and 3 hold the fill in a block above 32 bytes; words 1 and 2 the fill
+ * and word 3 the mark in a 32-byte one; word 1 the mark in a 16-byte one
+ * (read three times, coral_fill_step). What each word must hold is a select, not a branch
  * (above). The words read are the block's first 32 bytes. */
-CORAL_INLINE bool coral_secure_fill_intact(size_t bs, const uint8_t *block, uint64_t canary) {
+CORAL_INLINE bool coral_secure_fill_intact(size_t usable, const uint8_t *block, uint64_t canary) {
     const uint8_t *w = block + 8;
-    uint64_t above16 = bs > 16;
-    size_t k = (size_t)above16 * 8;                                    /* coral_fill_step */
-    uint64_t away = CORAL_FILL_WORD ^ coral_freed_mark_of(canary);     /* fill to mark */
-    uint64_t marked12 = above16 - 1;                                   /* all ones: 16 bytes */
-    uint64_t marked3 = (uint64_t)0 - (uint64_t)(bs <= CORAL_FILL_END); /* 16 or 32 bytes */
+    uint64_t above16 = usable > 8;
+    size_t k = (size_t)above16 * 8;                                /* coral_fill_step */
+    uint64_t away = CORAL_FILL_WORD ^ coral_freed_mark_of(canary); /* fill to mark */
+    uint64_t marked12 = above16 - 1;                               /* all ones: 16 bytes */
+    uint64_t marked3 = (uint64_t)0 - (uint64_t)(usable <= CORAL_FILL_END - CORAL_CANARY_SIZE);
     uint64_t want12 = CORAL_FILL_WORD ^ (away & marked12);
     uint64_t want3 = CORAL_FILL_WORD ^ (away & marked3);
     return ((*(const uint64_t *)(const void *)w ^ want12) |
@@ -796,10 +797,9 @@ CORAL_INLINE bool coral_secure_free_fast(coral_page_t *slice, void *p) {
     size_t offset = (uintptr_t)p & (CORAL_SLICE_SIZE - 1);
     if (coral_unlikely(offset > slice->owner_last_block)) return false;
     uint64_t canary = coral_owner_canary_of(slice, p);
-    uint64_t *mark =
-        (uint64_t *)(void *)((uint8_t *)p + slice->owner_block_size - CORAL_CANARY_SIZE);
+    uint64_t *mark = (uint64_t *)(void *)((uint8_t *)p + slice->owner_usable_size);
     if (coral_unlikely(*mark != canary)) return false;
-    coral_secure_fill_words(p, slice->owner_block_size);
+    coral_secure_fill_words(p, slice->owner_usable_size);
     *mark = coral_freed_mark_of(canary);
     return true;
 }
@@ -828,13 +828,13 @@ CORAL_INLINE uint32_t coral_block_offset_in_page(const coral_page_t *page, const
  * report is a tail call that returns nothing (the malloc fast path then
  * keeps no stack frame for it). */
 CORAL_INLINE void *coral_secure_small_out(coral_page_t *page, void *p, size_t zero) {
-    size_t bs = page->owner_block_size;
+    size_t usable = page->owner_usable_size;
     uint64_t canary = coral_owner_canary_of(page, p);
     uint32_t offset = coral_block_offset_in_page(page, p);
     if (coral_unlikely(offset > page->owner_last_block) ||
-        coral_unlikely(!coral_secure_fill_intact(bs, p, canary)))
+        coral_unlikely(!coral_secure_fill_intact(usable, p, canary)))
         return coral_secure_write_after_free(page, p);
-    *(uint64_t *)(void *)((uint8_t *)p + bs - CORAL_CANARY_SIZE) = canary;
+    *(uint64_t *)(void *)((uint8_t *)p + usable) = canary;
     if (zero != 0) memset(p, 0, zero);
     return p;
 }

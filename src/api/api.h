@@ -196,7 +196,7 @@ CORAL_INLINE void coral_free_in_segment(coral_segment_t *seg, coral_page_t *slic
 CORAL_INLINE void coral_secure_free_in_segment(coral_segment_t *seg, coral_page_t *slice, void *p,
                                                size_t size, const char *call) {
     if (coral_likely(coral_slice_tid_flags(slice) == coral_thread_id()) &&
-        coral_likely(size <= slice->owner_block_size - CORAL_CANARY_SIZE) &&
+        coral_likely(size <= slice->owner_usable_size) &&
         coral_likely(coral_secure_free_fast(slice, p))) {
         coral_free_push_local(slice, p);
         return;

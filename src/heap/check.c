@@ -94,7 +94,8 @@ static bool check_span(check_t *c, coral_segment_t *seg, const coral_page_t *pag
 /* The owner's view of a page of a size class (segment.h) is its geometry:
  * the secure build's fast paths check blocks against it. */
 static bool check_owner_view(check_t *c, const coral_page_t *page) {
-    if ((CORAL_SECURE ? page->owner_block_size != page->block_size
+    if ((CORAL_SECURE ? page->owner_usable_size != page->block_size - CORAL_CANARY_SIZE ||
+                            page->owner_start_low != (uint32_t)(uintptr_t)page->start
                       : page->owner_start_mul != coral_page_start_mul(page) ||
                             page->owner_carved_x != coral_page_carved_x(page, page->capacity)) ||
         page->owner_last_block != (size_t)(page->reserved - 1) * page->block_size ||

@@ -176,7 +176,10 @@ void coral_page_init(coral_page_t *page, coral_page_owner_t *owner, bool user_he
     page->class_idx = (uint8_t)cls;
     page->block_size = block_size;
     page->aligned_slices = 0;
-    if (CORAL_SECURE) page->owner_block_size = block_size;
+    if (CORAL_SECURE) {
+        page->owner_usable_size = (uint32_t)(block_size - CORAL_CANARY_SIZE);
+        page->owner_start_low = (uint32_t)(uintptr_t)page->start;
+    }
     /* (A span holds at least one block: reserved >= 1.) */
     page->owner_last_block = (uint32_t)((size_t)(page->reserved - 1) * block_size);
     if (CORAL_SECURE) {

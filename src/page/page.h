@@ -715,35 +715,51 @@ CORAL_INLINE uint64_t *coral_mark_word(const coral_page_t *page, void *block) {
     return (uint64_t *)(void *)((uint8_t *)block + page->block_size - CORAL_CANARY_SIZE);
 }
 
-/* The fill of a freed block of a size class above 16 bytes: three stores
- * (the third is the mark's word in a 32-byte block: the mark, written
- * after, takes it). */
-CORAL_INLINE void coral_secure_fill_words(uint8_t *block) {
-    uint64_t *w = (uint64_t *)(void *)block;
-    w[1] = CORAL_FILL_WORD;
-    w[2] = CORAL_FILL_WORD;
-    w[3] = CORAL_FILL_WORD;
+/* The fill's three stores, and the three loads of malloc's check of it,
+ * address words 1, 1 + k and 1 + 2k of a block, k = coral_fill_step: one
+ * word above 16 bytes (words 1, 2 and 3), none in a 16-byte block (which
+ * has no room for a fill: the three address its word 1, its mark's). So
+ * neither has a branch on the block size: the sizes a program asks for
+ * need follow no pattern a branch predictor could learn (glibc-thread's,
+ * 4 bytes to 32 KiB at random, are 16-byte blocks one time in two: a
+ * branch there mispredicted at every other malloc and free, 3x its time). */
+CORAL_INLINE size_t coral_fill_step(size_t usable) { return (size_t)(usable > 8) * 8; }
+
+/* The fill of a freed block of a size class, of `usable` bytes before its
+ * canary's word (its block size less 8): three stores (in
+ * a 32-byte block the third is the mark's word, in a 16-byte one all three
+ * are: the mark, written after, takes it). */
+CORAL_INLINE void coral_secure_fill_words(uint8_t *block, size_t usable) {
+    uint8_t *w = block + 8;
+    size_t k = coral_fill_step(usable);
+    *(uint64_t *)(void *)w = CORAL_FILL_WORD;
+    *(uint64_t *)(void *)(w + k) = CORAL_FILL_WORD;
+    *(uint64_t *)(void *)(w + 2 * k) = CORAL_FILL_WORD;
 }
 
 CORAL_INLINE void coral_secure_fill(const coral_page_t *page, uint8_t *block) {
-    if (page->block_size > 16) coral_secure_fill_words(block);
+    coral_secure_fill_words(block, page->block_size - CORAL_CANARY_SIZE);
 }
 
-/* Whether a freed block of a size class (of bs bytes, its canary
- * `canary`) has its fill and, in a 32-byte block, its mark as
- * coral_secure_mark_freed left them: words 1 and 2 hold the fill in a
- * block above 16 bytes; word 3 the fill in one above 32 bytes, the mark in
- * a 32-byte one. What word 3 must hold is a select, not a branch: the
- * sizes a program asks for need follow no pattern a branch predictor could
- * learn. (A 16-byte block, requests of up to 8 bytes, has no fill: its
- * word 1 is its mark, checked in that branch.) The words read are the
- * block's first 32 bytes. */
-CORAL_INLINE bool coral_secure_fill_intact(size_t bs, const uint8_t *block, uint64_t canary) {
-    const uint64_t *w = (const uint64_t *)(const void *)block;
-    if (bs <= 16) return w[1] == coral_freed_mark_of(canary);        /* (no fill: its mark) */
-    uint64_t small = (uint64_t)0 - (uint64_t)(bs <= CORAL_FILL_END); /* all ones: 32 bytes */
-    uint64_t word3 = CORAL_FILL_WORD ^ ((CORAL_FILL_WORD ^ coral_freed_mark_of(canary)) & small);
-    return ((w[1] ^ CORAL_FILL_WORD) | (w[2] ^ CORAL_FILL_WORD) | (w[3] ^ word3)) == 0;
+/* Whether a freed block of a size class (of `usable` bytes before its
+ * canary's word, its canary `canary`) has its fill and, in a block of 32
+ * bytes or less, its mark as coral_secure_mark_freed left them: words 1,
+ * 2 and 3 hold the fill in a block above 32 bytes; words 1 and 2 the fill
+ * and word 3 the mark in a 32-byte one; word 1 the mark in a 16-byte one
+ * (read three times, coral_fill_step). What each word must hold is a select, not a branch
+ * (above). The words read are the block's first 32 bytes. */
+CORAL_INLINE bool coral_secure_fill_intact(size_t usable, const uint8_t *block, uint64_t canary) {
+    const uint8_t *w = block + 8;
+    uint64_t above16 = usable > 8;
+    size_t k = (size_t)above16 * 8;                                /* coral_fill_step */
+    uint64_t away = CORAL_FILL_WORD ^ coral_freed_mark_of(canary); /* fill to mark */
+    uint64_t marked12 = above16 - 1;                               /* all ones: 16 bytes */
+    uint64_t marked3 = (uint64_t)0 - (uint64_t)(usable <= CORAL_FILL_END - CORAL_CANARY_SIZE);
+    uint64_t want12 = CORAL_FILL_WORD ^ (away & marked12);
+    uint64_t want3 = CORAL_FILL_WORD ^ (away & marked3);
+    return ((*(const uint64_t *)(const void *)w ^ want12) |
+            (*(const uint64_t *)(const void *)(w + k) ^ want12) |
+            (*(const uint64_t *)(const void *)(w + 2 * k) ^ want3)) == 0;
 }
 
 /* A block of page passed the checks of its free (its canary was `canary`):
@@ -795,27 +811,22 @@ CORAL_INLINE bool coral_secure_free_fast(coral_page_t *slice, void *p) {
     size_t offset = (uintptr_t)p & (CORAL_SLICE_SIZE - 1);
     if (coral_unlikely(offset > slice->owner_last_block)) return false;
     uint64_t canary = coral_owner_canary_of(slice, p);
-    uint64_t *mark =
-        (uint64_t *)(void *)((uint8_t *)p + slice->owner_block_size - CORAL_CANARY_SIZE);
+    uint64_t *mark = (uint64_t *)(void *)((uint8_t *)p + slice->owner_usable_size);
     if (coral_unlikely(*mark != canary)) return false;
-    if (slice->owner_block_size > 16) coral_secure_fill_words(p);
+    coral_secure_fill_words(p, slice->owner_usable_size);
     *mark = coral_freed_mark_of(canary);
     return true;
 }
 
-/* The offset of p from the first block of the page whose head descriptor
- * is `page`, for a p in the page's segment: both offsets taken within the
- * segment (a mask each), the page's from its descriptor's index (a shift:
- * a descriptor of 128 bytes stands for a slice of 64 KiB). Every block on
- * a page's lists is in its segment (the decode of each link checks it,
- * coral_block_next, and the blocks a carve or a free puts there are the
- * page's), so a block malloc pops needs no other bound; a p outside the
- * page gives an offset above its last block (an unsigned wrap below it). */
-CORAL_INLINE size_t coral_block_offset_in_segment(const coral_page_t *page, const void *p) {
-    _Static_assert(CORAL_SLICE_SIZE / sizeof(coral_page_t) == 512, "the shift below");
-    const uintptr_t pages_at = offsetof(coral_segment_t, pages) << 9;
-    return ((uintptr_t)p & CORAL_SEGMENT_MASK) + pages_at -
-           (((uintptr_t)page & CORAL_SEGMENT_MASK) << 9);
+/* The offset of p from the first block of `page` (a page of a size class:
+ * owner_start_low, segment.h), for a p in the page's segment: a
+ * subtraction in 32 bits. Every block on a page's lists is in its segment
+ * (the decode of each link checks it, coral_block_next, and the blocks a
+ * carve or a free puts there are the page's), so a block malloc pops needs
+ * no other bound; a p outside the page gives an offset above its last
+ * block (an unsigned wrap below it: the segment is 4 MiB). */
+CORAL_INLINE uint32_t coral_block_offset_in_page(const coral_page_t *page, const void *p) {
+    return (uint32_t)(uintptr_t)p - page->owner_start_low;
 }
 
 /* A block of a size class just popped off `page`'s free list by its
@@ -831,13 +842,13 @@ CORAL_INLINE size_t coral_block_offset_in_segment(const coral_page_t *page, cons
  * report is a tail call that returns nothing (the malloc fast path then
  * keeps no stack frame for it). */
 CORAL_INLINE void *coral_secure_small_out(coral_page_t *page, void *p, size_t zero) {
-    size_t bs = page->owner_block_size;
+    size_t usable = page->owner_usable_size;
     uint64_t canary = coral_owner_canary_of(page, p);
-    size_t offset = coral_block_offset_in_segment(page, p);
+    uint32_t offset = coral_block_offset_in_page(page, p);
     if (coral_unlikely(offset > page->owner_last_block) ||
-        coral_unlikely(!coral_secure_fill_intact(bs, p, canary)))
+        coral_unlikely(!coral_secure_fill_intact(usable, p, canary)))
         return coral_secure_write_after_free(page, p);
-    *(uint64_t *)(void *)((uint8_t *)p + bs - CORAL_CANARY_SIZE) = canary;
+    *(uint64_t *)(void *)((uint8_t *)p + usable) = canary;
     if (zero != 0) memset(p, 0, zero);
     return p;
 }

@@ -155,7 +155,7 @@ static uint32_t draw_below(uint64_t *bits, uint32_t count) {
  * compiler reload (a uint64_t store may alias the global key). */
 static inline void carve_one(uint8_t *b, size_t bs, uint64_t canary, uintptr_t key,
                              coral_block_t *next) {
-    if (bs > 16) coral_secure_fill_words(b);
+    coral_secure_fill_words(b, bs - CORAL_CANARY_SIZE);
     *(uint64_t *)(void *)(b + bs - CORAL_CANARY_SIZE) = coral_freed_mark_of(canary);
     ((coral_block_t *)(void *)b)->next = (coral_block_t *)((uintptr_t)next ^ key ^ (uintptr_t)b);
 }

@@ -94,7 +94,11 @@ typedef struct coral_page_s {
     /* The owner's view of the block geometry (second line), for its malloc
      * and free of a block of a size class (the secure build's checks of
      * the canary, freed mark and fill, and what they write, page/page.h):
-     * block_size; the offset of the last block from start
+     * block_size less the canary's 8 bytes (the canary's word is at
+     * block + owner_usable_size, an addressing mode); the low 32 bits of
+     * start (a block of the page's segment is in the page when its address
+     * less them, in 32 bits, is at most the last block's offset: the
+     * segment is 4 MiB); the offset of the last block from start
      * ((reserved - 1) * block_size); the canary of the block at address 0,
      * the secret key with the page's epoch folded in (a block's canary is
      * this with the block's address folded in). So a malloc reads no line
@@ -106,7 +110,10 @@ typedef struct coral_page_s {
      * starts") take their places. Written at page init and reset, and
      * (carved_x) whenever capacity changes. */
     union {
-        size_t owner_block_size;  /* the secure build */
+        struct {
+            uint32_t owner_usable_size; /* the secure build: block_size - 8 */
+            uint32_t owner_start_low;   /* the secure build */
+        };
         uint64_t owner_start_mul; /* the default build */
     };
     union {

@@ -66,6 +66,29 @@ install() {
     [ "${#need[@]}" -eq 0 ] || say "still missing after apt-get: ${need[*]}"
 }
 
+# Beside the Debian packages: Google's pprof (profile_pprof reads the
+# profiler's files with it), which Debian 12 does not package as a
+# command. Installed with the Go toolchain from the Go module proxy, at
+# the version pinned here, into $(go env GOPATH)/bin (where the test
+# looks), on the same terms as the packages: when root and installing is
+# allowed; without `go`, the test says SKIPPED.
+PPROF_MODULE=github.com/google/pprof@v0.0.0-20261105003125-4bf881d7fb0b
+install_pprof() {
+    command -v pprof >/dev/null 2>&1 && return 0
+    command -v go >/dev/null 2>&1 || { say "no go toolchain: profile_pprof will be SKIPPED"; return 0; }
+    [ -x "$(go env GOPATH)/bin/pprof" ] && return 0
+    [ "${CORALLOC_NO_INSTALL:-}" = 1 ] && return 0
+    if [ "$(id -u)" != 0 ]; then
+        say "pprof missing; not root, so profile_pprof will be SKIPPED (go install $PPROF_MODULE)"
+        return 0
+    fi
+    say "go install $PPROF_MODULE"
+    if ! go install "$PPROF_MODULE" >"$tmp/go.log" 2>&1; then
+        tail -n 20 "$tmp/go.log" >&2
+        say "go install failed: profile_pprof will be SKIPPED"
+    fi
+}
+
 skipped() {
     local tool pkg
     for tool in "$@"; do
@@ -83,7 +106,7 @@ skipped() {
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/coral_deps.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 case ${1:-} in
-install) install ;;
+install) install; install_pprof ;;
 missing) missing ;;
 skipped) shift; skipped "$@" ;;
 *)

@@ -750,10 +750,9 @@ CORAL_INLINE void coral_secure_fill(const coral_page_t *page, uint8_t *block) {
  * (above). The words read are the block's first 32 bytes. */
 CORAL_INLINE bool coral_secure_fill_intact(size_t usable, const uint8_t *block, uint64_t canary) {
     const uint8_t *w = block + 8;
-    uint64_t above16 = usable > 8;
-    size_t k = (size_t)above16 * 8;                                /* coral_fill_step */
+    size_t k = coral_fill_step(usable);
     uint64_t away = CORAL_FILL_WORD ^ coral_freed_mark_of(canary); /* fill to mark */
-    uint64_t marked12 = above16 - 1;                               /* all ones: 16 bytes */
+    uint64_t marked12 = (uint64_t)(k != 0) - 1;                    /* all ones: 16 bytes */
     uint64_t marked3 = (uint64_t)0 - (uint64_t)(usable <= CORAL_FILL_END - CORAL_CANARY_SIZE);
     uint64_t want12 = CORAL_FILL_WORD ^ (away & marked12);
     uint64_t want3 = CORAL_FILL_WORD ^ (away & marked3);

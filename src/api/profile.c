@@ -355,7 +355,11 @@ static void site_totals_add_locked(coral_profile_site_t *s, const double d[T_COU
  * sample and some without: it publishes what it read, and records it in
  * published[], so the rest goes with the next publication; totals are
  * never lost or counted twice, and a dump sees a sample made while it
- * runs in part at most.
+ * runs in part at most. Not so in a forked child: the fork takes the
+ * bucket locks but not the owners' adds, so a tally of another parent
+ * thread may hold a sample in part (its objects added, not its bytes),
+ * and that thread is not there to add the rest: the child's dumps show it
+ * so (docs/PROFILING.md, "Rules it keeps").
  *
  * Tallies are mapped from the pool, listed (a push-only list: `next` is
  * set before the release store of the head, and never changed) and never

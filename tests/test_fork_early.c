@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/single_threaded.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -290,8 +291,9 @@ static void start_freer(void) {
     CHECK_EQ(pthread_create(&ct_thread, NULL, free_the_page, NULL), 0);
 }
 
-/* Whether task tid waits in a futex call on lock (its syscall file: the
- * call's number, then its arguments in hex). No allocation. */
+/* Whether task tid waits in a futex call on lock (NULL: on any; its
+ * syscall file: the call's number, then its arguments in hex). No
+ * allocation. */
 static bool waits_on(pid_t tid, const void *lock) {
     char path[64], buf[256];
     snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
@@ -303,17 +305,24 @@ static bool waits_on(pid_t tid, const void *lock) {
     buf[n] = '\0';
     char *end;
     long nr = strtol(buf, &end, 10);
-    return nr == SYS_futex && strtoull(end, NULL, 16) == (unsigned long long)(uintptr_t)lock;
+    return nr == SYS_futex &&
+           (lock == NULL || strtoull(end, NULL, 16) == (unsigned long long)(uintptr_t)lock);
+}
+
+/* Until the thread *tid (0: not started yet) is done or, once *ready (NULL:
+ * at once), waits in a futex call on lock (NULL: on any). */
+static void wait_until_waits(_Atomic(pid_t) *tid, _Atomic(bool) *done, _Atomic(bool) *ready,
+                             const void *lock) {
+    for (;;) {
+        if (atomic_load(done)) return;
+        pid_t t = atomic_load(tid);
+        if (t != 0 && (ready == NULL || atomic_load(ready)) && waits_on(t, lock)) return;
+        sched_yield();
+    }
 }
 
 static void hold_until_freer_settled(int point, const void *object) {
-    if (point != CORAL_TP_FORK_CHILD_PURGER) return;
-    for (;;) {
-        if (atomic_load(&ct_done)) return;
-        pid_t tid = atomic_load(&ct_tid);
-        if (tid != 0 && waits_on(tid, object)) return;
-        sched_yield();
-    }
+    if (point == CORAL_TP_FORK_CHILD_PURGER) wait_until_waits(&ct_tid, &ct_done, NULL, object);
 }
 
 static void join_freer(void) {
@@ -490,16 +499,144 @@ static void case_nested_parked(void) {
     idle_stop(t);
 }
 
+/* ---- child_thread_forks: a thread the child's early handler starts forks ---------------
+ * The parent is multi-threaded when glibc's fork begins, so glibc makes
+ * stdio's list lock (and every stream's lock) anew in the child before the
+ * child handlers run. The early child handler starts a thread that forks at
+ * once, and returns once that thread's fork is in coralloc's prepare
+ * handler and waits (a futex call): it has taken the list lock and waits
+ * for the allocator's locks, which the forking thread holds until
+ * coralloc's child handler. That handler made the list lock anew again,
+ * under the thread's hold: the thread's parent handler then released it
+ * once more than it was taken (count -1), and the child's next fork or
+ * fflush(NULL) waited forever for it (SIGALRM). Now the handler makes
+ * nothing anew that glibc made anew. The child then flushes every stream
+ * (another thread's fflush(NULL)) and forks, three times. */
+
+static pthread_t cf_thread;
+static _Atomic(pid_t) cf_tid;
+static _Atomic(bool) cf_in_prepare;
+static _Atomic(int) cf_forked = -1; /* the thread's child's wait status */
+static _Atomic(bool) cf_done;
+
+static void note_thread_prepare(int point, const void *object) {
+    (void)object;
+    if (point == CORAL_TP_FORK_PREPARE && (pid_t)syscall(SYS_gettid) == atomic_load(&cf_tid))
+        atomic_store(&cf_in_prepare, true);
+}
+
+static void *thread_forks(void *arg) {
+    (void)arg;
+    atomic_store(&cf_tid, (pid_t)syscall(SYS_gettid));
+    pid_t pid = fork();
+    if (pid == 0) _exit(0);
+    int status = -1;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    atomic_store(&cf_forked, status);
+    atomic_store(&cf_done, true);
+    return NULL;
+}
+
+static void start_forking_thread(void) {
+    atomic_store(&cf_tid, 0);
+    atomic_store(&cf_in_prepare, false);
+    CHECK_EQ(pthread_create(&cf_thread, NULL, thread_forks, NULL), 0);
+    wait_until_waits(&cf_tid, &cf_done, &cf_in_prepare, NULL);
+}
+
+static void *flush_all(void *arg) {
+    CHECK_EQ(fflush(NULL), 0);
+    return arg;
+}
+
+static void join_forking_thread(void) {
+    CHECK_EQ(pthread_join(cf_thread, NULL), 0);
+    CHECK_EQ(atomic_load(&cf_forked), 0);
+    early_in_child = NULL;
+    for (int i = 0; i < 3; i++) {
+        pthread_t t;
+        CHECK_EQ(pthread_create(&t, NULL, flush_all, NULL), 0);
+        CHECK_EQ(pthread_join(t, NULL), 0);
+        fork_and_wait("child_thread_forks (the child's child)", NULL);
+        coral_free(coral_malloc(100));
+    }
+}
+
+static void case_child_thread_forks(void) {
+    skip_under_sanitizers();
+    pthread_t t = idle_start();
+    coral_free(coral_malloc(100));
+    coral_test_point_set(note_thread_prepare);
+    early_in_child = start_forking_thread;
+    for (int i = 0; i < FORKS; i++) fork_and_wait("child_thread_forks", join_forking_thread);
+    coral_test_point_set(NULL);
+    idle_stop(t);
+}
+
+/* ---- child_list_waiter: a thread of the child waits for stdio's list lock ---------------
+ * The process has one thread when glibc's fork begins, so glibc makes
+ * nothing anew in the child; a prepare handler registered after coralloc's
+ * (run before it) starts a thread, so coralloc's prepare takes stdio's list
+ * lock. The child's early handler starts a thread that flushes every
+ * stream (fflush(NULL)) and returns once that thread waits (a futex call:
+ * for the list lock, which the forking thread holds). coralloc's child
+ * handler made the lock anew, which wakes no waiter: the thread waited
+ * forever (SIGALRM). Now it releases its take, as the parent handler does,
+ * and the thread goes on. */
+
+static pthread_t lw_prepare_thread, lw_thread;
+static _Atomic(pid_t) lw_tid;
+static _Atomic(bool) lw_done;
+
+static void prepare_starts_thread(void) {
+    CHECK_EQ(pthread_create(&lw_prepare_thread, NULL, idle_thread, NULL), 0);
+}
+
+static void *flush_when_free(void *arg) {
+    atomic_store(&lw_tid, (pid_t)syscall(SYS_gettid));
+    CHECK_EQ(fflush(NULL), 0);
+    atomic_store(&lw_done, true);
+    return arg;
+}
+
+static void start_list_waiter(void) {
+    CHECK_EQ(pthread_create(&lw_thread, NULL, flush_when_free, NULL), 0);
+    wait_until_waits(&lw_tid, &lw_done, NULL, NULL);
+}
+
+static void join_list_waiter(void) {
+    CHECK_EQ(pthread_join(lw_thread, NULL), 0);
+    CHECK(atomic_load(&lw_done));
+}
+
+static void case_child_list_waiter(void) {
+    skip_under_sanitizers();
+    if (!__libc_single_threaded) {
+        printf("SKIPPED: the process has a thread already\n");
+        exit(77);
+    }
+    CHECK_EQ(pipe(idle_pipe), 0);
+    CHECK_EQ(pthread_atfork(prepare_starts_thread, NULL, NULL), 0);
+    early_in_child = start_list_waiter;
+    fork_and_wait("child_list_waiter", join_list_waiter);
+    idle_stop(lw_prepare_thread);
+}
+
 int main(int argc, char **argv) {
     alarm(60); /* (a hang detector for the parent's own handlers) */
     static const struct {
         const char *name;
         void (*run)(void);
     } cases[] = {
-        {"allocate", case_allocate},           {"purge_pass", case_purge_pass},
-        {"purger_start", case_purger_start},   {"child_freeing", case_child_freeing},
-        {"child_thread", case_child_thread},   {"child_freeing_push", case_child_freeing_push},
+        {"allocate", case_allocate},
+        {"purge_pass", case_purge_pass},
+        {"purger_start", case_purger_start},
+        {"child_freeing", case_child_freeing},
+        {"child_thread", case_child_thread},
+        {"child_freeing_push", case_child_freeing_push},
         {"nested_parked", case_nested_parked},
+        {"child_thread_forks", case_child_thread_forks},
+        {"child_list_waiter", case_child_list_waiter},
     };
     const char *name = argc > 1 ? argv[1] : "allocate";
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -167,16 +167,35 @@ bool coral_process_single_threaded(void);
  * the fork held the allocator's locks and waited for the list lock; a
  * thread in fflush(NULL) held that and waited for a stream's lock; a
  * thread in getdelim held that and waited for the allocator's). The lock
- * is recursive (glibc's fork takes it again). In the child the child
- * handler makes it anew (coral_libc_streams_reset), as glibc does only if
- * the process had other threads when its fork began: a program's prepare
- * handler, run before ours, may start the thread that makes ours take it
- * (window_fork_prepare_starts_thread: before, the child kept it held by
- * its thread, and another thread's fflush(NULL) there waited forever).
- * (message.c) */
+ * is recursive (glibc's fork takes it again).
+ *
+ * In the child, glibc makes the list lock and every listed stream's lock
+ * anew before the child handlers run, but only if the process had other
+ * threads when its fork began (glibc 2.36, posix/fork.c): a program's
+ * prepare handler, run before ours, may start the thread that makes ours
+ * take it (window_fork_prepare_starts_thread: the child kept it held by its
+ * thread, and another thread's fflush(NULL) there waited forever). The
+ * child handler (coral_libc_streams_child) must release it then, and only
+ * then: a thread that an earlier child handler started runs meanwhile and
+ * may hold it, taken after glibc's reset (test_fork_early
+ * child_thread_forks: made anew again under that thread's hold, its count
+ * went to -1 at the thread's release, and the child's next fork waited
+ * forever). Which one happened, no glibc interface says
+ * (__libc_single_threaded reads the same in both), so the prepare handler
+ * also locks a witness, after the list lock: a stream of ours in glibc's
+ * list, which only a thread that holds the list lock locks (a prepare
+ * handler, fflush(NULL)). In the child it is still held by this thread
+ * if and only if glibc made nothing anew, and the child handler then
+ * releases both as the parent handler does (a release, not a reset, also
+ * wakes a thread that waits for the list lock there); else it touches
+ * neither. The owner is read from the stream's lock (glibc's layout, the
+ * same since 2.3): through the public calls a lock held by the caller and a
+ * free one look alike. The first fork that takes the lock makes the witness
+ * (one allocation, fopencookie's; no system call, no descriptor); a
+ * process that never forks pays nothing for it. (message.c) */
 void coral_libc_streams_lock(void);
 void coral_libc_streams_unlock(void);
-void coral_libc_streams_reset(void);
+void coral_libc_streams_child(void);
 
 /* ---- the locks a fork holds ------------------------------------------------
  * Every mutex the fork's prepare handler takes (heap/thread.c, "fork") is

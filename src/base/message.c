@@ -87,23 +87,79 @@ bool coral_process_single_threaded(void) {
 extern void _IO_list_lock(void);
 extern void _IO_list_unlock(void);
 extern void _IO_list_resetlock(void);
+
+/* The witness (base.h, coral_libc_streams_lock): a stream of no file
+ * (fopencookie, no descriptor), made by the first fork that takes the list
+ * lock, never closed. Written once, by a CAS from NULL (two threads' first
+ * forks may make one each: the loser closes its own), read by every fork's
+ * prepare handler. Locked only with the list lock held, taken first: by
+ * those handlers, and by fflush(NULL) (the list lock, then each stream's),
+ * so the order of the two is glibc's. */
+static _Atomic(FILE *) streams_witness;
+
+/* The witness this thread's fork locked (NULL: none, or none could be
+ * made), from its prepare handler to its parent or child handler. */
+static __thread FILE *streams_witness_held __attribute__((tls_model("initial-exec")));
+
+static FILE *streams_witness_get(void) {
+    FILE *fp = atomic_load_explicit(&streams_witness, memory_order_acquire);
+    if (fp != NULL) return fp;
+    FILE *made = fopencookie(NULL, "r", (cookie_io_functions_t){0});
+    if (made == NULL) return NULL;
+    if (atomic_compare_exchange_strong_explicit(&streams_witness, &fp, made, memory_order_acq_rel,
+                                                memory_order_acquire))
+        return made;
+    fclose(made);
+    return fp;
+}
+
+/* glibc's lock of a stream, *fp->_lock (sysdeps/nptl/stdio-lock.h: the
+ * same fields since glibc 2.3; fp->_lock is public, its type is not): the
+ * futex word, the count of takes and the owner, the taking thread's
+ * pthread_self (its struct pthread, the same in a fork's child). */
+struct glibc_stream_lock {
+    int lock;
+    int cnt;
+    void *owner;
+};
+
+/* The witness is held by this thread: the child of a fork whose glibc did
+ * not make the streams' locks anew. (Relaxed: another thread of the child,
+ * started by an earlier child handler, may be taking it meanwhile; it
+ * never writes this thread as the owner.) */
+static bool streams_witness_mine(FILE *fp) {
+    struct glibc_stream_lock *lock = (struct glibc_stream_lock *)fp->_lock;
+    return __atomic_load_n(&lock->owner, __ATOMIC_RELAXED) == (void *)pthread_self();
+}
 #endif
 
 void coral_libc_streams_lock(void) {
 #if defined(__GLIBC__)
+    FILE *witness = streams_witness_get(); /* (before the list lock: it allocates) */
     _IO_list_lock();
+    if (witness != NULL) flockfile(witness);
+    streams_witness_held = witness;
 #endif
 }
 
 void coral_libc_streams_unlock(void) {
 #if defined(__GLIBC__)
+    if (streams_witness_held != NULL) funlockfile(streams_witness_held);
+    streams_witness_held = NULL;
     _IO_list_unlock();
 #endif
 }
 
-void coral_libc_streams_reset(void) {
+void coral_libc_streams_child(void) {
 #if defined(__GLIBC__)
-    _IO_list_resetlock();
+    FILE *witness = streams_witness_held;
+    streams_witness_held = NULL;
+    if (witness == NULL) {
+        _IO_list_resetlock(); /* (no witness: the fork's start is not known) */
+    } else if (streams_witness_mine(witness)) {
+        funlockfile(witness);
+        _IO_list_unlock();
+    }
 #endif
 }
 

@@ -184,8 +184,8 @@ void coral_heap_pool_put(coral_heap_t *heap) {
  * single-threaded (base.h, "forks from signal handlers"):
  *   0. glibc's stdio list lock (coral_libc_streams_lock: glibc's fork takes
  *      it only after the prepare handlers, and a thread in getdelim holds
- *      a stream's lock while it allocates; made anew in the child,
- *      coral_libc_streams_reset);
+ *      a stream's lock while it allocates; in the child released if glibc
+ *      did not make it anew, coral_libc_streams_child);
  *   1. the layer above's (coral_fork_hooks_set: the bulk caches' flush
  *      lock, so no purger flush of a cache is in progress);
  *   2. the exit heap's (allocations of threads past their exit);
@@ -423,7 +423,7 @@ static void fork_child(void) {
 static void fork_child_state(void) {
     fork_hook_run(fork_taken_inner.child);
     fork_unlock(true);
-    coral_libc_streams_reset(); /* (base.h) */
+    if (fork_streams_held) coral_libc_streams_child(); /* (base.h) */
     fork_streams_held = false;
     /* A thread that forks past its exit cleanup (from a later key
      * destructor) told the parent's purge thread; the child's forgot it

@@ -135,12 +135,17 @@
  * read thread_free after that CAS, and then the mark, or finds the word
  * changed (window_remote_mark_race: before, the second push made the list
  * x, y, x, ... unflagged and malloc handed x out twice). A push that found
- * nothing changed costs nothing more. Not caught, the block then handed
- * out twice: the same with the owner's take of the first push between the
- * second's read and its CAS, the list empty both times (the word is then
- * the same again); and the owner's free and another thread's at the same
- * instant (the owner's free fast path reads and writes the mark, no
- * atomic operation). Any other order is caught.
+ * nothing changed costs nothing more. A take of the first push between
+ * the second's read and its CAS changes the word too: the second push is
+ * flagged, and the take of it finds its block twice on the owner's lists,
+ * or handed out since (window_remote_mark_take). Not caught, the block
+ * then handed out twice: the same take with the list empty both times (the
+ * word is then the same again); a take and a malloc that hands the block
+ * out again, both before the second's mark write (the second free then
+ * frees the block's next life, as a free through a stale pointer after the
+ * block's reuse does, which no mark tells apart); and the owner's free and
+ * another thread's at the same instant (the owner's free fast path reads
+ * and writes the mark, no atomic operation). Any other order is caught.
  */
 #include <sched.h>
 #include <string.h>

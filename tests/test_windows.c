@@ -21,6 +21,7 @@
 #include "check.h"
 #include "coralloc.h"
 #include "hooks.h"
+#include "profile_totals_check.h"
 #include "stats_json.h"
 #include "testutil.h"
 
@@ -1385,6 +1386,62 @@ static void case_fork_profiled_exit(void) {
     join(exiting);
 }
 
+/* ---- a fork while another thread adds a sample to its profiler tally -------------------
+ * A thread adds its samples to its own tally with no lock (profile.c), so
+ * the fork's locks do not keep it out of the middle of an add: the child
+ * may inherit a tally entry with the sample's objects written and not its
+ * bytes, from a thread that is not there to finish it. A thread is held at
+ * CORAL_TP_PROFILE_TALLY_ADDING (objects written, bytes not) and the main
+ * thread forks. Every allocation is of 64 bytes at CORALLOC_PROFILE_RATE=1:
+ * each is sampled with probability 1 - e^-64 = 1.0 (as a double), so counts
+ * exactly 1 object and 64 bytes, and every site's bytes are 64 times its
+ * objects unless a sample is counted in part. Before the fix the child's
+ * totals held the held thread's sample as 1 object and 0 bytes; now the
+ * child counts it not at all (it was not made when the child was), and the
+ * parent, once the thread goes on, whole. */
+#define TALLY_BLOCK 64
+
+static __attribute__((noinline)) void *tally_site_alloc(void) {
+    void *p = coral_malloc(TALLY_BLOCK);
+    __asm__ volatile("" ::"r"(p) : "memory"); /* (not a tail call: this frame stays) */
+    return p;
+}
+
+static void *sample_once(void *arg) {
+    (void)arg;
+    coral_free(tally_site_alloc());
+    return NULL;
+}
+
+static void case_profile_fork_tally(void) {
+    alarm(60);
+    coral_free(coral_malloc(TALLY_BLOCK)); /* the profiler is on */
+    double before = 0.0;
+    CHECK_EQ(profile_sites_inconsistent(TALLY_BLOCK, &before), 0);
+    gate_arm(CORAL_TP_PROFILE_TALLY_ADDING, -1);
+    pthread_t sampler = start(sample_once, NULL);
+    gate_wait_held();
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        coral_test_point_set(NULL);
+        double objects = 0.0;
+        size_t bad = profile_sites_inconsistent(TALLY_BLOCK, &objects);
+        CHECK_MSG(bad == 0, "the child holds %zu sites' samples counted in part", bad);
+        CHECK_MSG(objects == before, "the child's samples: %g, before the fork %g", objects,
+                  before);
+        _exit(0);
+    }
+    expect_child_exit_0(pid, "the fork child did not end");
+    gate_open();
+    join(sampler);
+    double objects = 0.0;
+    CHECK_EQ(profile_sites_inconsistent(TALLY_BLOCK, &objects), 0);
+    CHECK_MSG(objects == before + 1.0, "the parent's samples: %g, expected %g", objects,
+              before + 1.0);
+}
+
 /* ---- a fork during the process's first allocation --------------------------------------
  * A thread's first allocation takes the heap pool's lock for its heap. The
  * fork handlers that take that lock must be registered before any thread
@@ -1947,6 +2004,7 @@ int main(int argc, char **argv) {
         {"fork_atfork_first", case_fork_atfork_first},
         {"fork_profiled_exit", case_fork_profiled_exit},
         {"fork_first_alloc", case_fork_first_alloc},
+        {"profile_fork_tally", case_profile_fork_tally},
         {"fork_nested", case_fork_nested},
         {"fork_in_purge", case_fork_in_purge},
         {"fork_nested_child_forks", case_fork_nested_child_forks},

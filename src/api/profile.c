@@ -339,27 +339,41 @@ static void site_totals_add_locked(coral_profile_site_t *s, const double d[T_COU
  * (tallies_publish, before the sites are read), so a dump has every
  * sample and free made before it began, of threads gone or running.
  *
+ * An entry's sums are kept twice, so that a reader always has a whole
+ * copy: an add writes the four new sums into the copy not in force and
+ * then puts that copy in force; `version` counts 2 per add, odd while
+ * the add writes (copy in force: (version >> 1) & 1, odd or even).
+ *
  * Who writes what, when:
- * - sum[]: the owner only, at any time in its critical section (a load and
- *   a store: one writer). Others read it, field by field.
- * - published[]: how much of sum[] is in the site's totals. Written, with
- *   the totals, under the lock of the entry's site's bucket: by the owner
- *   (eviction, exit) and by a dump (the publication for the owner).
- * - site: NULL, or the site sum[] is for. Set from NULL by the owner (no
- *   lock: sum[] and published[] are 0 then, written before it by a release
+ * - sum[][], version: the owner only, in its critical section (one
+ *   writer: plain loads and stores): version + 1 (release), the copy not
+ *   in force written, version + 2 (release). A reader (entry_read) loads
+ *   version (acquire), the copy in force, and version again after an
+ *   acquire fence: a write to that copy comes after the store of an odd
+ *   version two above the first (the owner's release fence is between),
+ *   so a second version at most 2 above the first (rounded down to even)
+ *   means the copy was read whole; else it reads again (the owner's add
+ *   is a few stores: it is never waited for long, and never by itself).
+ * - published[]: how much of the sums is in the site's totals. Written,
+ *   with the totals, under the lock of the entry's site's bucket: by the
+ *   owner (eviction, exit), by a dump (the publication for the owner) and
+ *   by a fork's child (tallies_adopt_locked).
+ * - site: NULL, or the site the sums are for. Set from NULL by the owner
+ *   (no lock: everything else is 0 then, written before it by a release
  *   store); back to NULL only under the site's bucket lock, after the
- *   publication, with sum[] and published[] zeroed first. So whoever holds
- *   the lock of site s's bucket and reads site == s reads sum[] and
- *   published[] of s: the owner cannot evict s meanwhile.
- * A dump may read a sum[] the owner is adding to, some fields with the
- * sample and some without: it publishes what it read, and records it in
- * published[], so the rest goes with the next publication; totals are
- * never lost or counted twice, and a dump sees a sample made while it
- * runs in part at most. Not so in a forked child: the fork takes the
- * bucket locks but not the owners' adds, so a tally of another parent
- * thread may hold a sample in part (its objects added, not its bytes),
- * and that thread is not there to add the rest: the child's dumps show it
- * so (docs/PROFILING.md, "Rules it keeps").
+ *   publication, with the rest zeroed first. So whoever holds the lock of
+ *   site s's bucket and reads site == s reads the sums of s: the owner
+ *   cannot evict s meanwhile.
+ * So a publication has each sample (and each free) whole or not at all,
+ * and a later one has the rest: totals are never counted in part, lost or
+ * counted twice. A fork's child too: the fork takes the bucket locks but
+ * not the owners' adds, so another thread's add may be under way in the
+ * parent when the child's memory is copied, but the copy in force is whole
+ * (the add wrote the other) and the child's version never moves. The
+ * child publishes those tallies and frees them (their threads are not
+ * there): every sample those threads had made is in the child's totals,
+ * as the blocks they stand for are in its heap; a sample half made is not
+ * (docs/PROFILING.md, "Rules it keeps").
  *
  * Tallies are mapped from the pool, listed (a push-only list: `next` is
  * set before the release store of the head, and never changed) and never
@@ -371,7 +385,8 @@ static void site_totals_add_locked(coral_profile_site_t *s, const double d[T_COU
 
 typedef struct tally_entry_s {
     _Atomic(coral_profile_site_t *) site;
-    _Atomic(double) sum[T_COUNT];
+    _Atomic(uint64_t) version;
+    _Atomic(double) sum[2][T_COUNT];
     _Atomic(double) published[T_COUNT];
 } tally_entry_t;
 
@@ -379,34 +394,70 @@ typedef struct tally_s {
     tally_entry_t e[TALLY_SLOTS];
     struct tally_s *next;      /* in tallies_all, immutable once listed */
     struct tally_s *next_free; /* in tallies_free (pool_lock) */
+    bool unowned;              /* on tallies_free (pool_lock) */
 } tally_t;
 
 static _Atomic(tally_t *) tallies_all;
 static tally_t *tallies_free; /* (pool_lock) */
 static __thread tally_t *thread_tally __attribute__((tls_model("initial-exec")));
 
+/* The sums of e in force, whole (any thread; the owner's adds may run). */
+static void entry_read(tally_entry_t *e, double out[T_COUNT]) {
+    for (;;) {
+        uint64_t v = atomic_load_explicit(&e->version, memory_order_acquire);
+        _Atomic(double) *copy = e->sum[(v >> 1) & 1];
+        for (int i = 0; i < T_COUNT; i++)
+            out[i] = atomic_load_explicit(&copy[i], memory_order_relaxed);
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&e->version, memory_order_relaxed) - (v & ~(uint64_t)1) <= 2)
+            return;
+    }
+}
+
+/* The owner's add of d to e's sums (it is their only writer). */
+static inline void entry_add(tally_entry_t *e, const double d[T_COUNT]) {
+    uint64_t v = atomic_load_explicit(&e->version, memory_order_relaxed);
+    _Atomic(double) *from = e->sum[(v >> 1) & 1], *to = e->sum[((v >> 1) + 1) & 1];
+    atomic_store_explicit(&e->version, v + 1, memory_order_release);
+    atomic_thread_fence(memory_order_release);
+    for (int i = 0; i < T_COUNT; i++) {
+        atomic_store_explicit(&to[i], atomic_load_explicit(&from[i], memory_order_relaxed) + d[i],
+                              memory_order_relaxed);
+        if (i == T_ALLOC_OBJECTS) coral_test_point(CORAL_TP_PROFILE_TALLY_ADDING, e);
+    }
+    atomic_store_explicit(&e->version, v + 2, memory_order_release);
+}
+
 /* What e holds beyond published[] goes to site s's totals; the lock of
  * s's bucket held, e's site is s. */
 static void entry_publish_locked(tally_entry_t *e, coral_profile_site_t *s) {
-    double d[T_COUNT];
+    double sum[T_COUNT], d[T_COUNT];
+    entry_read(e, sum);
     for (int i = 0; i < T_COUNT; i++) {
-        double sum = atomic_load_explicit(&e->sum[i], memory_order_relaxed);
-        d[i] = sum - atomic_load_explicit(&e->published[i], memory_order_relaxed);
-        atomic_store_explicit(&e->published[i], sum, memory_order_relaxed);
+        d[i] = sum[i] - atomic_load_explicit(&e->published[i], memory_order_relaxed);
+        atomic_store_explicit(&e->published[i], sum[i], memory_order_relaxed);
     }
     site_totals_add_locked(s, d);
 }
 
-/* The owner empties e (site s): published, then zeroed and freed. */
+/* e (site s) published, then emptied and freed; the lock of s's bucket
+ * held, and e's owner not adding to it (the owner, or a fork's child). */
+static void entry_empty_locked(tally_entry_t *e, coral_profile_site_t *s) {
+    entry_publish_locked(e, s);
+    for (int i = 0; i < T_COUNT; i++) {
+        atomic_store_explicit(&e->sum[0][i], 0.0, memory_order_relaxed);
+        atomic_store_explicit(&e->sum[1][i], 0.0, memory_order_relaxed);
+        atomic_store_explicit(&e->published[i], 0.0, memory_order_relaxed);
+    }
+    atomic_store_explicit(&e->version, 0, memory_order_relaxed);
+    atomic_store_explicit(&e->site, NULL, memory_order_relaxed);
+}
+
+/* The owner empties e (site s). */
 static void entry_evict(tally_entry_t *e, coral_profile_site_t *s) {
     site_bucket_t *b = site_bucket_of(s);
     spin_lock(&b->lock);
-    entry_publish_locked(e, s);
-    for (int i = 0; i < T_COUNT; i++) {
-        atomic_store_explicit(&e->sum[i], 0.0, memory_order_relaxed);
-        atomic_store_explicit(&e->published[i], 0.0, memory_order_relaxed);
-    }
-    atomic_store_explicit(&e->site, NULL, memory_order_relaxed);
+    entry_empty_locked(e, s);
     spin_unlock(&b->lock);
 }
 
@@ -420,6 +471,7 @@ static tally_t *tally_mine(void) {
     t = tallies_free;
     if (t != NULL) {
         tallies_free = t->next_free;
+        t->unowned = false;
     } else if ((t = pool_carve_locked(sizeof *t)) != NULL) {
         t->next = atomic_load_explicit(&tallies_all, memory_order_relaxed);
         atomic_store_explicit(&tallies_all, t, memory_order_release);
@@ -427,6 +479,13 @@ static tally_t *tally_mine(void) {
     spin_unlock(&pool_lock);
     thread_tally = t;
     return t;
+}
+
+/* t (emptied) on the free list; pool_lock held. */
+static void tally_free_locked(tally_t *t) {
+    t->unowned = true;
+    t->next_free = tallies_free;
+    tallies_free = t;
 }
 
 /* The calling thread's entry for site s, taken for it (its holder
@@ -453,45 +512,30 @@ static inline tally_entry_t *tally_entry(coral_profile_site_t *s) {
     return tally_entry_slow(s);
 }
 
-/* (The owner's add: it is sum[]'s only writer.) */
-static inline void sum_add(_Atomic(double) *sum, double v) {
-    atomic_store_explicit(sum, atomic_load_explicit(sum, memory_order_relaxed) + v,
-                          memory_order_relaxed);
-}
-
-/* Totals of site s: alloc_* += objects, bytes, and inuse_* += in_objects,
- * in_bytes; to the thread's tally, or directly. In the section. */
-static CORAL_NOINLINE void site_count_locked(coral_profile_site_t *s, double objects, double bytes,
-                                             double in_objects, double in_bytes) {
+/* Totals of site s += d: to the thread's tally, or directly, under the
+ * bucket's lock. In the section. */
+static inline void site_add(coral_profile_site_t *s, const double d[T_COUNT]) {
+    tally_entry_t *e = tally_entry(s);
+    if (coral_likely(e != NULL)) {
+        entry_add(e, d);
+        return;
+    }
     site_bucket_t *b = site_bucket_of(s);
     spin_lock(&b->lock);
-    const double d[T_COUNT] = {objects, bytes, in_objects, in_bytes};
     site_totals_add_locked(s, d);
     spin_unlock(&b->lock);
 }
 
+/* alloc_* += objects, bytes; and inuse_* too when in_use. */
 static inline void site_count_alloc(coral_profile_site_t *s, double objects, double bytes,
                                     bool in_use) {
-    tally_entry_t *e = tally_entry(s);
-    if (e == NULL) {
-        site_count_locked(s, objects, bytes, in_use ? objects : 0.0, in_use ? bytes : 0.0);
-        return;
-    }
-    sum_add(&e->sum[T_ALLOC_OBJECTS], objects);
-    sum_add(&e->sum[T_ALLOC_BYTES], bytes);
-    if (!in_use) return;
-    sum_add(&e->sum[T_INUSE_OBJECTS], objects);
-    sum_add(&e->sum[T_INUSE_BYTES], bytes);
+    const double d[T_COUNT] = {objects, bytes, in_use ? objects : 0.0, in_use ? bytes : 0.0};
+    site_add(s, d);
 }
 
 static inline void site_count_free(coral_profile_site_t *s, double objects, double bytes) {
-    tally_entry_t *e = tally_entry(s);
-    if (e == NULL) {
-        site_count_locked(s, 0.0, 0.0, -objects, -bytes);
-        return;
-    }
-    sum_add(&e->sum[T_INUSE_OBJECTS], -objects);
-    sum_add(&e->sum[T_INUSE_BYTES], -bytes);
+    const double d[T_COUNT] = {0.0, 0.0, -objects, -bytes};
+    site_add(s, d);
 }
 
 /* Every entry of t published (by a dump, for whichever thread owns t). */
@@ -530,8 +574,7 @@ static void tally_release(void) {
     }
     thread_tally = NULL;
     spin_lock(&pool_lock);
-    t->next_free = tallies_free;
-    tallies_free = t;
+    tally_free_locked(t);
     spin_unlock(&pool_lock);
     crit_leave();
 }
@@ -1091,6 +1134,27 @@ static void fork_release(void) {
     crit_leave();
 }
 
+/* In the child, every lock held: the tallies of the parent's other
+ * threads (none of them is here to publish its own) go to the sites'
+ * totals, each entry's copy in force (whole: tallies, above), and on the
+ * free list. */
+static void tallies_adopt_locked(void) {
+    for (tally_t *t = atomic_load_explicit(&tallies_all, memory_order_acquire); t != NULL;
+         t = t->next) {
+        if (t == thread_tally || t->unowned) continue;
+        for (size_t i = 0; i < TALLY_SLOTS; i++) {
+            coral_profile_site_t *s = atomic_load_explicit(&t->e[i].site, memory_order_relaxed);
+            if (s != NULL) entry_empty_locked(&t->e[i], s);
+        }
+        tally_free_locked(t);
+    }
+}
+
+static void fork_child(void) {
+    if (fork_locked) tallies_adopt_locked();
+    fork_release();
+}
+
 /* ---- the public calls, exit and signal ------------------------------------------ */
 
 /* FILE.PID (a profile per process, however many the command starts). */
@@ -1199,7 +1263,7 @@ void coral_profile_init(void) {
     /* (With profiling on the bulk calls go block by block: no bulk cache is
      * made, and the hook is ours alone.) */
     coral_thread_exit_hook_set(profile_thread_exit);
-    coral_fork_inner_hooks_set(fork_prepare, fork_release, fork_release);
+    coral_fork_inner_hooks_set(fork_prepare, fork_release, fork_child);
     atexit(profile_at_exit);
     int sig = (int)coral_option(CORAL_OPT_PROFILE_SIGNAL);
     if (sig != 0) {

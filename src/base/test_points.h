@@ -108,6 +108,10 @@ typedef enum coral_test_point_e {
      * of the forking thread's, in state FREEING, and has not set it back
      * yet; the object is the page */
     CORAL_TP_FORK_CHILD_FREEING,
+    /* profile.c: a thread adding a sample to its own tally (no lock held,
+     * in its critical section) has written the sample's objects and not
+     * yet its bytes; the object is the tally entry */
+    CORAL_TP_PROFILE_TALLY_ADDING,
     CORAL_TP_COUNT
 } coral_test_point_t;
 

@@ -414,17 +414,23 @@ static void entry_read(tally_entry_t *e, double out[T_COUNT]) {
     }
 }
 
-/* The owner's add of d to e's sums (it is their only writer). */
-static inline void entry_add(tally_entry_t *e, const double d[T_COUNT]) {
+/* The owner's add to e's sums (it is their only writer): alloc_* +=
+ * objects, bytes; inuse_* += in_objects, in_bytes. */
+static inline void entry_add(tally_entry_t *e, double objects, double bytes, double in_objects,
+                             double in_bytes) {
     uint64_t v = atomic_load_explicit(&e->version, memory_order_relaxed);
-    _Atomic(double) *from = e->sum[(v >> 1) & 1], *to = e->sum[((v >> 1) + 1) & 1];
+    _Atomic(double) *from = e->sum[(v >> 1) & 1], *to = e->sum[((v >> 1) & 1) ^ 1];
     atomic_store_explicit(&e->version, v + 1, memory_order_release);
     atomic_thread_fence(memory_order_release);
-    for (int i = 0; i < T_COUNT; i++) {
-        atomic_store_explicit(&to[i], atomic_load_explicit(&from[i], memory_order_relaxed) + d[i],
-                              memory_order_relaxed);
-        if (i == T_ALLOC_OBJECTS) coral_test_point(CORAL_TP_PROFILE_TALLY_ADDING, e);
-    }
+#define ENTRY_SET(i, d)                                                                            \
+    atomic_store_explicit(&to[i], atomic_load_explicit(&from[i], memory_order_relaxed) + (d),      \
+                          memory_order_relaxed)
+    ENTRY_SET(T_ALLOC_OBJECTS, objects);
+    coral_test_point(CORAL_TP_PROFILE_TALLY_ADDING, e);
+    ENTRY_SET(T_ALLOC_BYTES, bytes);
+    ENTRY_SET(T_INUSE_OBJECTS, in_objects);
+    ENTRY_SET(T_INUSE_BYTES, in_bytes);
+#undef ENTRY_SET
     atomic_store_explicit(&e->version, v + 2, memory_order_release);
 }
 
@@ -512,30 +518,30 @@ static inline tally_entry_t *tally_entry(coral_profile_site_t *s) {
     return tally_entry_slow(s);
 }
 
-/* Totals of site s += d: to the thread's tally, or directly, under the
- * bucket's lock. In the section. */
-static inline void site_add(coral_profile_site_t *s, const double d[T_COUNT]) {
+/* Totals of site s: alloc_* += objects, bytes, and inuse_* += in_objects,
+ * in_bytes; to the thread's tally, or directly, under the bucket's lock.
+ * In the section. */
+static inline void site_add(coral_profile_site_t *s, double objects, double bytes,
+                            double in_objects, double in_bytes) {
     tally_entry_t *e = tally_entry(s);
     if (coral_likely(e != NULL)) {
-        entry_add(e, d);
+        entry_add(e, objects, bytes, in_objects, in_bytes);
         return;
     }
+    const double d[T_COUNT] = {objects, bytes, in_objects, in_bytes};
     site_bucket_t *b = site_bucket_of(s);
     spin_lock(&b->lock);
     site_totals_add_locked(s, d);
     spin_unlock(&b->lock);
 }
 
-/* alloc_* += objects, bytes; and inuse_* too when in_use. */
 static inline void site_count_alloc(coral_profile_site_t *s, double objects, double bytes,
                                     bool in_use) {
-    const double d[T_COUNT] = {objects, bytes, in_use ? objects : 0.0, in_use ? bytes : 0.0};
-    site_add(s, d);
+    site_add(s, objects, bytes, in_use ? objects : 0.0, in_use ? bytes : 0.0);
 }
 
 static inline void site_count_free(coral_profile_site_t *s, double objects, double bytes) {
-    const double d[T_COUNT] = {0.0, 0.0, -objects, -bytes};
-    site_add(s, d);
+    site_add(s, 0.0, 0.0, -objects, -bytes);
 }
 
 /* Every entry of t published (by a dump, for whichever thread owns t). */
@@ -1171,12 +1177,13 @@ static void path_for_process(char *out, size_t cap) {
     out[len] = '\0';
 }
 
-static void write_process_profile(void) {
+/* (at_exit: from the exit handler, coral_profile_write's at_exit.) */
+static void write_process_profile(bool at_exit) {
     if (profile_path[0] == '\0') return;
     char path[sizeof profile_path + 32];
     path_for_process(path, sizeof path);
     int saved = errno;
-    if (coral_profile_write(path) != 0)
+    if (coral_profile_write(path, at_exit) != 0)
         coral_message("heap profile: cannot write %s: %s", path, strerror(errno));
     errno = saved;
 }
@@ -1203,7 +1210,7 @@ static void profile_at_exit(void) {
     }
     /* A process that took no sample (a shell or a short helper a command
      * starts) leaves no file at exit: a site is made by the first sample. */
-    if (coral_profile_site_count() != 0) write_process_profile();
+    if (coral_profile_site_count() != 0) write_process_profile(true);
 }
 
 static void profile_on_signal(int sig) {
@@ -1211,7 +1218,7 @@ static void profile_on_signal(int sig) {
     if (in_crit)
         dump_pending = 1; /* the interrupted section ends with it */
     else
-        write_process_profile();
+        write_process_profile(false);
 }
 
 /* Deferred frees and dump, at the end of a section (not in it). A free is
@@ -1229,7 +1236,7 @@ static CORAL_NOINLINE void run_deferred(void) {
         }
         if (!dump_pending) return;
         dump_pending = 0;
-        write_process_profile();
+        write_process_profile(false);
     }
 }
 
@@ -1242,7 +1249,7 @@ int coral_profile_dump(const char *path) {
         errno = EINVAL;
         return -1;
     }
-    return coral_profile_write(path);
+    return coral_profile_write(path, false);
 }
 
 void coral_profile_init(void) {

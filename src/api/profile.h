@@ -96,8 +96,10 @@ void coral_profile_sites_visit(coral_profile_site_fn fn, void *arg);
 
 /* profile_out.c: the profile in the pprof format to path; 0, or -1 with
  * errno set. Allocates nothing through malloc; may run in a signal
- * handler. */
-int coral_profile_write(const char *path);
+ * handler. at_exit: the process is ending (the exit handler), so the
+ * memory and file mappings the write used are left for the exit to take
+ * (no unmap). */
+int coral_profile_write(const char *path, bool at_exit);
 /* profile_out.c: the leak report (sites with sampled blocks still live) to
  * stderr, with the exact totals of the exiting thread's heap when known
  * (exact not NULL: coral_heap_visit's). */

@@ -713,18 +713,18 @@ static int write_file(const char *path, const buf_t *b) {
     return close(fd);
 }
 
-static int profile_write(const char *path);
+static int profile_write(const char *path, bool at_exit);
 
-int coral_profile_write(const char *path) {
+int coral_profile_write(const char *path, bool at_exit) {
     int state = coral_cancel_off(); /* (open, write: cancellation points) */
-    int r = profile_write(path);
+    int r = profile_write(path, at_exit);
     int err = errno;
     coral_cancel_restore(state);
     errno = err;
     return r;
 }
 
-static int profile_write(const char *path) {
+static int profile_write(const char *path, bool at_exit) {
     arena_t arena = {0};
     writer_t *w = arena_take(&arena, sizeof(writer_t));
     if (w == NULL) return errno = ENOMEM, -1;
@@ -748,10 +748,12 @@ static int profile_write(const char *path) {
                       w->sites.list.failed;
         if (!failed) rc = write_file(path, &w->out);
     }
-    int saved = errno;
-    symbolizer_done(&w->z);
-    arena_done(&arena);
-    errno = saved;
+    if (!at_exit) { /* (at exit, the process's end unmaps them: a system call each saved) */
+        int saved = errno;
+        symbolizer_done(&w->z);
+        arena_done(&arena);
+        errno = saved;
+    }
     return rc;
 }
 

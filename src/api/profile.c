@@ -283,10 +283,17 @@ static site_bucket_t *site_bucket_of(const coral_profile_site_t *s) {
     return &sites[s->hash & (SITE_BUCKETS - 1)];
 }
 
+/* (A loop, not memcmp: a stack is a few words, and the call to libc's
+ * memcmp cost a sample more than the compare.) */
+static bool pcs_equal(const uintptr_t *a, const uintptr_t *b, uint32_t depth) {
+    for (uint32_t i = 0; i < depth; i++)
+        if (a[i] != b[i]) return false;
+    return true;
+}
+
 static coral_profile_site_t *site_search(coral_profile_site_t *s, const uintptr_t *pcs,
                                          uint32_t depth, uint64_t h) {
-    while (s != NULL &&
-           (s->hash != h || s->depth != depth || memcmp(s->pcs, pcs, depth * sizeof *pcs) != 0))
+    while (s != NULL && (s->hash != h || s->depth != depth || !pcs_equal(s->pcs, pcs, depth)))
         s = s->next;
     return s;
 }

@@ -353,14 +353,16 @@ static void site_totals_add_locked(coral_profile_site_t *s, const double d[T_COU
  *
  * Who writes what, when:
  * - sum[][], version: the owner only, in its critical section (one
- *   writer: plain loads and stores): version + 1 (release), the copy not
- *   in force written, version + 2 (release). A reader (entry_read) loads
- *   version (acquire), the copy in force, and version again after an
- *   acquire fence: a write to that copy comes after the store of an odd
- *   version two above the first (the owner's release fence is between),
- *   so a second version at most 2 above the first (rounded down to even)
- *   means the copy was read whole; else it reads again (the owner's add
- *   is a few stores: it is never waited for long, and never by itself).
+ *   writer): version + 1, the copy not in force written, version + 2,
+ *   all release stores. A reader (entry_read) loads version, the copy in
+ *   force and version again, all acquire loads: a write to that copy
+ *   comes after the store of an odd version two above the first, so a
+ *   reader that read such a write reads that version or a later one
+ *   after it; a second version at most 2 above the first (rounded down
+ *   to even) means the copy was read whole, else it reads again (the
+ *   owner's add is a few stores: never waited for long, nor by itself).
+ *   (Release stores and acquire loads, not fences: TSan models these;
+ *   on x86 they are plain moves.)
  * - published[]: how much of the sums is in the site's totals. Written,
  *   with the totals, under the lock of the entry's site's bucket: by the
  *   owner (eviction, exit), by a dump (the publication for the owner) and
@@ -414,9 +416,8 @@ static void entry_read(tally_entry_t *e, double out[T_COUNT]) {
         uint64_t v = atomic_load_explicit(&e->version, memory_order_acquire);
         _Atomic(double) *copy = e->sum[(v >> 1) & 1];
         for (int i = 0; i < T_COUNT; i++)
-            out[i] = atomic_load_explicit(&copy[i], memory_order_relaxed);
-        atomic_thread_fence(memory_order_acquire);
-        if (atomic_load_explicit(&e->version, memory_order_relaxed) - (v & ~(uint64_t)1) <= 2)
+            out[i] = atomic_load_explicit(&copy[i], memory_order_acquire);
+        if (atomic_load_explicit(&e->version, memory_order_acquire) - (v & ~(uint64_t)1) <= 2)
             return;
     }
 }
@@ -428,10 +429,9 @@ static inline void entry_add(tally_entry_t *e, double objects, double bytes, dou
     uint64_t v = atomic_load_explicit(&e->version, memory_order_relaxed);
     _Atomic(double) *from = e->sum[(v >> 1) & 1], *to = e->sum[((v >> 1) & 1) ^ 1];
     atomic_store_explicit(&e->version, v + 1, memory_order_release);
-    atomic_thread_fence(memory_order_release);
 #define ENTRY_SET(i, d)                                                                            \
     atomic_store_explicit(&to[i], atomic_load_explicit(&from[i], memory_order_relaxed) + (d),      \
-                          memory_order_relaxed)
+                          memory_order_release)
     ENTRY_SET(T_ALLOC_OBJECTS, objects);
     coral_test_point(CORAL_TP_PROFILE_TALLY_ADDING, e);
     ENTRY_SET(T_ALLOC_BYTES, bytes);

@@ -17,6 +17,8 @@
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -410,16 +412,104 @@ static void symbolizer_clear(symbolizer_t *z, arena_t *a) {
     *z = (symbolizer_t){.maps_text = buf_in(a), .maps = buf_in(a), .files = buf_in(a)};
 }
 
-static void symbolizer_init(symbolizer_t *z, arena_t *a) {
-    symbolizer_clear(z, a);
-    read_all("/proc/self/maps", &z->maps_text);
-    maps_parse(&z->maps_text, &z->maps);
+/* ---- the mappings of code from the loader's list (at exit) ---------------------------
+ * The exit handler's write, most often a short process's, takes the
+ * mappings of code from dl_iterate_phdr, with no system call, rather than
+ * from /proc/self/maps (its read cost a sampled short process about 40-60
+ * us of its ~0.4 ms write). The loader's list is not for a signal
+ * handler (dl_iterate_phdr takes the loader's lock), so only the exit
+ * handler uses it; and it only when it gives what the maps would: every
+ * object named by an absolute path, and every return address of every
+ * site inside an executable segment of one (a JIT's code or a stray word
+ * of a stack is in none: then the maps are read, as always, so stacks are
+ * cut where they would be). Each executable PT_LOAD segment is a mapping,
+ * the page range the kernel maps for it. */
+
+typedef struct loaded_look_s {
+    buf_t *out;
+    const char *exe; /* the program's path (its object's dlpi_name is "") */
+    size_t exe_len;
+    uintptr_t vdso, page;
+    bool unnamed; /* an object with no absolute path: use the maps */
+} loaded_look_t;
+
+static int loaded_object(struct dl_phdr_info *info, size_t size, void *arg) {
+    (void)size;
+    loaded_look_t *look = arg;
+    const char *name = info->dlpi_name != NULL ? info->dlpi_name : "";
+    size_t len = strlen(name);
+    bool is_exe = false;
+    if (look->vdso != 0 && info->dlpi_addr == look->vdso) {
+        name = "[vdso]";
+        len = 6;
+    } else if (len == 0) {
+        name = look->exe;
+        len = look->exe_len;
+        is_exe = true;
+    } else if (name[0] != '/') {
+        look->unnamed = true;
+    }
+    for (size_t i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
+        uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+        mapping_t m = {.start = lo & ~(look->page - 1),
+                       .end = (lo + ph->p_memsz + look->page - 1) & ~(look->page - 1),
+                       .offset = ph->p_offset & ~(uintptr_t)(look->page - 1),
+                       .path = name,
+                       .path_len = len,
+                       .exec = true,
+                       .file = -1,
+                       .is_exe = is_exe};
+        buf_put(look->out, &m, sizeof m);
+    }
+    return 0;
+}
+
+/* The mappings of code from the loader's list; false where they would
+ * not give what the maps give (above). */
+static bool loaded_mappings(symbolizer_t *z, const char *exe, size_t exe_len) {
+    long page = sysconf(_SC_PAGESIZE);
+    loaded_look_t look = {.out = &z->maps,
+                          .exe = exe,
+                          .exe_len = exe_len,
+                          .vdso = (uintptr_t)getauxval(AT_SYSINFO_EHDR),
+                          .page = page > 0 ? (uintptr_t)page : 4096};
+    dl_iterate_phdr(loaded_object, &look);
     z->nmaps = z->maps.len / sizeof(mapping_t);
-    char exe[4096];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe);
-    for (size_t i = 0; i < z->nmaps && n > 0; i++)
-        map_at(z, i)->is_exe =
-            same_path(map_at(z, i)->path, map_at(z, i)->path_len, exe, (size_t)n);
+    return !look.unnamed && !z->maps.failed && z->nmaps != 0;
+}
+
+/* Every return address of every site (and the call before it) in a
+ * mapping. */
+static bool sites_mapped(symbolizer_t *z, const coral_profile_site_t *sites, size_t n) {
+    for (size_t k = 0; k < n; k++)
+        for (uint32_t i = 0; i < sites[k].depth; i++)
+            if (mapping_of(z, sites[k].pcs[i]) == NULL ||
+                mapping_of(z, sites[k].pcs[i] - 1) == NULL)
+                return false;
+    return true;
+}
+
+/* The mappings (and the program's and the library's own): from the
+ * loader's list when from_loader and the sites' addresses all lie in
+ * them, else from /proc/self/maps. */
+static void symbolizer_init(symbolizer_t *z, arena_t *a, bool from_loader,
+                            const coral_profile_site_t *sites, size_t nsites) {
+    symbolizer_clear(z, a);
+    char *exe = arena_take(a, 4096);
+    ssize_t n = exe != NULL ? readlink("/proc/self/exe", exe, 4096) : -1;
+    if (n < 0 || n >= 4096) n = 0;
+    if (!(from_loader && n > 0 && loaded_mappings(z, exe, (size_t)n) &&
+          sites_mapped(z, sites, nsites))) {
+        z->maps.len = 0;
+        read_all("/proc/self/maps", &z->maps_text);
+        maps_parse(&z->maps_text, &z->maps);
+        z->nmaps = z->maps.len / sizeof(mapping_t);
+        for (size_t i = 0; i < z->nmaps && n > 0; i++)
+            map_at(z, i)->is_exe =
+                same_path(map_at(z, i)->path, map_at(z, i)->path_len, exe, (size_t)n);
+    }
     mapping_t *self = mapping_of(z, (uintptr_t)&coral_profile_write);
     if (self != NULL && n > 0 && !same_path(self->path, self->path_len, exe, (size_t)n)) {
         z->self_path = self->path;
@@ -733,7 +823,7 @@ static int profile_write(const char *path, bool at_exit) {
     /* No sample (a short process, at the default rate most): no location,
      * so no mapping to write, and no file of the process's to read. */
     if (w->sites.n != 0)
-        symbolizer_init(&w->z, &arena);
+        symbolizer_init(&w->z, &arena, at_exit, site_at(&w->sites, 0), w->sites.n);
     else
         symbolizer_clear(&w->z, &arena);
     size_t frames = 0;
@@ -801,7 +891,7 @@ static void report_leaks(const coral_profile_exact_t *exact) {
     arena_t arena = {0};
     symbolizer_t z;
     sites_t sites = {.list = buf_in(&arena)};
-    symbolizer_init(&z, &arena);
+    symbolizer_init(&z, &arena, false, NULL, 0);
     coral_profile_sites_visit(site_collect, &sites);
     double bytes = 0, objects = 0;
     size_t live_sites = 0;

@@ -288,6 +288,74 @@ static int child_active_kept(void) {
     return 0;
 }
 
+/* ---- pages set aside (page/page.c, "Aside pages") ---------------------------------------
+ * A thread fills two pages of 256-byte blocks and part of a third, frees
+ * one block of each full page itself (so those two go back to the class
+ * queue behind the third, the first, with a block on their owner's own
+ * list: no orphan, which needs every block on thread_free), and then waits
+ * with no call into the allocator, while the main thread frees every other
+ * block of the first page and all but one of the second's. A purge pass
+ * past the delay returns the first page (not one of its OS pages resident,
+ * its 64 KiB counted as returned), not the second (a block live) nor the
+ * third (first in its queue). The thread comes back and allocates from all
+ * three (zero memory where it was returned) and its heap checks out. */
+enum { ASIDE_PER_PAGE = 256, ASIDE_N = 2 * ASIDE_PER_PAGE + 100, ASIDE_LIVE = 300 };
+#define ASIDE_SIZE 256
+static char *aside_blocks[ASIDE_N];
+
+static void *aside_idle_thread(void *arg) {
+    (void)arg;
+    for (size_t i = 0; i < ASIDE_N; i++) {
+        CHECK_NOT_NULL(aside_blocks[i] = coral_malloc(ASIDE_SIZE));
+        memset(aside_blocks[i], 0xab, ASIDE_SIZE);
+    }
+    /* blocks 0-255 and 256-511 fill the first two pages */
+    CHECK_EQ((size_t)(aside_blocks[ASIDE_PER_PAGE - 1] - aside_blocks[0]),
+             (size_t)(ASIDE_PER_PAGE - 1) * ASIDE_SIZE);
+    coral_free(aside_blocks[0]);
+    coral_free(aside_blocks[ASIDE_PER_PAGE]);
+    step_set(1);
+    step_wait(2); /* no call into the allocator meanwhile */
+    coral_free(aside_blocks[ASIDE_LIVE]);
+    for (size_t i = 0; i < 2 * ASIDE_PER_PAGE; i++) {
+        CHECK_NOT_NULL(aside_blocks[i] = coral_calloc(1, ASIDE_SIZE));
+        for (size_t b = 0; b < ASIDE_SIZE; b++) CHECK_EQ(aside_blocks[i][b], 0);
+    }
+    CHECK_EQ(coral_test_check(), 0);
+    for (size_t i = 0; i < ASIDE_N; i++) coral_free(aside_blocks[i]);
+    step_set(3);
+    return NULL;
+}
+
+static int child_idle_aside(void) {
+    coral_free(coral_malloc(1));
+    long long reclaimed0 = stats_get("aside_bytes_reclaimed");
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, aside_idle_thread, NULL), 0);
+    step_wait(1);
+    for (size_t i = 1; i < 2 * ASIDE_PER_PAGE; i++)
+        if (i != ASIDE_PER_PAGE && i != ASIDE_LIVE) coral_free(aside_blocks[i]);
+    const size_t page = ASIDE_PER_PAGE * ASIDE_SIZE;
+    size_t before = resident_pages(aside_blocks[0], page);
+    CHECK_EQ(before, page / 4096);
+    coral_test_advance_clock(3600 * 1000); /* past the delay, the thread idle */
+    (void)coral_test_purge_pass();
+    size_t after = resident_pages(aside_blocks[0], page);
+    long long reclaimed = stats_get("aside_bytes_reclaimed") - reclaimed0;
+    printf("idle owner: its page freed by another thread %zu -> %zu OS pages resident, "
+           "%lld KiB returned\n",
+           before, after, reclaimed / 1024);
+    CHECK_EQ(after, 0);
+    CHECK_EQ(reclaimed, (long long)page);
+    /* The page with a live block, and the first page of the queue, stay. */
+    CHECK_EQ(resident_pages(aside_blocks[ASIDE_PER_PAGE], page), page / 4096);
+    CHECK_GT(resident_pages(aside_blocks[2 * ASIDE_PER_PAGE], 100 * ASIDE_SIZE), 0);
+    step_set(2);
+    step_wait(3);
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    return 0;
+}
+
 /* ---- the demand window ------------------------------------------------------------------ */
 
 /* A thread fills 32 MiB and frees it, then exits; a thread waiting to start
@@ -847,6 +915,7 @@ int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "small-apart") == 0) return child_small_apart();
     if (argc == 2 && strcmp(argv[1], "idle-kept") == 0) return child_idle_kept();
     if (argc == 2 && strcmp(argv[1], "active-kept") == 0) return child_active_kept();
+    if (argc == 2 && strcmp(argv[1], "idle-aside") == 0) return child_idle_aside();
     static const char *const bg[] = {"CORALLOC_PURGE_DELAY_MS=100", NULL};
     static const char *const co[] = {"CORALLOC_PURGE_DELAY_MS=3600000", "CORALLOC_PURGE_THREAD=0",
                                      NULL};
@@ -864,6 +933,7 @@ int main(int argc, char **argv) {
                                        NULL};
     run_child("idle-kept", kept);
     run_child("active-kept", kept);
+    run_child("idle-aside", kept);
     run_child("thread-start", none);
     run_child("pool-kinds", held);
     run_child("pool-gather", held);

@@ -49,6 +49,8 @@ static const figure_t figures[] = {
     {"orphan_bytes_reclaimed", C(orphan_bytes_reclaimed), "orphan bytes"},
     {"parked_pages_reclaimed", C(parked_reclaimed), "kept pages returned"},
     {"parked_bytes_reclaimed", C(parked_bytes_reclaimed), "kept bytes returned"},
+    {"aside_pages_reclaimed", C(aside_reclaimed), "aside pages returned"},
+    {"aside_bytes_reclaimed", C(aside_bytes_reclaimed), "aside bytes returned"},
     {"os_failures_injected", C(os_failures_injected), "injected failures"},
 };
 #undef C

@@ -431,6 +431,7 @@ typedef struct coral_counters_s {
     _Atomic(int64_t) orphans_reclaimed, orphan_bytes_reclaimed;
     /* Empty pages a heap kept, parked and returned by the purger. */
     _Atomic(int64_t) parked_reclaimed, parked_bytes_reclaimed;
+    _Atomic(int64_t) aside_reclaimed, aside_bytes_reclaimed;
     _Atomic(int64_t) threads, threads_peak;
     _Atomic(int64_t) page_bytes, page_bytes_peak; /* bytes of pages in use */
     _Atomic(int64_t) huge_bytes, huge_live;       /* huge blocks in use */

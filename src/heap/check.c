@@ -54,12 +54,27 @@ static bool check_parked(check_t *c, const coral_page_t *page) {
     return ok || fail(c, "a parked page's chain is not its carved blocks, each once", page);
 }
 
-/* A class page: free + local_free + in use = carved <= reserved. */
+static bool check_lists(check_t *c, const coral_page_t *page);
+
+/* A class page: free + local_free + in use = carved <= reserved. A page
+ * set aside (page/page.c, "Aside pages") is checked under the orphan
+ * lock, which a claim needs: none can start meanwhile; one made already
+ * (RECLAIMED) left lists its owner forgets when it takes the page back. */
 static bool check_blocks(check_t *c, const coral_page_t *page) {
     if (page->capacity > page->reserved) return fail(c, "more blocks carved than fit", page);
     if (coral_page_is_parked(page)) return check_parked(c, page);
+    if (!page->is_aside) return check_lists(c, page);
+    coral_orphans_lock();
+    uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_acquire);
+    bool ok = (tf & CORAL_TF_RECLAIMED) != 0 || check_lists(c, page);
+    coral_orphans_unlock();
+    return ok;
+}
+
+static bool check_lists(check_t *c, const coral_page_t *page) {
     uint8_t seen[4096 / 8 + 1] = {0};
-    if (page->reserved > 4096) return fail(c, "more than 4096 blocks in a page", page);
+    if (page->reserved > CORAL_PAGE_MAX_BLOCKS)
+        return fail(c, "more than 4095 blocks in a page", page);
     long nfree = list_blocks(c, page, page->free, seen);
     long nlocal = nfree < 0 ? -1 : list_blocks(c, page, page->local_free, seen);
     if (nlocal < 0) return false;

@@ -24,21 +24,41 @@ static void direct_update(coral_heap_t *heap, unsigned q) {
     for (size_t w = lo; w <= hi; w++) heap->direct[w] = page;
 }
 
-static void queue_push_front(coral_heap_t *heap, unsigned q, coral_page_t *page) {
+/* Pages behind the first of a class queue are set aside (page layer,
+ * coral_page_set_aside): no fast path pops from them, and the purger may
+ * claim one once none of its blocks is live, with no call from this
+ * thread (its blocks freed by other threads while it idles). A page is
+ * taken back (coral_page_unaside) before it becomes first, so before
+ * direct[] leads to it; the page layer takes it back itself before it
+ * collects, parks, walks or releases it. Not the full queue (no block
+ * of its pages is free) nor large pages (one block each). */
+static bool queue_sets_aside(unsigned q) { return q < CORAL_CLASS_LARGE; }
+
+static CORAL_NOINLINE void queue_push_front(coral_heap_t *heap, unsigned q, coral_page_t *page) {
+    coral_page_t *behind = coral_queue_first(heap, q);
+    coral_page_unaside(page);
     coral_list_push_front(&heap->queues[q], &page->link);
     direct_update(heap, q);
+    if (behind != NULL && queue_sets_aside(q)) coral_page_set_aside(behind);
 }
 
-static void queue_push_back(coral_heap_t *heap, unsigned q, coral_page_t *page) {
+static CORAL_NOINLINE void queue_push_back(coral_heap_t *heap, unsigned q, coral_page_t *page) {
     bool was_empty = heap->queues[q].first == NULL;
+    if (was_empty) coral_page_unaside(page);
     coral_list_push_back(&heap->queues[q], &page->link);
-    if (was_empty) direct_update(heap, q);
+    if (was_empty)
+        direct_update(heap, q);
+    else if (queue_sets_aside(q))
+        coral_page_set_aside(page);
 }
 
-static void queue_remove(coral_heap_t *heap, unsigned q, coral_page_t *page) {
+static CORAL_NOINLINE void queue_remove(coral_heap_t *heap, unsigned q, coral_page_t *page) {
     bool was_first = page->link.prev == NULL;
     coral_list_remove(&heap->queues[q], &page->link);
-    if (was_first) direct_update(heap, q);
+    if (!was_first) return;
+    coral_page_t *first = coral_queue_first(heap, q);
+    if (first != NULL) coral_page_unaside(first);
+    direct_update(heap, q);
 }
 
 /* ---- full pages ---------------------------------------------------------------- */
@@ -532,10 +552,10 @@ void coral_heap_collect(coral_heap_t *heap, bool release_empty) {
         coral_page_t *page = coral_queue_first(heap, q);
         while (page != NULL) {
             coral_page_t *next = coral_list_entry(page->link.next, coral_page_t, link);
-            /* A parked page stays parked unless it is to be released:
-             * taken back, it would stay empty where the purger cannot
+            /* A parked (or aside) page stays so unless it is to be
+             * released: taken back, it would stay where the purger cannot
              * reach it. */
-            if (!release_empty && coral_page_is_parked(page)) {
+            if (!release_empty && (coral_page_is_parked(page) || coral_page_is_aside(page))) {
                 page = next;
                 continue;
             }

@@ -112,6 +112,59 @@
  * atomic operation, so nothing but the owner's next call could tell the
  * purger it may take it.
  *
+ * Aside pages: a page behind the first of its class queue whose blocks
+ * other threads free while its owner makes no call (larson's main thread,
+ * a producer that waits) would stay resident: the orphan protocol needs
+ * every block on thread_free, and some of them are on the owner's own
+ * lists. So the owner sets such a page aside (coral_page_set_aside, when
+ * the page goes behind the first: the heap layer's queues), and the
+ * purger may claim it once no block of it is live:
+ *   - the owner sets is_aside (its own field) and ASIDE in the word with
+ *     one RMW, release: its last writes to used and to the lists come
+ *     before. While the page is aside the owner's only change to it is
+ *     the free of a live block (the free fast path, a bulk run, the
+ *     profiler's return): `used` only goes down. Anything else it does to
+ *     the page (make it first, collect it, park, release or walk it) comes
+ *     after coral_page_unaside: one RMW clearing ASIDE and RENEWED; when
+ *     that RMW finds RECLAIMED, the purger claimed the page: the owner
+ *     waits for BUSY to clear and takes the page back empty, uncarved,
+ *     zero (its lists are forgotten: their memory is gone);
+ *   - when the word has LISTED, the owner's RMW that sets ASIDE sets
+ *     RENEWED too, which only the purger clears (pushes keep it, and a
+ *     take of the owner comes after an unaside, which clears it). So once
+ *     the owner took a page back and set it aside again, the word differs
+ *     from any the purger read before, whatever pushes and takes came
+ *     between: a claim CAS from a word the purger read earlier fails;
+ *   - the first push onto a word with ASIDE and not LISTED lists the page
+ *     (reclaim.c, not counted in the purge backlog): it holds the orphan
+ *     lock around its CAS, which sets LISTED, and the listing. So only
+ *     pages other threads free into are listed, and a single-threaded
+ *     program lists none;
+ *   - the purger, at a listed page due (reclaim.c, orphan_look), under the
+ *     lock: ASIDE and RENEWED, it clears RENEWED and lists the page as the
+ *     newest; ASIDE (no RENEWED, RECLAIMED or BUSY): it reads `used`
+ *     (after its acquire load that saw ASIDE, so a value the owner wrote
+ *     at or after its RMW: at least the value now) and, when it equals
+ *     the count, claims the page with one CAS from exactly that word to
+ *     RECLAIMED | BUSY, purges it outside the lock and clears BUSY;
+ *     otherwise it clears LISTED in one CAS and unlists the page, and the
+ *     next push lists it again;
+ *   - why a claim is safe: `used` >= the count always (a block on
+ *     thread_free counts in `used` until the owner takes it); the purger
+ *     read u == c, u at least `used` then, and the CAS saw the count still
+ *     c: so `used` == c when the CAS succeeded, no block was live, and the
+ *     owner, which has not unasided the page (its RMW would have changed
+ *     the word, and a later aside would have set RENEWED), can reach it
+ *     only through coral_page_unaside, which finds RECLAIMED;
+ *   - the purger's read of `used` is a data race by the C11 rules: the
+ *     fast paths write it with plain stores, and making it atomic would
+ *     add instructions to both. It is an aligned 32-bit load (one
+ *     instruction), a stale value is larger and only delays a claim, and
+ *     it is made in one function that TSan does not instrument
+ *     (reclaim.c, aside_used).
+ *   tests/model_protocol.py (`aside`) explores the claim against the
+ *   owner's free, its return and a remote free.
+ *
  * Freed marks (the default build; page.h): every block freed, by its
  * owner or by another thread, holds the page's freed mark in its second
  * word until malloc hands it out again. A remote freer reads the word and
@@ -171,13 +224,15 @@ void coral_page_init(coral_page_t *page, coral_page_owner_t *owner, bool user_he
     page->free = NULL;
     page->local_free = NULL;
     page->used = 0;
-    page->reserved = (uint16_t)(((size_t)page->slice_count * CORAL_SLICE_SIZE) / block_size);
+    size_t fit = ((size_t)page->slice_count * CORAL_SLICE_SIZE) / block_size;
+    page->reserved = (uint16_t)(fit < CORAL_PAGE_MAX_BLOCKS ? fit : CORAL_PAGE_MAX_BLOCKS);
     /* The owner makes its pages: the id is the segment's, no flag set. */
     coral_slice_set(
         page, atomic_load_explicit(&coral_ptr_segment(page)->thread_id, memory_order_relaxed), 0);
     page->is_user_heap = user_heap;
     page->free_is_zero = 0;
     page->is_parked = 0;
+    page->is_aside = 0;
     page->class_idx = (uint8_t)cls;
     page->block_size = block_size;
     page->aligned_slices = 0;
@@ -309,22 +364,53 @@ void coral_page_wait_not_busy(coral_page_t *page) {
 /* Owner: the purger took every block of the page (RECLAIMED) and returned
  * its memory. The page is empty again, its memory zero: blocks are carved
  * anew as they are needed. */
-static void page_take_reclaimed(coral_page_t *page) {
-    coral_page_wait_not_busy(page);
-    if (page->used != page->reserved || page->free != NULL || page->local_free != NULL)
-        coral_fatal("double free detected: a page of %zu-byte blocks had all %u blocks freed by "
-                    "other threads, yet its owner still counts %u in use",
-                    page->block_size, page->reserved, page->used);
+static CORAL_NOINLINE void page_reset_reclaimed(coral_page_t *page) {
     uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
     while (!atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, tf & CORAL_DELAY_MASK,
                                                   memory_order_relaxed, memory_order_relaxed)) {
     }
+    page->free = page->local_free = NULL;
     page->used = 0;
     page->is_parked = 0;                              /* (the claim unlisted it) */
     if (page->class_idx == CORAL_CLASS_LARGE) return; /* one block: nothing to carve */
     coral_page_set_capacity(page, 0);
     page->is_fresh = 1;
     page->free_is_zero = 0;
+}
+
+static void page_take_reclaimed(coral_page_t *page) {
+    coral_page_wait_not_busy(page);
+    if (page->used != page->reserved || page->free != NULL || page->local_free != NULL)
+        coral_fatal("double free detected: a page of %zu-byte blocks had all %u blocks freed by "
+                    "other threads, yet its owner still counts %u in use",
+                    page->block_size, page->reserved, page->used);
+    page_reset_reclaimed(page);
+}
+
+CORAL_NOINLINE void coral_page_set_aside(coral_page_t *page) {
+    if (page->is_aside || page->is_parked) return;
+    page->is_aside = 1;
+    uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed), renewed;
+    do {
+        renewed = (tf & CORAL_TF_LISTED) ? CORAL_TF_RENEWED : 0;
+    } while (!atomic_compare_exchange_weak_explicit(&page->thread_free, &tf,
+                                                    tf | CORAL_TF_ASIDE | renewed,
+                                                    memory_order_release, memory_order_relaxed));
+}
+
+/* The purger claimed a page set aside: its lists led into memory that is
+ * zero now. */
+static CORAL_COLD void aside_take_reclaimed(coral_page_t *page) {
+    coral_page_wait_not_busy(page);
+    page_reset_reclaimed(page);
+}
+
+CORAL_NOINLINE void coral_page_unaside_slow(coral_page_t *page) {
+    page->is_aside = 0;
+    coral_test_point(CORAL_TP_UNASIDE, page);
+    uintptr_t tf = atomic_fetch_and_explicit(
+        &page->thread_free, ~(CORAL_TF_ASIDE | CORAL_TF_RENEWED), memory_order_acq_rel);
+    if (coral_unlikely(tf & CORAL_TF_RECLAIMED)) aside_take_reclaimed(page);
 }
 
 static CORAL_COLD void thread_free_overflow(const coral_page_t *page, const void *block) {
@@ -363,6 +449,7 @@ static coral_block_t *page_free_chain(coral_page_t *page) {
 }
 
 bool coral_page_park(coral_page_t *page) {
+    coral_page_unaside(page);
     uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
     if (tf & ~CORAL_TF_KEPT)
         return false; /* a block pushed: taken (and reported) at the next take */
@@ -393,7 +480,7 @@ bool coral_page_park(coral_page_t *page) {
     } while (!atomic_compare_exchange_weak_explicit(
         &page->thread_free, &tf, parked | (tf & CORAL_DELAY_MASK) | CORAL_TF_LISTED,
         memory_order_release, memory_order_relaxed));
-    bool first = coral_orphan_add(page);
+    bool first = coral_orphan_add(page, true);
     coral_orphans_unlock();
     /* The purger learns of a due time only when the list was empty: a page
      * listed behind others is due after them, and the purger's pass that
@@ -407,7 +494,7 @@ pushed:
     return false;
 }
 
-/* A set of a page's blocks, by index (a page has at most 4096). */
+/* A set of a page's blocks, by index (a page has at most 4095). */
 typedef struct block_set_s {
     uint64_t bits[4096 / 64];
 } block_set_t;
@@ -533,6 +620,7 @@ bool coral_page_holds_free(coral_page_t *page, const coral_block_t *block) {
 }
 
 void coral_page_take_remote(coral_page_t *page) {
+    coral_page_unaside(page);
     if (atomic_load_explicit(&page->thread_free, memory_order_relaxed) & ~CORAL_TF_KEPT)
         thread_free_collect(page);
 }
@@ -555,6 +643,7 @@ static void local_free_to_free(coral_page_t *page) {
  * blocks are taken only onto an empty local_free, which needs no walk
  * either (thread_free_collect). */
 void coral_page_collect(coral_page_t *page) {
+    coral_page_unaside(page);
     if (page->free != NULL) return;
     if (page->local_free == NULL) coral_page_take_remote(page);
     local_free_to_free(page);
@@ -668,10 +757,10 @@ static void page_notify_owner(coral_page_t *page) {
  * says so (their freed marks are written) or if the word is no longer
  * `seen`, what the caller read (acquire) before it read the blocks' mark
  * words ("Freed marks" above). */
-static void push_remote(coral_page_t *page, coral_block_t *head, coral_block_t *tail, uint32_t n,
-                        uintptr_t suspect, uintptr_t seen) {
+static CORAL_NOINLINE void push_remote(coral_page_t *page, coral_block_t *head, coral_block_t *tail,
+                                       uint32_t n, uintptr_t suspect, uintptr_t seen) {
     uint32_t reserved = page->reserved;
-    bool locked = false;
+    bool locked = false, list_aside;
     uintptr_t tf = seen, state;
     uint32_t count;
     for (;;) {
@@ -687,7 +776,9 @@ static void push_remote(coral_page_t *page, coral_block_t *head, coral_block_t *
             remote_overflow(page, head);
             return;
         }
-        if (coral_unlikely(count == reserved) && !locked) {
+        /* An aside page not listed: this push lists it ("Aside pages"). */
+        list_aside = (tf & (CORAL_TF_ASIDE | CORAL_TF_LISTED)) == CORAL_TF_ASIDE;
+        if (coral_unlikely(count == reserved || list_aside) && !locked) {
             coral_orphans_lock(); /* before the CAS that frees the last block */
             locked = true;
             tf = atomic_load_explicit(&page->thread_free, memory_order_acquire);
@@ -698,18 +789,18 @@ static void push_remote(coral_page_t *page, coral_block_t *head, coral_block_t *
         uintptr_t next_state = state == CORAL_DELAY_USE ? CORAL_DELAY_FREEING : state;
         coral_block_set_next(tail, coral_tf_list(tf));
         /* (RECLAIMED and BUSY are clear: checked above.) */
-        uintptr_t next = coral_tf_pushed(tf, head, count, suspect, next_state);
+        uintptr_t next = coral_tf_pushed(tf, head, count, suspect, next_state) |
+                         (list_aside ? CORAL_TF_LISTED : 0);
         if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, next,
                                                   memory_order_release, memory_order_acquire))
             break;
     }
     if (coral_unlikely(locked)) {
-        if (count == reserved) coral_orphan_add(page);
+        bool first = false;
+        if (count == reserved || list_aside) first = coral_orphan_add(page, count == reserved);
         coral_orphans_unlock();
-        if (count == reserved) {
-            coral_purger_notify();
-            coral_purger_start_if_wanted(); /* no lock held: a safe point */
-        }
+        if (first || count == reserved) coral_purger_notify();
+        if (count == reserved) coral_purger_start_if_wanted(); /* no lock held: a safe point */
     }
     if (coral_unlikely(state == CORAL_DELAY_USE)) page_notify_owner(page);
 }
@@ -792,6 +883,7 @@ static void thread_free_seal(coral_page_t *page) {
 }
 
 void coral_page_release_span(coral_page_t *page) {
+    coral_page_unaside(page);
     /* A page released with blocks on its thread_free (coral_heap_destroy)
      * may be an orphan, or being purged by the purger: neither may outlive
      * it. */

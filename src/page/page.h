@@ -134,7 +134,12 @@ CORAL_INLINE size_t coral_class_size(unsigned cls) {
  *              purger took them all (reclaim.c); the owner resets the page;
  *   bit 3      BUSY: the purger is returning the page's memory right now;
  *   bits 4-47  the list of remote-freed blocks (16-aligned pointers);
- *   bits 48-60 how many blocks the list holds (a page has at most 4096);
+ *   bits 48-59 how many blocks the list holds (a page has at most 4095:
+ *              CORAL_PAGE_MAX_BLOCKS);
+ *   bit 60     ASIDE: the page, behind the first of its class queue, is
+ *              one the purger may claim once no block of it is live, with
+ *              no call from its owner (page.c, "Aside pages"): set and
+ *              cleared by the owner, kept by pushes;
  *   bit 61     LISTED: the page, parked once by its owner, is on the
  *              orphan list (page.c, "Parked pages"): set with the listing,
  *              kept by the owner's takes and by pushes, cleared by whoever
@@ -154,7 +159,11 @@ CORAL_INLINE size_t coral_class_size(unsigned cls) {
 #define CORAL_TF_BUSY ((uintptr_t)8)
 #define CORAL_TF_COUNT_SHIFT 48
 #define CORAL_TF_LIST_MASK ((((uintptr_t)1) << CORAL_TF_COUNT_SHIFT) - 16)
-#define CORAL_TF_COUNT_MASK ((uintptr_t)0x1fff)
+#define CORAL_TF_COUNT_MASK ((uintptr_t)0xfff)
+/* The most blocks a page holds: what the count can say (a slice of 16-byte
+ * blocks would fit 4096, and gives up its last). */
+#define CORAL_PAGE_MAX_BLOCKS 4095u
+#define CORAL_TF_ASIDE ((uintptr_t)1 << 60)
 #define CORAL_TF_LISTED ((uintptr_t)1 << 61)
 #define CORAL_TF_RENEWED ((uintptr_t)1 << 62)
 #define CORAL_TF_SUSPECT ((uintptr_t)1 << 63)
@@ -172,13 +181,13 @@ CORAL_INLINE uint32_t coral_tf_count(uintptr_t tf) {
 }
 
 /* The word after a push whose first block is head, onto a list tf (its
- * tail linked to tf's list): count blocks, tf's SUSPECT and LISTED kept
- * and the push's SUSPECT added, delay state `state`; RECLAIMED, BUSY and
- * RENEWED clear (set only on words no push may change). */
+ * tail linked to tf's list): count blocks, tf's SUSPECT, LISTED and ASIDE
+ * kept and the push's SUSPECT added, delay state `state`; RECLAIMED, BUSY
+ * and RENEWED clear (set only on words no push may change). */
 CORAL_INLINE uintptr_t coral_tf_pushed(uintptr_t tf, const coral_block_t *head, uint32_t count,
                                        uintptr_t suspect, uintptr_t state) {
     return (uintptr_t)head | ((uintptr_t)count << CORAL_TF_COUNT_SHIFT) |
-           (tf & (CORAL_TF_SUSPECT | CORAL_TF_LISTED)) | suspect | state;
+           (tf & (CORAL_TF_SUSPECT | CORAL_TF_LISTED | CORAL_TF_ASIDE)) | suspect | state;
 }
 
 /* ---- block starts and freed marks (the default build; page.c has the protocol) ----
@@ -350,6 +359,20 @@ void coral_page_reset_empty(coral_page_t *page);
  * a block was pushed on its thread_free (a double free, reported when the
  * owner takes it). */
 bool coral_page_park(coral_page_t *page);
+/* Owner: set aside a page of a class queue that is not first in it (no
+ * fast path pops from it): the purger may claim it, with no call from the
+ * owner, once none of its blocks is live (page.c, "Aside pages"). Not a
+ * parked page (it is the purger's already). */
+void coral_page_set_aside(coral_page_t *page);
+/* Owner: take back a page set aside, before anything but the free of a
+ * live block touches it. A page the purger claimed meanwhile comes back
+ * empty, uncarved, its memory zero. */
+void coral_page_unaside_slow(coral_page_t *page);
+CORAL_INLINE void coral_page_unaside(coral_page_t *page) {
+    if (coral_unlikely(page->is_aside)) coral_page_unaside_slow(page);
+}
+/* Owner: the page is set aside (coral_page_set_aside). */
+CORAL_INLINE bool coral_page_is_aside(const coral_page_t *page) { return page->is_aside != 0; }
 /* Owner: a page it parked before is still listed (LISTED): parking it
  * again takes one CAS, no lock, nothing new to purge. */
 CORAL_INLINE bool coral_page_is_listed(const coral_page_t *page) {
@@ -516,10 +539,12 @@ CORAL_INLINE bool coral_page_is_block_start(const coral_page_t *page, const void
 
 /* Whether a push of one block p onto the remote-free word tf of page may
  * take the quick way: no purge or reclaim under way, a push that neither
- * tells the owner (state USE) nor frees the page's last block (the orphan
- * lock), and p not the block pushed last. */
+ * tells the owner (state USE), nor lists an aside page (ASIDE without
+ * LISTED), nor frees the page's last block (the orphan lock), and p not
+ * the block pushed last. */
 CORAL_INLINE bool coral_tf_quick_push_ok(const coral_page_t *page, uintptr_t tf, const void *p) {
     return !((tf & (CORAL_TF_RECLAIMED | CORAL_TF_BUSY)) != 0 ||
+             (tf & (CORAL_TF_ASIDE | CORAL_TF_LISTED)) == CORAL_TF_ASIDE ||
              (tf & CORAL_DELAY_MASK) == CORAL_DELAY_USE ||
              coral_tf_count(tf) + 1 >= page->reserved ||
              coral_tf_list(tf) == (const coral_block_t *)p);
@@ -865,7 +890,7 @@ CORAL_INLINE void coral_secure_large_out(coral_page_t *page) {
  * remote-freed blocks are taken first; a block the owner holds apart from
  * the page's lists (a batch, a cache: the layers above) counts as in use.
  * A large page: its one block. */
-#define CORAL_PAGE_LIVE_WORDS (4096 / 64) /* a page has at most 4096 blocks */
+#define CORAL_PAGE_LIVE_WORDS (4096 / 64) /* a page has at most 4095 blocks */
 uint32_t coral_page_live_blocks(coral_page_t *page, uint64_t live[CORAL_PAGE_LIVE_WORDS]);
 /* Owner: fn(page, block) for every block coral_page_live_blocks finds. */
 void coral_page_each_live(coral_page_t *page, void (*fn)(coral_page_t *page, uint8_t *block));
@@ -886,8 +911,10 @@ void coral_page_valgrind_forget(coral_page_t *page);
 void coral_orphans_init(void);
 void coral_orphans_lock(void);
 void coral_orphans_unlock(void);
-/* Under the lock: list the page; true when the list was empty before. */
-bool coral_orphan_add(coral_page_t *page);
+/* Under the lock: list the page; true when the list was empty before.
+ * Its bytes join the purge backlog when `counted` (every block is free: an
+ * orphan, a parked page), not for an aside page (page.c). */
+bool coral_orphan_add(coral_page_t *page, bool counted);
 void coral_orphan_take_back(coral_page_t *page);
 void coral_orphan_forget(coral_page_t *page);
 void coral_orphans_prefork(void);

@@ -1,7 +1,9 @@
 /* Orphan pages: pages all of whose blocks were freed by other threads,
- * and empty pages their owner keeps for reuse and parked here (page.c,
+ * empty pages their owner keeps for reuse and parked here (page.c,
  * "Parked pages": its free blocks given to thread_free at once, counted
- * as every block), so that a thread that stops calling does not pin them.
+ * as every block), and pages their owner set aside that other threads
+ * free into (page.c, "Aside pages": claimed once no block is live), so
+ * that a thread that stops calling does not pin them.
  *
  * Such a page is empty, but only its owner may reuse it, and an owner that
  * stays idle (a producer thread blocked on a queue, a worker parked in a
@@ -68,7 +70,7 @@ static void orphan_unlink(coral_page_t *page) {
     /* The descriptor is read while the page is still listed: once
      * orphan_listed is 0 (release), whoever releases the page may do so
      * without the lock (coral_orphan_forget) and rewrite it. */
-    int64_t bytes = orphan_bytes(page);
+    int64_t bytes = orphan_entry(page)->bytes;
     coral_list_remove(&orphans, &orphan_entry(page)->link);
     atomic_store_explicit(&orphans_count,
                           atomic_load_explicit(&orphans_count, memory_order_relaxed) - 1,
@@ -82,15 +84,18 @@ static void orphan_unlink(coral_page_t *page) {
 /* Under the lock: list the page (the newest last). The caller wakes the
  * purger after unlocking (the purger's lock is taken before this one at
  * fork). */
-bool coral_orphan_add(coral_page_t *page) {
+bool coral_orphan_add(coral_page_t *page, bool counted) {
     bool was_empty = orphans.first == NULL;
     coral_orphan_entry_t *entry = orphan_entry(page);
     entry->since_ms = coral_clock_ms();
-    /* A page parked before and listed still, in use since, whose blocks
-     * other threads have all freed: listed anew, the newest. */
+    int64_t bytes = counted && entry->bytes == 0 ? orphan_bytes(page) : 0;
+    /* A page parked (or set aside) before and listed still, whose blocks
+     * other threads have all freed since: listed anew, the newest. */
     if (atomic_load_explicit(&page->orphan_listed, memory_order_relaxed)) {
         coral_list_remove(&orphans, &entry->link);
         coral_list_push_back(&orphans, &entry->link);
+        entry->bytes += bytes;
+        coral_purge_backlog_add(bytes);
         return false;
     }
     coral_list_push_back(&orphans, &entry->link);
@@ -98,7 +103,8 @@ bool coral_orphan_add(coral_page_t *page) {
     atomic_store_explicit(&orphans_count,
                           atomic_load_explicit(&orphans_count, memory_order_relaxed) + 1,
                           memory_order_relaxed);
-    coral_purge_backlog_add(orphan_bytes(page));
+    entry->bytes = counted ? orphan_bytes(page) : 0;
+    coral_purge_backlog_add(entry->bytes);
     return was_empty;
 }
 
@@ -139,27 +145,52 @@ void coral_orphan_forget(coral_page_t *page) {
  * releases the page does so without the lock, and a new page on the same
  * descriptor may have more blocks, its count reaching the old `reserved`
  * with its other blocks live (window_orphan_reuse_smaller). */
-typedef enum { LOOK_HELD, LOOK_RENEWED, LOOK_CLAIMED } look_t;
+typedef enum { LOOK_HELD, LOOK_RENEWED, LOOK_CLAIMED, LOOK_CLAIMED_ASIDE, LOOK_AGAIN } look_t;
+
+/* The purger's read of an aside page's `used`, which its owner writes with
+ * plain stores on the fast paths: a data race by the C11 rules, accepted
+ * (page.c, "Aside pages": an aligned 32-bit load, and a stale value is
+ * larger, which only delays a claim), so not instrumented by TSan. */
+#if defined(__has_attribute)
+#if __has_attribute(no_sanitize)
+__attribute__((no_sanitize("thread")))
+#endif
+#endif
+static uint32_t
+aside_used(const coral_page_t *page) {
+    return *(const volatile uint32_t *)&page->used;
+}
 
 static look_t orphan_look(coral_page_t *page, bool force) {
     uint32_t reserved = page->reserved;
-    uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+    uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_acquire);
     for (;;) {
-        if (coral_tf_count(tf) != reserved || (tf & CORAL_TF_RECLAIMED)) {
-            if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf,
-                                                      tf & ~CORAL_TF_LISTED, memory_order_relaxed,
-                                                      memory_order_relaxed))
-                return LOOK_HELD;
+        uintptr_t next, claimed = (tf & CORAL_DELAY_MASK) | CORAL_TF_RECLAIMED | CORAL_TF_BUSY;
+        look_t got;
+        if ((tf & (CORAL_TF_ASIDE | CORAL_TF_RECLAIMED | CORAL_TF_BUSY)) == CORAL_TF_ASIDE) {
+            /* Set aside (page.c, "Aside pages"). The acquire load that saw
+             * ASIDE orders the read of `used` after the owner's RMW that
+             * set it. RENEWED (set aside again since it was listed or last
+             * looked at) is cleared first, forced or not: a claim's CAS
+             * needs the word without it. A block live: unlisted, and the
+             * next push lists it again. */
+            if (tf & CORAL_TF_RENEWED)
+                next = tf & ~CORAL_TF_RENEWED, got = force ? LOOK_AGAIN : LOOK_RENEWED;
+            else if (aside_used(page) == coral_tf_count(tf))
+                next = claimed, got = LOOK_CLAIMED_ASIDE;
+            else
+                next = tf & ~CORAL_TF_LISTED, got = LOOK_HELD;
+        } else if (coral_tf_count(tf) != reserved || (tf & CORAL_TF_RECLAIMED)) {
+            next = tf & ~CORAL_TF_LISTED, got = LOOK_HELD;
         } else if ((tf & CORAL_TF_RENEWED) && !force) {
-            if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf,
-                                                      tf & ~CORAL_TF_RENEWED, memory_order_relaxed,
-                                                      memory_order_relaxed))
-                return LOOK_RENEWED;
+            next = tf & ~CORAL_TF_RENEWED, got = LOOK_RENEWED;
         } else {
-            uintptr_t claimed = (tf & CORAL_DELAY_MASK) | CORAL_TF_RECLAIMED | CORAL_TF_BUSY;
-            if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, claimed,
-                                                      memory_order_acquire, memory_order_relaxed))
-                return LOOK_CLAIMED;
+            next = claimed, got = LOOK_CLAIMED;
+        }
+        if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, next,
+                                                  memory_order_acquire, memory_order_acquire)) {
+            if (got != LOOK_AGAIN) return got;
+            tf = next; /* forced: looked at again as it is now */
         }
     }
 }
@@ -174,7 +205,7 @@ static void orphan_renew(coral_page_t *page, uint64_t now) {
 
 /* Return a claimed page's whole span to the OS (it becomes zero), then let
  * its owner have it back. */
-static void orphan_purge(coral_page_t *page) {
+static void orphan_purge(coral_page_t *page, bool aside) {
     coral_test_point(CORAL_TP_ORPHAN_PURGING, page);
     coral_segment_t *seg = coral_ptr_segment(page);
     uint8_t *span = coral_segment_base(seg) + (size_t)(page - seg->pages) * CORAL_SLICE_SIZE;
@@ -185,8 +216,13 @@ static void orphan_purge(coral_page_t *page) {
     if (!coral_os_purge(span, size))
         memset(page->start, 0, coral_page_blocks_bytes(page, page->block_size));
     /* (The owner set is_parked before the park's CAS, which the claim
-     * read, and changes it only once BUSY is clear.) */
-    if (page->is_parked) {
+     * read, and changes it only once BUSY is clear. An aside page is not
+     * parked: the owner's is_aside is not read here, it may be clearing
+     * it now.) */
+    if (aside) {
+        coral_count(&coral_counters.aside_reclaimed, 1);
+        coral_count(&coral_counters.aside_bytes_reclaimed, (int64_t)size);
+    } else if (page->is_parked) {
         coral_count(&coral_counters.parked_reclaimed, 1);
         coral_count(&coral_counters.parked_bytes_reclaimed, (int64_t)size);
     } else {
@@ -207,6 +243,7 @@ static uint64_t orphans_reclaim_due(uint64_t now, bool force) {
     coral_mutex_lock(&reclaim_lock);
     for (;;) {
         coral_page_t *claimed[RECLAIM_BATCH];
+        bool aside[RECLAIM_BATCH];
         size_t n = 0;
         coral_mutex_lock(&orphans_lock);
         while (orphans.first != NULL && n < RECLAIM_BATCH) {
@@ -227,11 +264,14 @@ static uint64_t orphans_reclaim_due(uint64_t now, bool force) {
             }
             orphan_unlink(page);
             coral_test_point(CORAL_TP_ORPHAN_UNLISTED, page);
-            if (got == LOOK_CLAIMED) claimed[n++] = page;
+            if (got == LOOK_CLAIMED || got == LOOK_CLAIMED_ASIDE) {
+                aside[n] = got == LOOK_CLAIMED_ASIDE;
+                claimed[n++] = page;
+            }
         }
         bool more = orphans.first != NULL && next_due == 0;
         coral_mutex_unlock(&orphans_lock);
-        for (size_t i = 0; i < n; i++) orphan_purge(claimed[i]);
+        for (size_t i = 0; i < n; i++) orphan_purge(claimed[i], aside[i]);
         if (!more) break;
         now = coral_clock_ms();
     }

@@ -126,6 +126,10 @@ typedef struct coral_page_s {
     /* Parked: its free blocks all given to thread_free (page/page.c,
      * "Parked pages"); the owner takes them back before any use. */
     uint8_t is_parked;
+    /* Set aside: ASIDE in thread_free (page/page.c, "Aside pages"), the
+     * owner's own note of it, so that it clears ASIDE before it touches
+     * the page's lists with no load of the shared word when it is not. */
+    uint8_t is_aside;
     coral_link_t link; /* in the owner heap's queue; link.prev NULL: first */
     /* Second cache line: shared with other threads (who writes which
      * field, and when: above). Remote frees read it and write thread_free. */
@@ -148,8 +152,8 @@ typedef struct coral_page_s {
     uint8_t *start; /* first block */
     uint32_t epoch; /* the secure build: a new value at every page init (page/secure.c) */
     /* 16 bits each: an offset is at most 63 descriptors (8064 bytes), a
-     * span at most 64 slices, a page at most 4096 blocks (the remote-free
-     * word's count has 13 bits; coral_test_check asserts it). */
+     * span at most 64 slices, a page at most 4095 blocks (the remote-free
+     * word's count has 12 bits; coral_test_check asserts it). */
     uint16_t slice_offset; /* every descriptor: bytes back to the span's head */
     uint16_t slice_count;  /* head descriptor: slices in the span; 0 = free */
     uint16_t reserved;     /* blocks that fit in the span */
@@ -185,6 +189,7 @@ _Static_assert(offsetof(coral_page_t, thread_free) == 64 &&
 typedef struct coral_orphan_entry_s {
     coral_link_t link;
     uint64_t since_ms; /* when the page was listed */
+    int64_t bytes;     /* counted in the purge backlog for this listing (0: aside) */
 } coral_orphan_entry_t;
 
 /* ---- slice flags -------------------------------------------------------------------

@@ -33,15 +33,20 @@ purger clears in the CAS that finds the page held; read apart from the
 CAS, as orphan_listed, the purger may unlist the page between the read
 and the CAS).
 
-A third model, of a page set aside (a design not built yet:
+A third model, of a page set aside (src/page/page.c, "Aside pages";
 docs/experiments/2026-11-28-idle-owner-pages-larson.md): a page behind
 the first of its class queue, its blocks freed partly by its owner (on
 its own lists, `used` written by the free fast path with plain stores)
 and partly by another thread, is claimed by the purger once `used`
-equals the count on thread_free, with no call from the owner. Invariants:
+equals the count on thread_free, with no call from the owner. The owner
+may come back, pop a block and set the page aside again. Invariants:
 no claim of a page with a live block or one its owner pops from; a page
 its idle owner left aside with every block free is claimed. Fixes:
-`unaside_before_use`, `aside_in_word`, `used_after_acquire` (AsideModel).
+`unaside_before_use`, `aside_in_word`, `used_after_acquire`,
+`renew_on_reaside` (a page set aside again while listed gets RENEWED,
+which only the purger clears: a claim CAS from a word read before the
+owner came back fails, where the word alone, back to what it was, would
+let it through) (AsideModel).
 
 `--without FIX` explores the protocol with one fix taken out, to show the
 explorer finds the defect it guards against (the test runs both ways:
@@ -55,7 +60,7 @@ from typing import Callable, Iterator, Optional
 
 NONE, USE, FREEING, NEVER = "NONE", "USE", "FREEING", "NEVER"
 FIXES = ("claim_listed", "wait_notice", "take_before_use", "renew_on_repark", "listed_in_word",
-         "unaside_before_use", "aside_in_word", "used_after_acquire")
+         "unaside_before_use", "aside_in_word", "used_after_acquire", "renew_on_reaside")
 
 
 @dataclass(frozen=True)
@@ -414,8 +419,10 @@ class AState:
     own: int = 0  # blocks on the owner's lists
     owner_live: int = 0  # live blocks the owner will free (locally) or keep
     in_use: bool = False  # the owner pops from the page (it made it first)
-    snap: tuple[int, bool, str] = (0, False, "")  # the word the purger read
+    renewed: bool = False  # RENEWED in the word
+    snap: tuple[int, bool, str, bool] = (0, False, "", False)  # the word the purger read
     seen: int = -1  # the purger's read of `used`
+    snap_sync: int = 0  # sync when the purger read the word (what its acquire ordered)
     looks_left: int = 0  # looks the purger makes before the others are done
     pcs: tuple[int, ...] = ()
     error: str = ""
@@ -430,7 +437,8 @@ class AsideModel(Model):
     page at any moment: reads the word (acquire), then `used` (any value
     the owner wrote since the write its acquire synchronizes with: a plain
     read may see a stale one), and claims the page when `used` equals the
-    count, with one CAS that needs the word it read. Invariants: no claim
+    count, with one CAS that needs the word it read. The owner, back, pops
+    a block (it keeps it live) and may set the page aside again. Invariants: no claim
     of a page with a live block or one its owner pops from; at the end, a
     page its idle owner left aside with every block free is claimed. Fixes:
     `unaside_before_use` (the owner clears ASIDE with an RMW on the word
@@ -438,7 +446,9 @@ class AsideModel(Model):
     `aside_in_word` (ASIDE is in the word the claim's CAS compares, not a
     flag read beside it), `used_after_acquire` (`used` is read after the
     acquire load of the word that saw ASIDE, which the owner set with
-    release after its last write to `used` on its slow path).
+    release after its last write to `used` on its slow path),
+    `renew_on_reaside` (setting it aside again sets RENEWED, which the
+    purger clears with a CAS and looks again; the claim needs it clear).
     Threads: 0 the owner, 1 the freer, 2 the purger; pc 9 is done."""
 
     def __init__(self, looks: int, fixes: set[str]) -> None:
@@ -465,29 +475,34 @@ class AsideModel(Model):
             return aset(s, t, 1, aside=True, sync=len(s.hist) - 1)
         if pc == 1:  # free the live block it holds (fast path), come back, or idle
             return None  # (the choices are in owner_choices)
-        if pc == 2:  # come back: clear ASIDE with an RMW (the fix), or use the lists at once
+        if pc == 2:  # come back: clear ASIDE (and RENEWED) with an RMW (the fix), or use the lists
             if "unaside_before_use" not in self.fixes:
                 return aset(s, t, 4)
             if s.claim:
-                return aset(s, t, 3, aside=False)
-            return aset(s, t, 4, aside=False)
+                return aset(s, t, 3, aside=False, renewed=False)
+            return aset(s, t, 4, aside=False, renewed=False)
         if pc == 3:  # claimed: wait for BUSY to clear, then the page is empty and zero
             if s.claim == "busy":
                 return None
             return aset(s, t, 9, claim="", count=0, own=0, hist=self.write_used(s, 0),
                         in_use=True)
-        if pc == 4:  # first again: pop from its lists (or take thread_free)
-            if s.own > 0:
-                return aset(s, t, 9, own=s.own - 1, hist=self.write_used(s, self.used(s) + 1),
-                            in_use=True)
-            return aset(s, t, 9, own=s.own + s.count, count=0,
-                        hist=self.write_used(s, self.used(s) - s.count), in_use=True)
+        if pc == 4:  # first again: pop a block from its lists (taking thread_free when dry)
+            if s.own == 0:
+                s = replace(s, own=s.count, count=0, hist=self.write_used(s, self.used(s) - s.count))
+            if s.own == 0:
+                return aset(s, t, 9, in_use=True)
+            return aset(s, t, 5, own=s.own - 1, hist=self.write_used(s, self.used(s) + 1),
+                        in_use=True, owner_live=s.owner_live + 1)
         return None
 
     def owner_choices(self, s: AState, t: int) -> list[AState]:
-        if s.pcs[t] != 1:
+        if s.pcs[t] not in (1, 5):
             n = self.owner_steps(s, t)
             return [n] if n is not None else []
+        if s.pcs[t] == 5:  # popped: keep using it, or set it aside again (release)
+            return [aset(s, t, 9),
+                    aset(s, t, 9, aside=True, in_use=False, sync=len(s.hist) - 1,
+                         renewed="renew_on_reaside" in self.fixes)]
         out = [aset(s, t, 2), aset(s, t, 9)]  # come back; idle for good
         if s.owner_live > 0:  # the free fast path: push, used - 1 (plain store)
             out.append(replace(s, owner_live=s.owner_live - 1, own=s.own + 1,
@@ -507,21 +522,25 @@ class AsideModel(Model):
         if pc == 0:  # read the word (acquire); a last look once the others are done
             if s.claim or (not done and s.looks_left == 0):
                 return [aset(s, t, 9)] if done or s.claim else []
-            return [aset(s, t, 1, snap=(s.count, s.aside, s.claim),
+            return [aset(s, t, 1, snap=(s.count, s.aside, s.claim, s.renewed), snap_sync=s.sync,
                          looks_left=s.looks_left - (0 if done else 1))]
         if pc == 1:  # read `used`: any value since the write the acquire ordered (or any)
             if not s.snap[1]:
                 return [aset(s, t, 0)]
+            if s.snap[3]:  # RENEWED: one CAS clears it, then a look anew
+                if (s.count, s.aside, s.claim, s.renewed) == s.snap:
+                    return [aset(s, t, 0, renewed=False)]
+                return [aset(s, t, 0)]
             if done:  # (the last look: the owner's stores are visible by then)
                 return [aset(s, t, 2, seen=self.used(s))]
-            first = s.sync if "used_after_acquire" in self.fixes else 0
+            first = s.snap_sync if "used_after_acquire" in self.fixes else 0
             return [aset(s, t, 2, seen=v) for v in sorted(set(s.hist[first:]))]
         if pc == 2:  # the claim: one CAS that needs the word read
             if s.seen != s.snap[0]:
                 return [aset(s, t, 0)]
-            word = (s.count, s.aside, s.claim)
+            word = (s.count, s.aside, s.claim, s.renewed)
             same = word == s.snap if "aside_in_word" in self.fixes \
-                else (s.count, s.claim) == (s.snap[0], s.snap[2])
+                else (s.count, s.claim, s.renewed) == (s.snap[0], s.snap[2], s.snap[3])
             if not same:
                 return [aset(s, t, 0)]
             if self.live(s) > 0 or s.in_use:

@@ -922,6 +922,74 @@ static void case_parked_purging(void) {
     case_parked(CORAL_TP_ORPHAN_PURGING, CORAL_TP_WAIT_BUSY, true);
 }
 
+/* ---- a page set aside and an owner that comes back ---------------------------------------
+ * The owner (this thread) fills a page of 256-byte blocks and part of a
+ * second, and frees one block of the full page, which goes back to the
+ * class queue behind the second: set aside (page/page.c, "Aside pages").
+ * Another thread frees its other blocks (the first free lists it): no
+ * block of it is live, one free block on the owner's own list. The purger
+ * is held at one step of its look at the page while the owner comes back:
+ * it allocates 156 + 256 blocks with calloc, which fills the second page
+ * and makes the aside one first (taken back), and writes each block.
+ * Whatever the step, no purge touches a block the owner took, and every
+ * block reads as zero when handed out (the blocks of the page, dirty, are
+ * cleared by calloc unless the purge made them zero):
+ *   - claiming: held with the orphan lock, before its look; the owner takes
+ *     the page back first (the gate opens once its RMW cleared ASIDE), so
+ *     the purger finds it held and unlists it: nothing returned;
+ *   - unlisted, purging: claimed; the owner's RMW finds the claim, it waits
+ *     for the purge to end (the gate opens when it starts waiting) and
+ *     takes the page back empty: its 64 KiB returned. */
+enum { ASIDE_PAGE = 256, ASIDE_FIRST = 100, ASIDE_TAKE = ASIDE_PAGE - ASIDE_FIRST + ASIDE_PAGE };
+static char *aside_blocks[ASIDE_PAGE + ASIDE_FIRST];
+
+static void *free_aside_page(void *arg) {
+    (void)arg;
+    for (size_t i = 1; i < ASIDE_PAGE; i++) coral_free(aside_blocks[i]);
+    return NULL;
+}
+
+static void case_aside(int point, int opener, bool claimed) {
+    for (size_t i = 0; i < ASIDE_PAGE + ASIDE_FIRST; i++) {
+        CHECK((aside_blocks[i] = coral_malloc(256)) != NULL);
+        memset(aside_blocks[i], 0xab, 256);
+    }
+    coral_free(aside_blocks[0]); /* the full page goes behind the first: aside */
+    join(start(free_aside_page, NULL));
+    long long reclaimed0 = stats_get("aside_bytes_reclaimed");
+    gate_arm(point, opener);
+    coral_test_advance_clock(3600 * 1000); /* the page is due */
+    purge_pass_done = false;
+    pthread_t purger = start(purge_pass_thread, NULL);
+    gate_wait_held();
+    static char *taken[ASIDE_TAKE];
+    for (size_t i = 0; i < ASIDE_TAKE; i++) {
+        CHECK((taken[i] = coral_calloc(1, 256)) != NULL);
+        for (size_t b = 0; b < 256; b++)
+            CHECK_MSG(taken[i][b] == 0, "block %zu at %p not zero", i, (void *)taken[i]);
+        fill_pattern(taken[i], 256, i);
+    }
+    gate_open(); /* (opened already by the owner's step) */
+    join(purger);
+    for (size_t i = 0; i < ASIDE_TAKE; i++)
+        CHECK_MSG(pattern_mismatch(taken[i], 256, i) == (size_t)-1, "block %zu at %p changed", i,
+                  (void *)taken[i]);
+    CHECK_EQ(coral_test_check(), 0);
+    CHECK_EQ(stats_get("aside_bytes_reclaimed") - reclaimed0, claimed ? 64 * 1024 : 0);
+    for (size_t i = 0; i < ASIDE_TAKE; i++) coral_free(taken[i]);
+    for (size_t i = ASIDE_PAGE; i < ASIDE_PAGE + ASIDE_FIRST; i++) coral_free(aside_blocks[i]);
+}
+
+static void case_aside_claiming(void) {
+    case_aside(CORAL_TP_ORPHAN_CLAIMING, CORAL_TP_UNASIDE, false);
+}
+static void case_aside_unlisted(void) {
+    case_aside(CORAL_TP_ORPHAN_UNLISTED, CORAL_TP_WAIT_BUSY, true);
+}
+static void case_aside_purging(void) {
+    case_aside(CORAL_TP_ORPHAN_PURGING, CORAL_TP_WAIT_BUSY, true);
+}
+
 /* A page parked, taken back and parked again while still listed: the
  * owner's one CAS that needs LISTED. The owner (a thread of its own) fills
  * 4 pages of 64-byte blocks and frees them (3 parked and listed), takes
@@ -1994,6 +2062,9 @@ int main(int argc, char **argv) {
         {"parked_unlisted", case_parked_unlisted},
         {"parked_purging", case_parked_purging},
         {"parked_again", case_parked_again},
+        {"aside_claiming", case_aside_claiming},
+        {"aside_unlisted", case_aside_unlisted},
+        {"aside_purging", case_aside_purging},
         {"parked_exit", case_parked_exit},
         {"purger_started_notice", case_purger_started_notice},
         {"purger_started_free", case_purger_started_free},

@@ -114,6 +114,9 @@ typedef enum coral_test_point_e {
     CORAL_TP_PROFILE_TALLY_ADDING,
     /* page.c: an owner about to take back a page it set aside (the RMW
      * that clears ASIDE, which finds the purger's claim or makes it fail) */
+    /* page.c: an owner took back a page it set aside: its RMW cleared
+     * ASIDE (a claim of the purger's after it fails; one before it is
+     * found next) */
     CORAL_TP_UNASIDE,
     CORAL_TP_COUNT
 } coral_test_point_t;

@@ -407,9 +407,9 @@ static CORAL_COLD void aside_take_reclaimed(coral_page_t *page) {
 
 CORAL_NOINLINE void coral_page_unaside_slow(coral_page_t *page) {
     page->is_aside = 0;
-    coral_test_point(CORAL_TP_UNASIDE, page);
     uintptr_t tf = atomic_fetch_and_explicit(
         &page->thread_free, ~(CORAL_TF_ASIDE | CORAL_TF_RENEWED), memory_order_acq_rel);
+    coral_test_point(CORAL_TP_UNASIDE, page);
     if (coral_unlikely(tf & CORAL_TF_RECLAIMED)) aside_take_reclaimed(page);
 }
 

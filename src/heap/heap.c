@@ -29,44 +29,56 @@ static void direct_update(coral_heap_t *heap, unsigned q) {
  * claim one once none of its blocks is live, with no call from this
  * thread (its blocks freed by other threads while it idles). A page is
  * taken back (coral_page_unaside) before it becomes first, so before
- * direct[] leads to it; the page layer takes it back itself before it
- * collects, parks, walks or releases it. Not the full queue (no block
- * of its pages is free) nor large pages (one block each). */
+ * direct[] leads to it, and before this layer collects it
+ * (page_collect_all_free: find_room and page_try_full collect only the
+ * first page of a queue); the page layer takes it back itself before it
+ * parks, walks or releases it. Not the full queue (no block of its pages
+ * is free) nor large pages (one block each). */
 static bool queue_sets_aside(unsigned q) { return q < CORAL_CLASS_LARGE; }
 
-static CORAL_NOINLINE void queue_push_front(coral_heap_t *heap, unsigned q, coral_page_t *page) {
-    coral_page_t *behind = coral_queue_first(heap, q);
-    coral_page_unaside(page);
-    coral_list_push_front(&heap->queues[q], &page->link);
-    direct_update(heap, q);
-    if (behind != NULL && queue_sets_aside(q)) coral_page_set_aside(behind);
-}
-
-static CORAL_NOINLINE void queue_push_back(coral_heap_t *heap, unsigned q, coral_page_t *page) {
-    bool was_empty = heap->queues[q].first == NULL;
-    if (was_empty) coral_page_unaside(page);
-    coral_list_push_back(&heap->queues[q], &page->link);
-    if (was_empty)
-        direct_update(heap, q);
-    else if (queue_sets_aside(q))
-        coral_page_set_aside(page);
-}
-
-static CORAL_NOINLINE void queue_remove(coral_heap_t *heap, unsigned q, coral_page_t *page) {
-    bool was_first = page->link.prev == NULL;
-    coral_list_remove(&heap->queues[q], &page->link);
-    if (!was_first) return;
+/* The first page of queue q changed: taken back, and direct[] leads to it. */
+static CORAL_NOINLINE void queue_first_changed(coral_heap_t *heap, unsigned q) {
     coral_page_t *first = coral_queue_first(heap, q);
     if (first != NULL) coral_page_unaside(first);
     direct_update(heap, q);
 }
 
+static CORAL_NOINLINE void queue_push_front(coral_heap_t *heap, unsigned q, coral_page_t *page) {
+    coral_page_t *behind = coral_queue_first(heap, q);
+    coral_list_push_front(&heap->queues[q], &page->link);
+    queue_first_changed(heap, q);
+    if (behind != NULL && queue_sets_aside(q)) coral_page_set_aside(behind);
+}
+
+static void queue_push_back(coral_heap_t *heap, unsigned q, coral_page_t *page) {
+    bool was_empty = heap->queues[q].first == NULL;
+    coral_list_push_back(&heap->queues[q], &page->link);
+    if (was_empty)
+        queue_first_changed(heap, q);
+    else if (queue_sets_aside(q))
+        coral_page_set_aside(page);
+}
+
+static void queue_remove(coral_heap_t *heap, unsigned q, coral_page_t *page) {
+    bool was_first = page->link.prev == NULL;
+    coral_list_remove(&heap->queues[q], &page->link);
+    if (was_first) queue_first_changed(heap, q);
+}
+
 /* ---- full pages ---------------------------------------------------------------- */
+
+/* The full queue: no direct[] entry, no page set aside. */
+static void full_push_front(coral_heap_t *heap, coral_page_t *page) {
+    coral_list_push_front(&heap->queues[CORAL_QUEUE_FULL], &page->link);
+}
+static void full_remove(coral_heap_t *heap, coral_page_t *page) {
+    coral_list_remove(&heap->queues[CORAL_QUEUE_FULL], &page->link);
+}
 
 static void page_push_full(coral_heap_t *heap, coral_page_t *page) {
     coral_page_set_delay(page, CORAL_DELAY_USE, false);
     coral_slice_set_flags(page, coral_slice_flags(page) | CORAL_PAGE_IN_FULL);
-    queue_push_front(heap, CORAL_QUEUE_FULL, page);
+    full_push_front(heap, page);
 }
 
 static bool page_has_room(const coral_page_t *page) {
@@ -85,7 +97,7 @@ static bool page_try_full(coral_heap_t *heap, coral_page_t *page) {
     }
     queue_remove(heap, page->class_idx, page);
     coral_slice_set_flags(page, coral_slice_flags(page) | CORAL_PAGE_IN_FULL);
-    queue_push_front(heap, CORAL_QUEUE_FULL, page);
+    full_push_front(heap, page);
     return true;
 }
 
@@ -95,7 +107,7 @@ void coral_heap_add_large_page(coral_heap_t *heap, coral_page_t *page) {
 
 void coral_heap_page_unfull(coral_page_t *page) {
     coral_heap_t *heap = coral_page_heap(page);
-    queue_remove(heap, CORAL_QUEUE_FULL, page);
+    full_remove(heap, page);
     coral_slice_set_flags(page, coral_slice_flags(page) & ~CORAL_PAGE_IN_FULL);
     coral_page_set_delay(page, CORAL_DELAY_NONE, false);
     queue_push_back(heap, page->class_idx, page);
@@ -271,6 +283,7 @@ void coral_heap_page_retire(coral_page_t *page) {
  * would make it so, even onto a local_free that must then be walked: the
  * page is about to be released. */
 static bool page_collect_all_free(coral_page_t *page) {
+    coral_page_unaside(page);
     coral_page_collect(page);
     if (page->used != 0 && coral_page_all_free(page)) coral_page_take_remote(page);
     return page->used == 0;

@@ -609,6 +609,7 @@ static void thread_free_collect(coral_page_t *page) {
  * thread_free (taken first, which checks it), local_free or free. Bounded
  * by the page's blocks. */
 bool coral_page_holds_free(coral_page_t *page, const coral_block_t *block) {
+    coral_page_unaside(page);
     coral_page_take_remote(page);
     const coral_block_t *lists[2] = {page->free, page->local_free};
     for (size_t l = 0; l < 2; l++) {
@@ -620,7 +621,6 @@ bool coral_page_holds_free(coral_page_t *page, const coral_block_t *block) {
 }
 
 void coral_page_take_remote(coral_page_t *page) {
-    coral_page_unaside(page);
     if (atomic_load_explicit(&page->thread_free, memory_order_relaxed) & ~CORAL_TF_KEPT)
         thread_free_collect(page);
 }
@@ -643,7 +643,6 @@ static void local_free_to_free(coral_page_t *page) {
  * blocks are taken only onto an empty local_free, which needs no walk
  * either (thread_free_collect). */
 void coral_page_collect(coral_page_t *page) {
-    coral_page_unaside(page);
     if (page->free != NULL) return;
     if (page->local_free == NULL) coral_page_take_remote(page);
     local_free_to_free(page);
@@ -906,6 +905,7 @@ uint32_t coral_page_live_blocks(coral_page_t *page, uint64_t live[CORAL_PAGE_LIV
         return 1;
     }
     if (coral_page_is_parked(page)) return 0; /* no live block, and left for the purger */
+    coral_page_unaside(page);
     coral_page_take_remote(page);
     block_set_t *free_seen = &(block_set_t){{0}};
     if (block_set_add_list(free_seen, page, page->free, page->reserved) != NULL ||

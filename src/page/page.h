@@ -366,7 +366,11 @@ bool coral_page_park(coral_page_t *page);
 void coral_page_set_aside(coral_page_t *page);
 /* Owner: take back a page set aside, before anything but the free of a
  * live block touches it. A page the purger claimed meanwhile comes back
- * empty, uncarved, its memory zero. */
+ * empty, uncarved, its memory zero. The page layer's entry points that
+ * park, release or walk a page do it themselves; coral_page_collect and
+ * coral_page_take_remote do not (the heap layer collects the first page
+ * of a queue, taken back when it became first, and calls this before it
+ * collects any other). */
 void coral_page_unaside_slow(coral_page_t *page);
 CORAL_INLINE void coral_page_unaside(coral_page_t *page) {
     if (coral_unlikely(page->is_aside)) coral_page_unaside_slow(page);

@@ -943,9 +943,16 @@ static void case_parked_purging(void) {
 enum { ASIDE_PAGE = 256, ASIDE_FIRST = 100, ASIDE_TAKE = ASIDE_PAGE - ASIDE_FIRST + ASIDE_PAGE };
 static char *aside_blocks[ASIDE_PAGE + ASIDE_FIRST];
 
+static bool aside_freed, aside_done;
+
+/* The other thread frees the page's blocks, then idles until the case is
+ * done: its exit (which frees what the thread start allocated here) comes
+ * after the checks. */
 static void *free_aside_page(void *arg) {
     (void)arg;
     for (size_t i = 1; i < ASIDE_PAGE; i++) coral_free(aside_blocks[i]);
+    gate_signal(&aside_freed);
+    gate_wait_for(&aside_done, GATES);
     return NULL;
 }
 
@@ -955,7 +962,8 @@ static void case_aside(int point, int opener, bool claimed) {
         memset(aside_blocks[i], 0xab, 256);
     }
     coral_free(aside_blocks[0]); /* the full page goes behind the first: aside */
-    join(start(free_aside_page, NULL));
+    pthread_t freer = start(free_aside_page, NULL);
+    gate_wait_for(&aside_freed, GATES);
     long long reclaimed0 = stats_get("aside_bytes_reclaimed");
     gate_arm(point, opener);
     coral_test_advance_clock(3600 * 1000); /* the page is due */
@@ -976,6 +984,8 @@ static void case_aside(int point, int opener, bool claimed) {
                   (void *)taken[i]);
     CHECK_EQ(coral_test_check(), 0);
     CHECK_EQ(stats_get("aside_bytes_reclaimed") - reclaimed0, claimed ? 64 * 1024 : 0);
+    gate_signal(&aside_done);
+    join(freer);
     for (size_t i = 0; i < ASIDE_TAKE; i++) coral_free(taken[i]);
     for (size_t i = ASIDE_PAGE; i < ASIDE_PAGE + ASIDE_FIRST; i++) coral_free(aside_blocks[i]);
 }

@@ -448,7 +448,9 @@ class AsideModel(Model):
     acquire load of the word that saw ASIDE, which the owner set with
     release after its last write to `used` on its slow path),
     `renew_on_reaside` (setting it aside again sets RENEWED, which the
-    purger clears with a CAS and looks again; the claim needs it clear).
+    purger clears with a CAS: in the C code it unlists the page then, and
+    the next remote free lists it again, a later look here; the claim
+    needs it clear).
     Threads: 0 the owner, 1 the freer, 2 the purger; pc 9 is done."""
 
     def __init__(self, looks: int, fixes: set[str]) -> None:

@@ -37,10 +37,10 @@ static void direct_update(coral_heap_t *heap, unsigned q) {
 static bool queue_sets_aside(unsigned q) { return q < CORAL_CLASS_LARGE; }
 
 /* The first page of queue q changed: taken back, and direct[] leads to it. */
-static CORAL_NOINLINE void queue_first_changed(coral_heap_t *heap, unsigned q) {
+CORAL_INLINE void queue_first_changed(coral_heap_t *heap, unsigned q) {
     coral_page_t *first = coral_queue_first(heap, q);
     if (first != NULL) coral_page_unaside(first);
-    direct_update(heap, q);
+    if (q <= CORAL_DIRECT_LAST_CLASS) direct_update(heap, q);
 }
 
 static CORAL_NOINLINE void queue_push_front(coral_heap_t *heap, unsigned q, coral_page_t *page) {
@@ -109,7 +109,11 @@ void coral_heap_page_unfull(coral_page_t *page) {
     coral_heap_t *heap = coral_page_heap(page);
     full_remove(heap, page);
     coral_slice_set_flags(page, coral_slice_flags(page) & ~CORAL_PAGE_IN_FULL);
-    coral_page_set_delay(page, CORAL_DELAY_NONE, false);
+    /* Behind the first: set aside in the CAS that leaves state USE. */
+    if (heap->queues[page->class_idx].first != NULL && queue_sets_aside(page->class_idx))
+        coral_page_unfull_aside(page);
+    else
+        coral_page_set_delay(page, CORAL_DELAY_NONE, false);
     queue_push_back(heap, page->class_idx, page);
 }
 

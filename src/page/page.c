@@ -449,10 +449,22 @@ static coral_block_t *page_free_chain(coral_page_t *page) {
 }
 
 bool coral_page_park(coral_page_t *page) {
-    coral_page_unaside(page);
+    /* A page set aside: the park's CAS takes it back too (it needs ASIDE
+     * and RENEWED as they are and clears them: "Aside pages"), one RMW
+     * where the take back and the park took two. Claimed already: taken
+     * back first (empty). */
+    uintptr_t aside = 0;
+    if (page->is_aside) {
+        if (atomic_load_explicit(&page->thread_free, memory_order_relaxed) & CORAL_TF_RECLAIMED)
+            coral_page_unaside(page);
+        else
+            aside = CORAL_TF_ASIDE | CORAL_TF_RENEWED;
+    }
     uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
-    if (tf & ~CORAL_TF_KEPT)
+    if (tf & ~(CORAL_TF_KEPT | aside)) {
+        coral_page_unaside(page);
         return false; /* a block pushed: taken (and reported) at the next take */
+    }
     coral_block_t *chain = page_free_chain(page);
     uintptr_t parked = (uintptr_t)chain | ((uintptr_t)page->reserved << CORAL_TF_COUNT_SHIFT);
     page->used = page->reserved;
@@ -464,22 +476,25 @@ bool coral_page_park(coral_page_t *page) {
         coral_test_point(CORAL_TP_PARK_AGAIN, page);
         if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf,
                                                   parked | (tf & CORAL_TF_KEPT) | CORAL_TF_RENEWED,
-                                                  memory_order_release, memory_order_relaxed))
+                                                  memory_order_release, memory_order_relaxed)) {
+            page->is_aside = 0;
             return true;
-        if (tf & ~CORAL_TF_KEPT) goto pushed;
+        }
+        if (tf & ~(CORAL_TF_KEPT | aside)) goto pushed;
     }
     /* Not listed (LISTED is set only with the lock held, so it stays
      * clear): parked and listed in one hold of the lock. */
     coral_orphans_lock();
     tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
     do {
-        if (tf & ~CORAL_TF_KEPT) {
+        if (tf & ~(CORAL_TF_KEPT | aside)) {
             coral_orphans_unlock();
             goto pushed;
         }
     } while (!atomic_compare_exchange_weak_explicit(
         &page->thread_free, &tf, parked | (tf & CORAL_DELAY_MASK) | CORAL_TF_LISTED,
         memory_order_release, memory_order_relaxed));
+    page->is_aside = 0;
     bool first = coral_orphan_add(page, true);
     coral_orphans_unlock();
     /* The purger learns of a due time only when the list was empty: a page
@@ -491,6 +506,7 @@ pushed:
     page->free = chain;
     page->used = 0;
     page->is_parked = 0;
+    coral_page_unaside(page);
     return false;
 }
 
@@ -705,6 +721,22 @@ void coral_page_set_delay(coral_page_t *page, uintptr_t state, bool override_nev
                                                   memory_order_acq_rel, memory_order_relaxed))
             return;
     }
+}
+
+/* (From state USE, which only the owner sets, or NONE: never NEVER.) */
+void coral_page_unfull_aside(coral_page_t *page) {
+    if (page->is_aside || page->is_parked) {
+        coral_page_set_delay(page, CORAL_DELAY_NONE, false);
+        return;
+    }
+    page->is_aside = 1;
+    uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed), add;
+    do {
+        tf = wait_not_freeing(page, tf);
+        add = CORAL_TF_ASIDE | ((tf & CORAL_TF_LISTED) ? CORAL_TF_RENEWED : 0);
+    } while (!atomic_compare_exchange_weak_explicit(
+        &page->thread_free, &tf, (tf & ~CORAL_DELAY_MASK) | CORAL_DELAY_NONE | add,
+        memory_order_acq_rel, memory_order_relaxed));
 }
 
 /* The start of the block that p points into. */

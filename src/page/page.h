@@ -417,6 +417,10 @@ coral_block_t *coral_page_freed_block(const coral_page_t *page, void *p);
 void coral_page_free_remote(coral_page_t *page, void *p);
 /* Owner: set the delay state; NEVER is kept unless override_never. */
 void coral_page_set_delay(coral_page_t *page, uintptr_t state, bool override_never);
+/* Owner: a page leaves the full queue for a place behind the first of its
+ * class queue: delay state NONE and set aside (coral_page_set_aside) in
+ * one CAS. */
+void coral_page_unfull_aside(coral_page_t *page);
 /* Is a remote freer telling the owner about this page, or has it told it?
  * Such a page must not be released before the owner takes the notice. */
 bool coral_page_notice_pending(coral_page_t *page);

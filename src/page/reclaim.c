@@ -171,11 +171,14 @@ static look_t orphan_look(coral_page_t *page, bool force) {
             /* Set aside (page.c, "Aside pages"). The acquire load that saw
              * ASIDE orders the read of `used` after the owner's RMW that
              * set it. RENEWED (set aside again since it was listed or last
-             * looked at) is cleared first, forced or not: a claim's CAS
-             * needs the word without it. A block live: unlisted, and the
-             * next push lists it again. */
-            if (tf & CORAL_TF_RENEWED)
-                next = tf & ~CORAL_TF_RENEWED, got = force ? LOOK_AGAIN : LOOK_RENEWED;
+             * looked at: in use since) or a block live: unlisted, RENEWED
+             * cleared, and the next push lists it again; forced, RENEWED
+             * is cleared and the page looked at again (a claim's CAS needs
+             * the word without it). */
+            if (tf & CORAL_TF_RENEWED && force)
+                next = tf & ~CORAL_TF_RENEWED, got = LOOK_AGAIN;
+            else if (tf & CORAL_TF_RENEWED)
+                next = tf & ~(CORAL_TF_RENEWED | CORAL_TF_LISTED), got = LOOK_HELD;
             else if (aside_used(page) == coral_tf_count(tf))
                 next = claimed, got = LOOK_CLAIMED_ASIDE;
             else

@@ -46,7 +46,10 @@ its idle owner left aside with every block free is claimed. Fixes:
 `renew_on_reaside` (a page set aside again while listed gets RENEWED,
 which only the purger clears: a claim CAS from a word read before the
 owner came back fails, where the word alone, back to what it was, would
-let it through) (AsideModel).
+let it through), `push_keeps_renewed` (a remote free's push keeps
+RENEWED: the freer of a block the owner took off thread_free, popped and
+handed over again brings the count back to what the purger read)
+(AsideModel).
 
 `--without FIX` explores the protocol with one fix taken out, to show the
 explorer finds the defect it guards against (the test runs both ways:
@@ -60,7 +63,8 @@ from typing import Callable, Iterator, Optional
 
 NONE, USE, FREEING, NEVER = "NONE", "USE", "FREEING", "NEVER"
 FIXES = ("claim_listed", "wait_notice", "take_before_use", "renew_on_repark", "listed_in_word",
-         "unaside_before_use", "aside_in_word", "used_after_acquire", "renew_on_reaside")
+         "unaside_before_use", "aside_in_word", "used_after_acquire", "renew_on_reaside",
+         "push_keeps_renewed")
 
 
 @dataclass(frozen=True)
@@ -418,6 +422,7 @@ class AState:
     sync: int = 0  # index in hist of the owner's last write before it set ASIDE (release)
     own: int = 0  # blocks on the owner's lists
     owner_live: int = 0  # live blocks the owner will free (locally) or keep
+    handed: int = 0  # live blocks the owner handed to the freer, which frees them remotely
     in_use: bool = False  # the owner pops from the page (it made it first)
     renewed: bool = False  # RENEWED in the word
     snap: tuple[int, bool, str, bool] = (0, False, "", False)  # the word the purger read
@@ -450,12 +455,16 @@ class AsideModel(Model):
     `renew_on_reaside` (setting it aside again sets RENEWED, which the
     purger clears with a CAS: in the C code it unlists the page then, and
     the next remote free lists it again, a later look here; the claim
-    needs it clear).
-    Threads: 0 the owner, 1 the freer, 2 the purger; pc 9 is done."""
+    needs it clear), `push_keeps_renewed` (a remote free's push keeps
+    RENEWED: the owner, back, may take the freer's block off thread_free,
+    pop it and hand it to the freer again, which frees it after the page is
+    set aside again: the count is then the one the purger read).
+    Threads: 0 the owner, 1 the freer, 2 the purger; pc 9 is done (the
+    freer's 8 too, once it holds no block to free)."""
 
     def __init__(self, looks: int, fixes: set[str]) -> None:
         super().__init__(3, 1, "aside", fixes)
-        self.looks, self.done_pcs = looks, (9,)
+        self.looks, self.done_pcs = looks, (8, 9)
         self.owner_t, self.freer_t, self.purger_t = 0, 1, 2
 
     def initial(self) -> AState:  # type: ignore[override]
@@ -501,10 +510,14 @@ class AsideModel(Model):
         if s.pcs[t] not in (1, 5):
             n = self.owner_steps(s, t)
             return [n] if n is not None else []
-        if s.pcs[t] == 5:  # popped: keep using it, or set it aside again (release)
-            return [aset(s, t, 9),
-                    aset(s, t, 9, aside=True, in_use=False, sync=len(s.hist) - 1,
-                         renewed="renew_on_reaside" in self.fixes)]
+        if s.pcs[t] == 5:  # popped: keep using it, pop again, hand a block to the freer,
+            # or set it aside again (release)
+            out = [aset(s, t, 9), aset(s, t, 4),
+                   aset(s, t, 9, aside=True, in_use=False, sync=len(s.hist) - 1,
+                        renewed="renew_on_reaside" in self.fixes)]
+            if s.owner_live > 0 and s.handed == 0:
+                out.append(replace(s, owner_live=s.owner_live - 1, handed=1))
+            return out
         out = [aset(s, t, 2), aset(s, t, 9)]  # come back; idle for good
         if s.owner_live > 0:  # the free fast path: push, used - 1 (plain store)
             out.append(replace(s, owner_live=s.owner_live - 1, own=s.own + 1,
@@ -512,15 +525,21 @@ class AsideModel(Model):
         return out
 
     def freer_steps(self, s: AState, t: int) -> Optional[AState]:
+        if s.pcs[t] == 8 and s.handed:  # a block the owner handed over: freed
+            if s.claim:
+                return aset(s, t, 9, error="a remote free found the page claimed")
+            return aset(s, t, 9, count=s.count + 1, handed=0,
+                        renewed=s.renewed and "push_keeps_renewed" in self.fixes)
         if s.pcs[t] != 0:
             return None
         if s.claim:
             return aset(s, t, 9, error="a remote free found the page claimed")
-        return aset(s, t, 9, count=s.count + 1)  # the push's CAS
+        return aset(s, t, 8, count=s.count + 1)  # the push's CAS
 
     def purger_choices(self, s: AState, t: int) -> list[AState]:
         pc = s.pcs[t]
-        done = s.pcs[self.owner_t] == 9 and s.pcs[self.freer_t] == 9
+        done = s.pcs[self.owner_t] == 9 and (s.pcs[self.freer_t] == 9 or
+                                              (s.pcs[self.freer_t] == 8 and not s.handed))
         if pc == 0:  # read the word (acquire); a last look once the others are done
             if s.claim or (not done and s.looks_left == 0):
                 return [aset(s, t, 9)] if done or s.claim else []

@@ -1000,6 +1000,102 @@ static void case_aside_purging(void) {
     case_aside(CORAL_TP_ORPHAN_PURGING, CORAL_TP_WAIT_BUSY, true);
 }
 
+/* ---- a page set aside again while the purger is about to claim it ------------------------
+ * The claim's ABA (page/page.c, "Aside pages": RENEWED). The owner fills a
+ * page of 256-byte blocks (A) and part of a second, and frees every block
+ * of A but X itself: A goes behind the second, set aside. Another thread
+ * frees X (the push lists A): no block of A is live, `used` 1, the word's
+ * list X and count 1. The purger reads the word and `used` and is held
+ * before its claim's CAS. The owner comes back: it fills the second page,
+ * so A becomes first (taken back); it allocates A's 255 free blocks, then
+ * X (its take of thread_free) and one block more, which moves A to the full
+ * queue and puts a new page first. The other thread frees X again (the
+ * word's list and count are again X and 1), and the owner frees one of A's
+ * blocks: A goes behind the new page, set aside again. The word is then the
+ * one the purger read but for RENEWED, which setting a listed page aside
+ * adds: the claim's CAS fails, and none of the 254 blocks of A the owner
+ * holds changes. Without RENEWED the CAS succeeds and the purge zeroes them.
+ * `pushed`: the other thread frees X after the owner set A aside again: a
+ * push keeps RENEWED (before the fix a push cleared it, as it does on a
+ * parked page, where no push may come: then the word was the one the
+ * purger read, and the purge zeroed the 254 blocks). */
+static char *reaside_a[ASIDE_PAGE], *reaside_held[ASIDE_PAGE + ASIDE_PAGE];
+static char *reaside_x;
+static bool reaside_go[2], reaside_freed[2], reaside_done;
+
+static void *reaside_freer(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 2; i++) {
+        gate_wait_for(&reaside_go[i], GATES);
+        coral_free(reaside_x);
+        gate_signal(&reaside_freed[i]);
+    }
+    gate_wait_for(&reaside_done, GATES);
+    return NULL;
+}
+
+static bool in_page_a(const char *p) {
+    return p >= reaside_a[0] && p < reaside_a[0] + ASIDE_PAGE * 256;
+}
+
+static void case_reaside(bool push_last) {
+    for (size_t i = 0; i < ASIDE_PAGE; i++) CHECK((reaside_a[i] = coral_malloc(256)) != NULL);
+    /* (A fresh page's blocks in address order: one page, X first.) */
+    CHECK(reaside_a[ASIDE_PAGE - 1] == reaside_a[0] + (ASIDE_PAGE - 1) * 256);
+    for (size_t i = 0; i < ASIDE_FIRST; i++) CHECK(coral_malloc(256) != NULL); /* (kept) */
+    for (size_t i = 1; i < ASIDE_PAGE; i++) coral_free(reaside_a[i]);
+    reaside_x = reaside_a[0];
+    pthread_t freer = start(reaside_freer, NULL);
+    gate_signal(&reaside_go[0]);
+    gate_wait_for(&reaside_freed[0], GATES);
+    long long reclaimed0 = stats_get("aside_bytes_reclaimed");
+    gate_arm(CORAL_TP_ASIDE_CLAIM, -1);
+    coral_test_advance_clock(3600 * 1000); /* the page is due */
+    pthread_t purger = start(purge_pass_thread, NULL);
+    gate_wait_held();
+    /* The owner comes back: the second page's blocks, then A's. */
+    size_t n = 0, in_a = 0;
+    char *p;
+    do {
+        CHECK(n < ASIDE_PAGE && (p = coral_malloc(256)) != NULL);
+        reaside_held[n++] = p;
+    } while (!in_page_a(p));
+    for (in_a = 1; in_a < ASIDE_PAGE - 1; in_a++) {
+        CHECK((p = coral_malloc(256)) != NULL && in_page_a(p) && p != reaside_x);
+        reaside_held[n++] = p;
+    }
+    CHECK(coral_malloc(256) == reaside_x);                   /* taken from thread_free */
+    CHECK((p = coral_malloc(256)) != NULL && !in_page_a(p)); /* A full: a new first page */
+    reaside_held[n++] = p;
+    for (size_t i = 0; i < n; i++) fill_pattern(reaside_held[i], 256, i);
+    if (!push_last) {
+        gate_signal(&reaside_go[1]); /* X freed again */
+        gate_wait_for(&reaside_freed[1], GATES);
+    }
+    size_t back = n - 2; /* a block of A: A goes back behind the first, set aside */
+    CHECK(in_page_a(reaside_held[back]));
+    coral_free(reaside_held[back]);
+    reaside_held[back] = NULL;
+    if (push_last) {
+        gate_signal(&reaside_go[1]);
+        gate_wait_for(&reaside_freed[1], GATES);
+    }
+    gate_open();
+    join(purger);
+    for (size_t i = 0; i < n; i++)
+        if (reaside_held[i] != NULL)
+            CHECK_MSG(pattern_mismatch(reaside_held[i], 256, i) == (size_t)-1,
+                      "block %zu at %p changed", i, (void *)reaside_held[i]);
+    CHECK_EQ(stats_get("aside_bytes_reclaimed") - reclaimed0, 0);
+    CHECK_EQ(coral_test_check(), 0);
+    gate_signal(&reaside_done);
+    join(freer);
+    for (size_t i = 0; i < n; i++) coral_free(reaside_held[i]);
+}
+
+static void case_aside_reaside(void) { case_reaside(false); }
+static void case_aside_reaside_pushed(void) { case_reaside(true); }
+
 /* A page parked, taken back and parked again while still listed: the
  * owner's one CAS that needs LISTED. The owner (a thread of its own) fills
  * 4 pages of 64-byte blocks and frees them (3 parked and listed), takes
@@ -2075,6 +2171,8 @@ int main(int argc, char **argv) {
         {"aside_claiming", case_aside_claiming},
         {"aside_unlisted", case_aside_unlisted},
         {"aside_purging", case_aside_purging},
+        {"aside_reaside", case_aside_reaside},
+        {"aside_reaside_pushed", case_aside_reaside_pushed},
         {"parked_exit", case_parked_exit},
         {"purger_started_notice", case_purger_started_notice},
         {"purger_started_free", case_purger_started_free},

@@ -118,6 +118,10 @@ typedef enum coral_test_point_e {
      * ASIDE (a claim of the purger's after it fails; one before it is
      * found next) */
     CORAL_TP_UNASIDE,
+    /* reclaim.c: the purger, under the orphan lock, read the word of an
+     * aside page and its `used`, equal to the word's count, and has not
+     * made its claim's CAS yet; the object is the page */
+    CORAL_TP_ASIDE_CLAIM,
     CORAL_TP_COUNT
 } coral_test_point_t;
 

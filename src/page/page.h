@@ -144,9 +144,10 @@ CORAL_INLINE size_t coral_class_size(unsigned cls) {
  *              orphan list (page.c, "Parked pages"): set with the listing,
  *              kept by the owner's takes and by pushes, cleared by whoever
  *              unlists it, under the orphan lock;
- *   bit 62     RENEWED: the owner parked the page again while it was still
- *              listed: the purger's next look renews its time instead of
- *              claiming it;
+ *   bit 62     RENEWED: the owner parked the page, or set it aside, again
+ *              while it was still listed: the purger's next look renews
+ *              its time instead of claiming it; kept by pushes, cleared by
+ *              the purger and by the owner's take back;
  *   bit 63     SUSPECT: a block of the list may be on it twice, so the
  *              owner walks the list when it takes it (page.c, "Remote
  *              marks"). */
@@ -181,13 +182,19 @@ CORAL_INLINE uint32_t coral_tf_count(uintptr_t tf) {
 }
 
 /* The word after a push whose first block is head, onto a list tf (its
- * tail linked to tf's list): count blocks, tf's SUSPECT, LISTED and ASIDE
- * kept and the push's SUSPECT added, delay state `state`; RECLAIMED, BUSY
- * and RENEWED clear (set only on words no push may change). */
+ * tail linked to tf's list): count blocks, tf's SUSPECT, LISTED, ASIDE and
+ * RENEWED kept and the push's SUSPECT added, delay state `state`;
+ * RECLAIMED and BUSY clear (set only on words no push may change). RENEWED
+ * must stay: on an aside page it is what makes a claim from a word read
+ * before the owner took the page back fail, and a push may bring the list
+ * and count back to the ones read (page.c, "Aside pages";
+ * window_aside_reaside_pushed). (A parked page, its other holder, takes no
+ * push: its count is `reserved`.) */
 CORAL_INLINE uintptr_t coral_tf_pushed(uintptr_t tf, const coral_block_t *head, uint32_t count,
                                        uintptr_t suspect, uintptr_t state) {
     return (uintptr_t)head | ((uintptr_t)count << CORAL_TF_COUNT_SHIFT) |
-           (tf & (CORAL_TF_SUSPECT | CORAL_TF_LISTED | CORAL_TF_ASIDE)) | suspect | state;
+           (tf & (CORAL_TF_SUSPECT | CORAL_TF_LISTED | CORAL_TF_ASIDE | CORAL_TF_RENEWED)) |
+           suspect | state;
 }
 
 /* ---- block starts and freed marks (the default build; page.c has the protocol) ----

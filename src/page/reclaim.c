@@ -179,9 +179,10 @@ static look_t orphan_look(coral_page_t *page, bool force) {
                 next = tf & ~CORAL_TF_RENEWED, got = LOOK_AGAIN;
             else if (tf & CORAL_TF_RENEWED)
                 next = tf & ~(CORAL_TF_RENEWED | CORAL_TF_LISTED), got = LOOK_HELD;
-            else if (aside_used(page) == coral_tf_count(tf))
+            else if (aside_used(page) == coral_tf_count(tf)) {
                 next = claimed, got = LOOK_CLAIMED_ASIDE;
-            else
+                coral_test_point(CORAL_TP_ASIDE_CLAIM, page);
+            } else
                 next = tf & ~CORAL_TF_LISTED, got = LOOK_HELD;
         } else if (coral_tf_count(tf) != reserved || (tf & CORAL_TF_RECLAIMED)) {
             next = tf & ~CORAL_TF_LISTED, got = LOOK_HELD;

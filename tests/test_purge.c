@@ -356,6 +356,77 @@ static int child_idle_aside(void) {
     return 0;
 }
 
+/* A page set aside again while listed (RENEWED), every block of which is
+ * free by the purger's next look, and no push after: the look that clears
+ * RENEWED keeps the page listed, and the next one, a delay later, returns
+ * it. A thread fills a page of 256-byte blocks (A) and part of a second and
+ * frees one block of A (A goes behind the second: aside); the main thread
+ * frees another (listed). The thread comes back: it fills the second page,
+ * so A becomes first, takes both blocks again and one more, so A goes to
+ * the full queue and a new page comes first, and frees the first one:
+ * A goes behind the new page, set aside again while listed. Then it idles;
+ * the main thread frees A's other 255 blocks (no push lists A: it is
+ * listed). A first pass past the delay returns nothing, a second one A. */
+static char *renewed_blocks[ASIDE_PER_PAGE];
+
+static void *aside_renewed_thread(void *arg) {
+    (void)arg;
+    for (size_t i = 0; i < ASIDE_PER_PAGE; i++)
+        CHECK_NOT_NULL(renewed_blocks[i] = coral_malloc(ASIDE_SIZE));
+    CHECK_EQ((size_t)(renewed_blocks[ASIDE_PER_PAGE - 1] - renewed_blocks[0]),
+             (size_t)(ASIDE_PER_PAGE - 1) * ASIDE_SIZE);
+    for (size_t i = 0; i < 100; i++) CHECK_NOT_NULL(coral_malloc(ASIDE_SIZE)); /* (kept) */
+    coral_free(renewed_blocks[0]);
+    step_set(1);
+    step_wait(2); /* the main thread freed block 1 */
+    char *p, *first = renewed_blocks[0];
+    do { /* the second page's blocks, then A's (kept) */
+        CHECK_NOT_NULL(p = coral_malloc(ASIDE_SIZE));
+    } while (p < first || p >= first + ASIDE_PER_PAGE * ASIDE_SIZE);
+    CHECK(p == renewed_blocks[0]);
+    CHECK(coral_malloc(ASIDE_SIZE) == renewed_blocks[1]); /* taken from thread_free */
+    CHECK_NOT_NULL(p = coral_malloc(ASIDE_SIZE));         /* A full: a new first page (kept) */
+    CHECK(p < first || p >= first + ASIDE_PER_PAGE * ASIDE_SIZE);
+    coral_free(renewed_blocks[0]); /* A set aside again, listed: RENEWED */
+    step_set(3);
+    step_wait(4); /* no call into the allocator meanwhile */
+    CHECK_EQ(coral_test_check(), 0);
+    step_set(5);
+    return NULL;
+}
+
+static int child_idle_aside_renewed(void) {
+    coral_free(coral_malloc(1));
+    long long reclaimed0 = stats_get("aside_bytes_reclaimed");
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, aside_renewed_thread, NULL), 0);
+    step_wait(1);
+    coral_free(renewed_blocks[1]); /* lists A */
+    step_set(2);
+    step_wait(3);
+    for (size_t i = 1; i < ASIDE_PER_PAGE; i++) coral_free(renewed_blocks[i]);
+    const size_t page = ASIDE_PER_PAGE * ASIDE_SIZE;
+    coral_test_advance_clock(3600 * 1000);
+    (void)coral_test_purge_pass();
+    size_t after1 = resident_pages(renewed_blocks[0], page);
+    long long reclaimed1 = stats_get("aside_bytes_reclaimed") - reclaimed0;
+    coral_test_advance_clock(3600 * 1000);
+    (void)coral_test_purge_pass();
+    size_t after2 = resident_pages(renewed_blocks[0], page);
+    long long reclaimed2 = stats_get("aside_bytes_reclaimed") - reclaimed0;
+    printf("idle owner, page set aside again: %zu, then %zu OS pages resident; %lld, then %lld "
+           "KiB returned\n",
+           after1, after2, reclaimed1 / 1024, reclaimed2 / 1024);
+    CHECK_EQ(after1, page / 4096);
+    CHECK_EQ(reclaimed1, 0);
+    CHECK_EQ(after2, 0);
+    CHECK_EQ(reclaimed2, (long long)page);
+    step_set(4);
+    step_wait(5);
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    return 0;
+}
+
 /* ---- the demand window ------------------------------------------------------------------ */
 
 /* A thread fills 32 MiB and frees it, then exits; a thread waiting to start
@@ -916,6 +987,7 @@ int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "idle-kept") == 0) return child_idle_kept();
     if (argc == 2 && strcmp(argv[1], "active-kept") == 0) return child_active_kept();
     if (argc == 2 && strcmp(argv[1], "idle-aside") == 0) return child_idle_aside();
+    if (argc == 2 && strcmp(argv[1], "idle-aside-renewed") == 0) return child_idle_aside_renewed();
     static const char *const bg[] = {"CORALLOC_PURGE_DELAY_MS=100", NULL};
     static const char *const co[] = {"CORALLOC_PURGE_DELAY_MS=3600000", "CORALLOC_PURGE_THREAD=0",
                                      NULL};
@@ -934,6 +1006,7 @@ int main(int argc, char **argv) {
     run_child("idle-kept", kept);
     run_child("active-kept", kept);
     run_child("idle-aside", kept);
+    run_child("idle-aside-renewed", kept);
     run_child("thread-start", none);
     run_child("pool-kinds", held);
     run_child("pool-gather", held);

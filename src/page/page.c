@@ -141,8 +141,10 @@
  *     pages other threads free into are listed, and a single-threaded
  *     program lists none;
  *   - the purger, at a listed page due (reclaim.c, orphan_look), under the
- *     lock: ASIDE and RENEWED, it clears RENEWED and lists the page as the
- *     newest; ASIDE (no RENEWED, RECLAIMED or BUSY): it reads `used`
+ *     lock: ASIDE and RENEWED, it clears RENEWED and, when every block is
+ *     free (`used` equals the count), lists the page as the newest (a look
+ *     a delay later may claim it, though no push comes), else unlists it
+ *     as below; ASIDE (no RENEWED, RECLAIMED or BUSY): it reads `used`
  *     (after its acquire load that saw ASIDE, so a value the owner wrote
  *     at or after its RMW: at least the value now) and, when it equals
  *     the count, claims the page with one CAS from exactly that word to

@@ -171,12 +171,18 @@ static look_t orphan_look(coral_page_t *page, bool force) {
             /* Set aside (page.c, "Aside pages"). The acquire load that saw
              * ASIDE orders the read of `used` after the owner's RMW that
              * set it. RENEWED (set aside again since it was listed or last
-             * looked at: in use since) or a block live: unlisted, RENEWED
-             * cleared, and the next push lists it again; forced, RENEWED
-             * is cleared and the page looked at again (a claim's CAS needs
-             * the word without it). */
-            if (tf & CORAL_TF_RENEWED && force)
+             * looked at: in use since; a claim's CAS needs the word without
+             * it): forced, RENEWED cleared and the page looked at again
+             * now; else, every block free, RENEWED cleared and the page
+             * kept listed as the newest, so that a look a delay later may
+             * claim it though no push comes to list it again. A block
+             * live: unlisted (RENEWED cleared too), and the next push lists
+             * it again. (`used` read here only chooses between the two:
+             * no claim is made from it.) */
+            if ((tf & CORAL_TF_RENEWED) && force)
                 next = tf & ~CORAL_TF_RENEWED, got = LOOK_AGAIN;
+            else if ((tf & CORAL_TF_RENEWED) && aside_used(page) == coral_tf_count(tf))
+                next = tf & ~CORAL_TF_RENEWED, got = LOOK_RENEWED;
             else if (tf & CORAL_TF_RENEWED)
                 next = tf & ~(CORAL_TF_RENEWED | CORAL_TF_LISTED), got = LOOK_HELD;
             else if (aside_used(page) == coral_tf_count(tf)) {

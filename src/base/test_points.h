@@ -112,8 +112,6 @@ typedef enum coral_test_point_e {
      * in its critical section) has written the sample's objects and not
      * yet its bytes; the object is the tally entry */
     CORAL_TP_PROFILE_TALLY_ADDING,
-    /* page.c: an owner about to take back a page it set aside (the RMW
-     * that clears ASIDE, which finds the purger's claim or makes it fail) */
     /* page.c: an owner took back a page it set aside: its RMW cleared
      * ASIDE (a claim of the purger's after it fails; one before it is
      * found next) */

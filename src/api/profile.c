@@ -1259,10 +1259,10 @@ int coral_profile_dump(const char *path) {
     return coral_profile_write(path, false);
 }
 
-void coral_profile_init(void) {
-    const char *path = coral_env("CORALLOC_PROFILE");
-    bool leaks = coral_option(CORAL_OPT_PROFILE_LEAKS) != 0;
-    if ((path == NULL || path[0] == '\0') && !leaks) return;
+/* Profiling turned on (coral_profile_init): kept out of line, so that the
+ * start-up of a process that does not profile runs only the check below
+ * (its code stays in the library's first window, cmake/hot-text.ld). */
+static CORAL_NOINLINE void profile_start(const char *path, bool leaks) {
     if (path != NULL) {
         if (strlen(path) >= sizeof profile_path - 32) {
             coral_message("error: CORALLOC_PROFILE is too long (at most %zu bytes): no profile",
@@ -1290,4 +1290,11 @@ void coral_profile_init(void) {
             coral_message("error: CORALLOC_PROFILE_SIGNAL=%d: not a signal a handler can take",
                           sig);
     }
+}
+
+void coral_profile_init(void) {
+    const char *path = coral_env("CORALLOC_PROFILE");
+    bool leaks = coral_option(CORAL_OPT_PROFILE_LEAKS) != 0;
+    if ((path == NULL || path[0] == '\0') && !leaks) return;
+    profile_start(path, leaks);
 }

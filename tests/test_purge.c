@@ -102,7 +102,7 @@ static int child_background(void) {
     return 0;
 }
 
-/* Blocks of every class above 64 KiB (pages of 8 blocks, up to 1 MiB),
+/* Blocks of every class above 64 KiB (8 a page below 128 KiB, then one),
  * written and freed: their pages, the first of each class's queue
  * included, go back once the delay has passed, with no call from this
  * thread (a kept first page of each class held them for good). */
@@ -128,6 +128,24 @@ static int child_big_classes(void) {
     size_t after = rss_kib();
     printf("big classes: RSS %zu -> %zu -> %zu KiB once the delay passed\n", before, peak, after);
     CHECK_LE(after, before + 1024);
+    return 0;
+}
+
+/* A block of a class of 128 KiB or more (160 KiB here) has a page of its own:
+ * freed while another block of its class lives, its span
+ * goes back to its segment at once (free slices, which any span reuses
+ * and the purger returns). A page of 8 such blocks stayed whole while one
+ * of them lived, the freed blocks' memory resident. */
+static int child_big_class_page(void) {
+    void *a = coral_malloc(160 * KiB), *b = coral_malloc(160 * KiB);
+    CHECK_NOT_NULL(a);
+    CHECK_NOT_NULL(b);
+    memset(a, 1, 160 * KiB);
+    memset(b, 1, 160 * KiB);
+    long long pages = stats_get("page_bytes");
+    coral_free(a);
+    CHECK_LE(stats_get("page_bytes"), pages - (long long)(160 * KiB));
+    coral_free(b);
     return 0;
 }
 
@@ -969,6 +987,7 @@ int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "collect") == 0) return child_collect();
     if (argc == 2 && strcmp(argv[1], "window") == 0) return child_window();
     if (argc == 2 && strcmp(argv[1], "big-classes") == 0) return child_big_classes();
+    if (argc == 2 && strcmp(argv[1], "big-class-page") == 0) return child_big_class_page();
     if (argc == 2 && strcmp(argv[1], "hugepages-dense") == 0) return child_hugepages_dense();
     if (argc == 2 && strcmp(argv[1], "hugepages-big-span") == 0) return child_hugepages_big_span();
     if (argc == 2 && strcmp(argv[1], "hugepages-sparse") == 0) return child_hugepages_sparse();
@@ -997,6 +1016,7 @@ int main(int argc, char **argv) {
     run_child("collect", co);
     static const char *const big[] = {"CORALLOC_PURGE_DELAY_MS=100", "CORALLOC_HUGE_PAGES=0", NULL};
     run_child("big-classes", big);
+    run_child("big-class-page", none);
     static const char *const window[] = {"CORALLOC_PURGE_DELAY_MS=100", "CORALLOC_HUGE_PAGES=0",
                                          NULL};
     run_child("window", window);

@@ -371,10 +371,27 @@ static const coral_page_t *class_full_page(coral_heap_t *heap, unsigned cls) {
 }
 
 /* The slices of a new page of blocks of block_size: one (64 KiB) up to
- * 8 KiB blocks; above, enough for 8 blocks, at most 16 (1 MiB). */
+ * 8 KiB blocks; below 128 KiB, enough for 8 blocks; from 128 KiB
+ * (CORAL_ONE_BLOCK_PAGE_MIN) to 512 KiB, enough for one block, as
+ * mimalloc gives each object above 128 KiB a page of its own. Pages of
+ * classes above 64 KiB are never kept empty, so with one block a page a
+ * freed block's slices go back to its segment at once, where any span
+ * reuses them and the purger returns them after the delay; with 8 a page
+ * (up to 16 slices), one live block kept the whole page, resident where
+ * its freed blocks had been written (mimalloc-bench's mstressN: 19 MB in
+ * pages at the peak for 9.4 MB live). Not from 72 KiB: every free of such
+ * a block then gave slices back, enough to start the purge thread in a
+ * program that frees many (glibc's tst-mallocfork2, blocks up to 70,000
+ * bytes), which then forked in a signal handler while multi-threaded and
+ * hung (docs/DESIGN.md, fork). Not below 64 KiB either: 2 a page made a
+ * program that allocates and frees thousands of 64 KiB blocks take a new
+ * span every second malloc (glibc-simple-64k-thread: 72 -> 100 ns an
+ * operation). */
+#define CORAL_ONE_BLOCK_PAGE_MIN ((size_t)128 * 1024)
 static size_t class_page_slices(size_t block_size) {
     if (block_size <= CORAL_SLICE_SIZE / 8) return 1;
-    size_t slices = (block_size * 8 + CORAL_SLICE_SIZE - 1) / CORAL_SLICE_SIZE;
+    size_t blocks = block_size >= CORAL_ONE_BLOCK_PAGE_MIN ? 1 : 8;
+    size_t slices = (block_size * blocks + CORAL_SLICE_SIZE - 1) / CORAL_SLICE_SIZE;
     return slices > 16 ? 16 : slices;
 }
 

@@ -223,8 +223,8 @@ void coral_heap_after_fork_child(coral_heap_t *heap);
  * first is parked by coral_heap_page_retire: the purger may return it.) */
 bool coral_heap_keeps_empty_page(const coral_page_t *page);
 
-/* Empty pages of classes of bigger blocks (above 64 KiB: pages of 8 blocks,
- * 9 to 16 slices) are released at once, the first of their queue too: their
+/* Empty pages of classes of bigger blocks (above 64 KiB: 8 a page below
+ * 128 KiB, one a page from there) are released at once, the first of their queue too: their
  * slices stay resident in the thread's segment, where the class's next page
  * takes them without a fault, and the purger returns them after the purge
  * delay if none does, with no call from the thread. Kept, the first page of

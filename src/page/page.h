@@ -108,8 +108,10 @@ CORAL_INLINE size_t coral_class_nominal_size(unsigned cls) {
  * sets. A skewed class is a multiple of 128 still, so of every alignment
  * up to 128 (aligned allocation relies on it: alloc.c); a request aligned
  * to more takes the class's twin, whose blocks have the nominal size.
- * Smaller classes are touched whole as a rule; a larger one would lose a
- * block in 8 of its 1 MiB pages to the skew. */
+ * Smaller classes are touched whole as a rule; a larger one would lose
+ * a block of its 8 a page to the skew, or from 128 KiB, where a page holds
+ * one block (heap.c, class_page_slices), take a slice more (128 KiB and 2
+ * lines: 3 slices). */
 #define CORAL_CLASS_SKEW ((size_t)128)
 
 /* The size of the blocks of class cls: its nominal size, and the skew. */

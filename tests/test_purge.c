@@ -163,6 +163,15 @@ enum { KEPT_SMALL_N = 4 * 1024, KEPT_SMALL_SIZE = 64, KEPT_MID_N = 8 * 8 };
 #define KEPT_MID_SIZE (15 * KiB) /* a class of 8 blocks a page, 2 slices */
 #define KEPT_PARKED_BYTES ((3 + 7 * 2) * 64 * KiB)
 static char *kept_small[KEPT_SMALL_N], *kept_mid[KEPT_MID_N];
+
+/* blocks[0..n) = n calloc'd blocks of size bytes, each checked to read as
+ * zero (a block of a page the purger took back is carved anew). */
+static void calloc_checked(char **blocks, size_t n, size_t size) {
+    for (size_t i = 0; i < n; i++) {
+        CHECK_NOT_NULL(blocks[i] = coral_calloc(1, size));
+        for (size_t b = 0; b < size; b++) CHECK_EQ(blocks[i][b], 0);
+    }
+}
 /* The step a two-thread case has reached: one thread sets it, the other
  * waits for it (each case runs in a child process of its own, so the cases
  * share these). The kept-pages cases: 1: the thread freed its blocks; 2: it
@@ -232,10 +241,7 @@ static void *kept_idle_thread(void *arg) {
     step_wait(2); /* no call into the allocator meanwhile */
     /* Back: the same blocks again, from the pages the purger took (zero
      * memory, carved anew: calloc's blocks read as zero). */
-    for (size_t i = 0; i < KEPT_SMALL_N; i++) {
-        CHECK_NOT_NULL(kept_small[i] = coral_calloc(1, KEPT_SMALL_SIZE));
-        for (size_t b = 0; b < KEPT_SMALL_SIZE; b++) CHECK_EQ(kept_small[i][b], 0);
-    }
+    calloc_checked(kept_small, KEPT_SMALL_N, KEPT_SMALL_SIZE);
     CHECK_EQ(coral_test_check(), 0);
     for (size_t i = 0; i < KEPT_SMALL_N; i++) coral_free(kept_small[i]);
     step_set(3);
@@ -280,11 +286,8 @@ static int child_active_kept(void) {
     kept_free(); /* parked */
     coral_test_advance_clock(3000 * 1000);
     (void)coral_test_purge_pass(); /* not due yet */
-    for (size_t i = 0; i < KEPT_SMALL_N; i++) {
-        CHECK_NOT_NULL(kept_small[i] = coral_calloc(1, KEPT_SMALL_SIZE));
-        for (size_t b = 0; b < KEPT_SMALL_SIZE; b++) CHECK_EQ(kept_small[i][b], 0);
-        memset(kept_small[i], 0xcd, KEPT_SMALL_SIZE);
-    }
+    calloc_checked(kept_small, KEPT_SMALL_N, KEPT_SMALL_SIZE);
+    for (size_t i = 0; i < KEPT_SMALL_N; i++) memset(kept_small[i], 0xcd, KEPT_SMALL_SIZE);
     for (size_t i = 0; i < KEPT_MID_N; i++)
         CHECK_NOT_NULL(kept_mid[i] = coral_malloc(KEPT_MID_SIZE));
     size_t before = kept_parked_resident();
@@ -335,10 +338,7 @@ static void *aside_idle_thread(void *arg) {
     step_set(1);
     step_wait(2); /* no call into the allocator meanwhile */
     coral_free(aside_blocks[ASIDE_LIVE]);
-    for (size_t i = 0; i < 2 * ASIDE_PER_PAGE; i++) {
-        CHECK_NOT_NULL(aside_blocks[i] = coral_calloc(1, ASIDE_SIZE));
-        for (size_t b = 0; b < ASIDE_SIZE; b++) CHECK_EQ(aside_blocks[i][b], 0);
-    }
+    calloc_checked(aside_blocks, 2 * ASIDE_PER_PAGE, ASIDE_SIZE);
     CHECK_EQ(coral_test_check(), 0);
     for (size_t i = 0; i < ASIDE_N; i++) coral_free(aside_blocks[i]);
     step_set(3);

@@ -378,15 +378,13 @@ static const coral_page_t *class_full_page(coral_heap_t *heap, unsigned cls) {
  * freed block's slices go back to its segment at once, where any span
  * reuses them and the purger returns them after the delay; with 8 a page
  * (up to 16 slices), one live block kept the whole page, resident where
- * its freed blocks had been written (mimalloc-bench's mstressN: 19 MB in
- * pages at the peak for 9.4 MB live). Not from 72 KiB: every free of such
- * a block then gave slices back, enough to start the purge thread in a
+ * its freed blocks had been written. Not from 72 KiB: every free of such
+ * a block then gives slices back, enough to start the purge thread in a
  * program that frees many (glibc's tst-mallocfork2, blocks up to 70,000
- * bytes), which then forked in a signal handler while multi-threaded and
- * hung (docs/DESIGN.md, fork). Not below 64 KiB either: 2 a page made a
- * program that allocates and frees thousands of 64 KiB blocks take a new
- * span every second malloc (glibc-simple-64k-thread: 72 -> 100 ns an
- * operation). */
+ * bytes), which then forks in a signal handler while multi-threaded: the
+ * hang docs/DESIGN.md describes (fork). Not at 64 KiB or below: a program
+ * that allocates and frees thousands of such blocks would take a new span
+ * every malloc. (The figures are in the commit that made this choice.) */
 #define CORAL_ONE_BLOCK_PAGE_MIN ((size_t)128 * 1024)
 static size_t class_page_slices(size_t block_size) {
     if (block_size <= CORAL_SLICE_SIZE / 8) return 1;

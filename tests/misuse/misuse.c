@@ -285,15 +285,23 @@ static void *cxx_call(const char *name) {
     return c23_call(name);
 }
 
-static void cxx_sized_delete_mismatch(void) {
-    void (*sized_delete)(void *, size_t) = (void (*)(void *, size_t))cxx_call("_ZdlPvm");
+/* A 32-byte block given to the sized delete `name` with 4096 bytes. */
+static void sized_delete_mismatch(const char *name) {
+    void (*sized_delete)(void *, size_t) = (void (*)(void *, size_t))cxx_call(name);
     sized_delete(launder(malloc(32)), 4096);
 }
 
-static void cxx_aligned_sized_delete_mismatch(void) {
+/* A 64-byte block aligned to 64 given to the aligned sized delete `name`
+ * with 4096 bytes. */
+static void aligned_sized_delete_mismatch(const char *name) {
     void (*aligned_delete)(void *, size_t, size_t) =
-        (void (*)(void *, size_t, size_t))cxx_call("_ZdlPvmSt11align_val_t");
+        (void (*)(void *, size_t, size_t))cxx_call(name);
     aligned_delete(launder(aligned_alloc(64, 64)), 4096, 64);
+}
+
+static void cxx_sized_delete_mismatch(void) { sized_delete_mismatch("_ZdlPvm"); }
+static void cxx_aligned_sized_delete_mismatch(void) {
+    aligned_sized_delete_mismatch("_ZdlPvmSt11align_val_t");
 }
 
 /* The secure build's freed mark lies in the word after the usable bytes:
@@ -540,6 +548,230 @@ static void read_after_free_large_other_thread(void) {
     pthread_join(t, NULL);
 }
 
+/* Issue 33, the neighbours of its cases: the same misuse in each size
+ * range (small 48 bytes, medium 2000, large 256 KiB, huge 16 MiB), by the
+ * owning thread and by another one, through each entry that frees. */
+static const size_t range_size[] = {48, 2000, 256 * KiB, 16 * MiB};
+enum { SMALL, MEDIUM, LARGE, HUGE };
+
+/* Another thread frees p, q, then p again; the owner then allocates more
+ * blocks of the size than a page holds, all kept (its pages' lists of
+ * remote frees are taken on the way). */
+static void double_free_pqp_remote(int range, int n) {
+    size_t size = range_size[range];
+    void *pq[2] = {launder(malloc(size)), malloc(size)};
+    void *keep = malloc(size);
+    pthread_t t;
+    pthread_create(&t, NULL, free_p_q_p, pq);
+    pthread_join(t, NULL);
+    allocate_checking_twice(size, n);
+    free(keep);
+}
+
+/* A block start that no malloc handed out: eight blocks of the size
+ * taken (the block size is the least distance between two of them), the
+ * pointer one block past the highest. */
+static void free_never_handed_out(size_t size) {
+    uintptr_t b[8], top = 0, step = SIZE_MAX;
+    for (int i = 0; i < 8; i++) {
+        b[i] = (uintptr_t)launder(malloc(size));
+        if (b[i] > top) top = b[i];
+    }
+    for (int i = 0; i < 8; i++)
+        for (int k = 0; k < 8; k++)
+            if (b[k] > b[i] && b[k] - b[i] < step) step = b[k] - b[i];
+    free((void *)(top + step));
+}
+
+/* A pointer 512 KiB past a large block's start: free slices of its
+ * segment, another span or no segment, never a block handed out. */
+static void free_space_large(void) {
+    char *p = launder(malloc(256 * KiB));
+    free(p + 512 * KiB);
+}
+
+static void usable_interior_of(size_t size) {
+    char *p = launder(malloc(size));
+    sink = (void *)malloc_usable_size(p + 4096);
+}
+
+static void usable_after_free_of(size_t size) {
+    void *p = launder(malloc(size)), *q = malloc(size);
+    free(p);
+    free(q);
+    sink = (void *)malloc_usable_size(p);
+}
+
+/* coral_free_bulk given one interior pointer by the owner. */
+static void bulk_interior(size_t size) {
+    free_bulk_fn free_bulk = (free_bulk_fn)c23_call("coral_free_bulk");
+    char *p = launder(malloc(size));
+    void *a[1] = {p + 16};
+    free_bulk(a, 1);
+}
+
+static void *bulk_free_plus16_in_thread(void *p) {
+    free_bulk_fn free_bulk = (free_bulk_fn)c23_call("coral_free_bulk");
+    void *a[1] = {(char *)p + 16};
+    free_bulk(a, 1);
+    return NULL;
+}
+
+/* Another thread gives coral_free_bulk a pointer 16 bytes inside this
+ * thread's block. */
+static void bulk_interior_remote(size_t size) {
+    (void)c23_call("coral_free_bulk");
+    void *p = launder(malloc(size)), *keep = malloc(size);
+    pthread_t t;
+    pthread_create(&t, NULL, bulk_free_plus16_in_thread, p);
+    pthread_join(t, NULL);
+    free(keep);
+}
+
+/* free(p), then coral_free_bulk(&p, 1). */
+static void bulk_after_free_of(size_t size) {
+    free_bulk_fn free_bulk = (free_bulk_fn)c23_call("coral_free_bulk");
+    void *keep = malloc(size);
+    void *p = launder(malloc(size));
+    free(p);
+    void *a[1] = {p};
+    free_bulk(a, 1);
+    free(keep);
+}
+
+/* coral_free_bulk given p, q, p. */
+static void bulk_pqp(size_t size) {
+    free_bulk_fn free_bulk = (free_bulk_fn)c23_call("coral_free_bulk");
+    void *keep = malloc(size);
+    void *p = launder(malloc(size)), *q = malloc(size);
+    void *a[3] = {p, q, p};
+    free_bulk(a, 3);
+    free(keep);
+}
+
+/* Every C++ delete the shared library defines, or libstdc++ defines over
+ * one of them, given a pointer 64 bytes inside a 128-byte block aligned
+ * to 64 (so that the aligned deletes' own alignment check passes). */
+typedef void (*delete_fn)(void *);
+typedef void (*delete_tag_fn)(void *, const void *);
+typedef void (*delete_al_fn)(void *, size_t);
+typedef void (*delete_al_tag_fn)(void *, size_t, const void *);
+static char nothrow_tag; /* std::nothrow_t is empty: its address is all */
+
+static char *interior_aligned_64(void) { return (char *)launder(aligned_alloc(64, 128)) + 64; }
+
+static void cxx_delete_interior(void) { ((delete_fn)cxx_call("_ZdlPv"))(interior_aligned_64()); }
+static void cxx_delete_array_interior(void) {
+    ((delete_fn)cxx_call("_ZdaPv"))(interior_aligned_64());
+}
+static void cxx_delete_nothrow_interior(void) {
+    ((delete_tag_fn)cxx_call("_ZdlPvRKSt9nothrow_t"))(interior_aligned_64(), &nothrow_tag);
+}
+static void cxx_delete_array_nothrow_interior(void) {
+    ((delete_tag_fn)cxx_call("_ZdaPvRKSt9nothrow_t"))(interior_aligned_64(), &nothrow_tag);
+}
+static void cxx_aligned_delete_interior(void) {
+    ((delete_al_fn)cxx_call("_ZdlPvSt11align_val_t"))(interior_aligned_64(), 64);
+}
+static void cxx_aligned_array_delete_interior(void) {
+    ((delete_al_fn)cxx_call("_ZdaPvSt11align_val_t"))(interior_aligned_64(), 64);
+}
+static void cxx_aligned_nothrow_delete_interior(void) {
+    ((delete_al_tag_fn)cxx_call("_ZdlPvSt11align_val_tRKSt9nothrow_t"))(interior_aligned_64(), 64,
+                                                                        &nothrow_tag);
+}
+static void cxx_aligned_array_nothrow_delete_interior(void) {
+    ((delete_al_tag_fn)cxx_call("_ZdaPvSt11align_val_tRKSt9nothrow_t"))(interior_aligned_64(), 64,
+                                                                        &nothrow_tag);
+}
+static void cxx_array_sized_delete_mismatch(void) { sized_delete_mismatch("_ZdaPvm"); }
+static void cxx_aligned_array_sized_delete_mismatch(void) {
+    aligned_sized_delete_mismatch("_ZdaPvmSt11align_val_t");
+}
+
+static void realloc_interior(void) {
+    char *p = launder(malloc(48));
+    free(realloc(p + 16, 200));
+}
+
+static void free_sized_interior(void) {
+    void (*free_sized)(void *, size_t) = (void (*)(void *, size_t))c23_call("free_sized");
+    char *p = launder(malloc(48));
+    free_sized(p + 16, 32);
+}
+
+/* The issue's write after free without reuse: a byte at `offset` of a
+ * freed block of `size` bytes written, then 100,000 malloc+free pairs of
+ * `churn_size` bytes (of the same size: the block freed last is reused
+ * first, so the stale block comes back at once or never). */
+static void write_after_free_noreuse(size_t size, size_t offset, size_t churn_size) {
+    volatile char *p = launder(malloc(size));
+    free((void *)p);
+    p[offset] = 'a';
+    for (int i = 0; i < 100000; i++) free(launder(malloc(churn_size)));
+}
+
+/* Bytes written past the request but inside the usable size (the size
+ * class's rounding). */
+static void overflow_request(size_t size, size_t by) {
+    char *p = launder(malloc(size));
+    memset(p + size, 0x5a, by);
+    free(p);
+}
+
+/* Review finding 5: x's canary read by an over-read gives the canary an
+ * interior pointer x + 16 would need (a canary is the key XOR the
+ * address's bits 1-6 of each byte, CORAL_CANARY_VARY); planted in the next
+ * block's data, where x + 16's canary word lies, free(x + 16) passes. */
+static void free_interior_planted_canary(void) {
+    const uintptr_t vary = 0x7e7e7e7e7e7e7e7eull;
+    char *b[32];
+    for (int i = 0; i < 32; i++) b[i] = malloc(48);
+    size_t usable = malloc_usable_size(b[0]);
+    for (int i = 0; i < 32; i++)
+        for (int k = 0; k < 32; k++) {
+            char *x = launder(b[i]);
+            if (b[k] != x + usable + 8 && b[k] != x + usable) continue;
+            uintptr_t canary, planted;
+            memcpy(&canary, x + usable, 8); /* the over-read */
+            planted = canary ^ (((uintptr_t)x ^ (uintptr_t)(x + 16)) & vary);
+            memcpy(x + 16 + usable, &planted, 8); /* inside b[k]'s data */
+            free(x + 16);
+            return;
+        }
+    exit(1); /* no two blocks were neighbours */
+}
+
+static void df_pqp_remote_medium(void) { double_free_pqp_remote(MEDIUM, 100); }
+static void df_pqp_remote_large(void) { double_free_pqp_remote(LARGE, 8); }
+static void df_pqp_remote_huge(void) { double_free_pqp_remote(HUGE, 4); }
+static void interior_remote_large(void) { interior_remote(range_size[LARGE]); }
+static void interior_remote_huge(void) { interior_remote(range_size[HUGE]); }
+static void never_handed_out_small(void) { free_never_handed_out(range_size[SMALL]); }
+static void never_handed_out_medium(void) { free_never_handed_out(range_size[MEDIUM]); }
+static void usable_interior_large(void) { usable_interior_of(range_size[LARGE]); }
+static void usable_interior_huge(void) { usable_interior_of(range_size[HUGE]); }
+static void usable_after_free_large(void) { usable_after_free_of(range_size[LARGE]); }
+static void usable_after_free_huge(void) { usable_after_free_of(range_size[HUGE]); }
+static void bulk_interior_small(void) { bulk_interior(range_size[SMALL]); }
+static void bulk_interior_medium(void) { bulk_interior(range_size[MEDIUM]); }
+static void bulk_interior_large(void) { bulk_interior(range_size[LARGE]); }
+static void bulk_interior_huge(void) { bulk_interior(range_size[HUGE]); }
+static void bulk_interior_remote_small(void) { bulk_interior_remote(range_size[SMALL]); }
+static void bulk_interior_remote_huge(void) { bulk_interior_remote(range_size[HUGE]); }
+static void bulk_after_free_medium(void) { bulk_after_free_of(range_size[MEDIUM]); }
+static void bulk_after_free_large(void) { bulk_after_free_of(range_size[LARGE]); }
+static void bulk_after_free_huge(void) { bulk_after_free_of(range_size[HUGE]); }
+static void bulk_pqp_small(void) { bulk_pqp(range_size[SMALL]); }
+static void bulk_pqp_medium(void) { bulk_pqp(range_size[MEDIUM]); }
+static void bulk_pqp_large(void) { bulk_pqp(range_size[LARGE]); }
+static void bulk_pqp_huge(void) { bulk_pqp(range_size[HUGE]); }
+static void waf_small_noreuse(void) { write_after_free_noreuse(128, 65, 128); }
+static void waf_small_noreuse_head(void) { write_after_free_noreuse(128, 16, 200); }
+static void waf_medium_noreuse(void) { write_after_free_noreuse(2000, 65, 2000); }
+static void overflow_request_small(void) { overflow_request(100, 4); }
+static void overflow_request_large(void) { overflow_request(300000, 4); }
+
 typedef struct misuse_case_s {
     const char *name;
     void (*run)(void);
@@ -640,6 +872,49 @@ static const misuse_case_t cases[] = {
     {"read-after-free-large-remote", read_after_free_large_remote},
     {"write-after-free-large-remote", write_after_free_large_remote},
     {"read-after-free-large-other-thread", read_after_free_large_other_thread},
+    {"double-free-pqp-remote-medium", df_pqp_remote_medium},
+    {"double-free-pqp-remote-large", df_pqp_remote_large},
+    {"double-free-pqp-remote-huge", df_pqp_remote_huge},
+    {"free-interior-remote-large", interior_remote_large},
+    {"free-interior-remote-huge", interior_remote_huge},
+    {"free-never-handed-out-small", never_handed_out_small},
+    {"free-never-handed-out-medium", never_handed_out_medium},
+    {"free-free-space-large", free_space_large},
+    {"usable-size-interior-large", usable_interior_large},
+    {"usable-size-interior-huge", usable_interior_huge},
+    {"usable-size-after-free-large", usable_after_free_large},
+    {"usable-size-after-free-huge", usable_after_free_huge},
+    {"bulk-interior-small", bulk_interior_small},
+    {"bulk-interior-medium", bulk_interior_medium},
+    {"bulk-interior-large", bulk_interior_large},
+    {"bulk-interior-huge", bulk_interior_huge},
+    {"bulk-interior-remote-small", bulk_interior_remote_small},
+    {"bulk-interior-remote-huge", bulk_interior_remote_huge},
+    {"bulk-after-free-medium", bulk_after_free_medium},
+    {"bulk-after-free-large", bulk_after_free_large},
+    {"bulk-after-free-huge", bulk_after_free_huge},
+    {"bulk-pqp-small", bulk_pqp_small},
+    {"bulk-pqp-medium", bulk_pqp_medium},
+    {"bulk-pqp-large", bulk_pqp_large},
+    {"bulk-pqp-huge", bulk_pqp_huge},
+    {"cxx-delete-interior", cxx_delete_interior},
+    {"cxx-delete-array-interior", cxx_delete_array_interior},
+    {"cxx-delete-nothrow-interior", cxx_delete_nothrow_interior},
+    {"cxx-delete-array-nothrow-interior", cxx_delete_array_nothrow_interior},
+    {"cxx-aligned-delete-interior", cxx_aligned_delete_interior},
+    {"cxx-aligned-array-delete-interior", cxx_aligned_array_delete_interior},
+    {"cxx-aligned-nothrow-delete-interior", cxx_aligned_nothrow_delete_interior},
+    {"cxx-aligned-array-nothrow-delete-interior", cxx_aligned_array_nothrow_delete_interior},
+    {"cxx-array-sized-delete-mismatch", cxx_array_sized_delete_mismatch},
+    {"cxx-aligned-array-sized-delete-mismatch", cxx_aligned_array_sized_delete_mismatch},
+    {"realloc-interior", realloc_interior},
+    {"free-sized-interior", free_sized_interior},
+    {"write-after-free-small-noreuse", waf_small_noreuse},
+    {"write-after-free-small-noreuse-head", waf_small_noreuse_head},
+    {"write-after-free-medium-noreuse", waf_medium_noreuse},
+    {"overflow-request-small", overflow_request_small},
+    {"overflow-request-large", overflow_request_large},
+    {"free-interior-planted-canary", free_interior_planted_canary},
 };
 
 int main(int argc, char **argv) {

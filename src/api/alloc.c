@@ -359,12 +359,15 @@ void *coral_calloc(size_t n, size_t size) {
     return coral_heap_calloc_inline(coral_tls_heap, n, size);
 }
 
-/* Whether size fits the block p (NULL fits any); call names the call. */
+/* Whether size fits the block p (NULL fits any); call names the call. A
+ * pointer checked_usable_size reported is refused whatever the size (an
+ * unsized aligned delete asks with 0): under CORALLOC_ON_ERROR=warn the
+ * call then does nothing, where free() would report it a second time. */
 static bool sized_free_fits(void *p, size_t size, const char *call) {
     if (p == NULL) return true;
     size_t usable = checked_usable_size(p, call);
-    if (coral_likely(size <= usable)) return true;
     if (usable == 0 && !coral_is_zero_slot(p)) return false; /* reported */
+    if (coral_likely(size <= usable)) return true;
     coral_misuse("%s(%p, %zu): the block has only %zu bytes", call, p, size, usable);
     return false;
 }

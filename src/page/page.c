@@ -287,10 +287,16 @@ static void page_carve(coral_page_t *page, uint32_t n) {
         page->free = coral_secure_carve(page, first, n, page->free);
         return;
     }
+    /* Each block linked gets the carve's mark in word 1, on the line its
+     * link is written to (page.h, "Freed marks": free then finds a mark on
+     * a block never handed out). */
     uint8_t *last = first + (size_t)(n - 1) * bs;
-    for (uint8_t *b = first; b < last; b += bs)
+    for (uint8_t *b = first; b < last; b += bs) {
         coral_block_set_next((coral_block_t *)b, (coral_block_t *)(b + bs));
+        if (CORAL_FREED_MARKS) *coral_block_mark_word((coral_block_t *)b) = CORAL_CARVED_MARK;
+    }
     coral_block_set_next((coral_block_t *)last, page->free);
+    if (CORAL_FREED_MARKS) *coral_block_mark_word((coral_block_t *)last) = CORAL_CARVED_MARK;
     page->free = (coral_block_t *)first;
 }
 

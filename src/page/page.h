@@ -228,8 +228,11 @@ CORAL_INLINE uintptr_t coral_tf_pushed(uintptr_t tf, const coral_block_t *head, 
  * but protection against a program that plants it to make its frees walk;
  * a mark left in a span's memory by an earlier page is harmless, as a
  * live block never holds it (malloc cleared it) and a never-handed-out
- * block fails the start test, or, carved again, is on the free list (its
- * free is then a double free). Another thread writes the mark too (a
+ * block fails the start test, or, carved, is on the free list with the
+ * carve's mark (CORAL_CARVED_MARK, below), which free finds as it finds
+ * the freed mark: its free is a double free (misuse
+ * free-never-handed-out-small; without the carve's mark the block was
+ * pushed again and the free list looped through it). Another thread writes the mark too (a
  * plain load and store: of two frees of a block one sees the other's mark
  * unless they run at the same instant) and, when the word held it already,
  * pushes with SUSPECT: the owner then checks the list it takes against its
@@ -238,9 +241,18 @@ CORAL_INLINE uintptr_t coral_tf_pushed(uintptr_t tf, const coral_block_t *head, 
  * walks every list (SUSPECT always). */
 #define CORAL_FREED_MARKS (!CORAL_SECURE && !CORAL_VALGRIND)
 /* Sign-extended from 32 bits (an immediate operand), with the high half
- * all ones: no pointer, no small number, not zero (calloc's test,
- * coral_block_is_zero, reads the word). */
+ * all ones: no pointer, no small number, not zero. */
 #define CORAL_FREED_MARK ((uint64_t)0xffffffffc0a1fdeeull)
+/* What the carve writes in word 1 of every block it links (page.c): the
+ * freed mark's low half, the high half zero. The tests for a mark compare
+ * the low half only (one 32-bit compare with an immediate, as before), so
+ * a free of a carved block never handed out finds a mark and is checked
+ * against the page's lists (a double free: the block is on `free`); the
+ * high half tells the two apart where it matters, in calloc's test of a
+ * list of carved blocks (coral_block_is_zero): a carved block of a fresh
+ * span is zero but its link and this mark, a block freed onto that list
+ * is not. */
+#define CORAL_CARVED_MARK ((uint64_t)0x00000000c0a1fdeeull)
 /* The default and valgrind builds check every block start on the free fast
  * path (below); the secure build checks its canary there instead. */
 #define CORAL_START_CHECK (!CORAL_SECURE)
@@ -300,9 +312,17 @@ CORAL_INLINE void coral_freed_mark_set(coral_block_t *block) {
     if (CORAL_FREED_MARKS) *coral_block_mark_word(block) = CORAL_FREED_MARK;
 }
 
-/* Does block hold the freed mark? */
+/* The low half of a block's word 1 (memcpy: a 32-bit load however the
+ * word was written). */
+CORAL_INLINE uint32_t coral_block_mark_low(const coral_block_t *block) {
+    uint32_t low;
+    memcpy(&low, (const uint8_t *)(const void *)block + sizeof(uint64_t), sizeof low);
+    return low;
+}
+
+/* Does block hold the freed mark, or the carve's (CORAL_CARVED_MARK)? */
 CORAL_INLINE bool coral_freed_mark_seen(const coral_block_t *block) {
-    return CORAL_FREED_MARKS && ((const uint64_t *)(const void *)block)[1] == CORAL_FREED_MARK;
+    return CORAL_FREED_MARKS && coral_block_mark_low(block) == (uint32_t)CORAL_FREED_MARK;
 }
 
 /* A block handed out: its mark cleared. */
@@ -321,11 +341,10 @@ CORAL_INLINE void coral_freed_mark_clear(coral_block_t *block) {
  * many cores free remotely at once. */
 CORAL_INLINE uintptr_t coral_remote_mark_write(coral_block_t *block) {
     if (!CORAL_FREED_MARKS) return CORAL_VALGRIND ? CORAL_TF_SUSPECT : 0;
-    uint64_t *word = coral_block_mark_word(block);
-    uint64_t old = *word;
+    uint32_t old = coral_block_mark_low(block);
     coral_test_point(CORAL_TP_REMOTE_MARK_READ, block);
-    *word = CORAL_FREED_MARK;
-    return old == CORAL_FREED_MARK ? CORAL_TF_SUSPECT : 0;
+    *coral_block_mark_word(block) = CORAL_FREED_MARK;
+    return old == (uint32_t)CORAL_FREED_MARK ? CORAL_TF_SUSPECT : 0;
 }
 
 /* The page layer's view of a page's owner: where remote freers post the
@@ -519,8 +538,8 @@ CORAL_INLINE uint8_t *coral_page_start_of(const coral_page_t *page) {
 /* Owner: a block it freed, pushed on `free`, where the next malloc of its
  * class takes it again (page.c says why). The caller counts it out of
  * `used`. A list marked zero stays so: free_is_zero says that every block
- * on `free` without the freed mark is zero but its link (coral_block_is_zero),
- * and this one has the mark. (Without freed marks, the CORAL_VALGRIND
+ * on `free` with the carve's mark is zero but its link and that mark
+ * (coral_block_is_zero), and this one has the freed mark. (Without freed marks, the CORAL_VALGRIND
  * build, the list is no longer zero; the secure build never marks a list
  * zero: its carved blocks hold their fill and freed mark, page.c.) */
 CORAL_INLINE void coral_page_push_free(coral_page_t *page, coral_block_t *block) {
@@ -533,7 +552,8 @@ CORAL_INLINE void coral_page_push_free(coral_page_t *page, coral_block_t *block)
 /* Owner: whether block, just popped off page's `free` (its freed mark not
  * cleared yet), is zero but its link. */
 CORAL_INLINE bool coral_block_is_zero(const coral_page_t *page, coral_block_t *block) {
-    return page->free_is_zero && (!CORAL_FREED_MARKS || *coral_block_mark_word(block) == 0);
+    return page->free_is_zero &&
+           (!CORAL_FREED_MARKS || *coral_block_mark_word(block) == CORAL_CARVED_MARK);
 }
 
 /* Owner: whether block heads one of the page's owner lists, i.e. it is

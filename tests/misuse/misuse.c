@@ -571,7 +571,7 @@ static void double_free_pqp_remote(int range, int n) {
 /* A block start that no malloc handed out: eight blocks of the size
  * taken (the block size is the least distance between two of them), the
  * pointer one block past the highest. */
-static void free_never_handed_out(size_t size) {
+static void *never_handed_out(size_t size) {
     uintptr_t b[8], top = 0, step = SIZE_MAX;
     for (int i = 0; i < 8; i++) {
         b[i] = (uintptr_t)launder(malloc(size));
@@ -580,7 +580,26 @@ static void free_never_handed_out(size_t size) {
     for (int i = 0; i < 8; i++)
         for (int k = 0; k < 8; k++)
             if (b[k] > b[i] && b[k] - b[i] < step) step = b[k] - b[i];
-    free((void *)(top + step));
+    return (void *)(top + step);
+}
+
+static void free_never_handed_out(size_t size) { free(never_handed_out(size)); }
+
+/* The same, freed by another thread; the owner then allocates more
+ * blocks than the page holds (its lists are taken). */
+static void free_never_handed_out_remote(size_t size) {
+    pthread_t t;
+    pthread_create(&t, NULL, free_in_thread, never_handed_out(size));
+    pthread_join(t, NULL);
+    allocate_checking_twice(size, 1500);
+}
+
+/* The same, given to coral_free_bulk by the owner. */
+static void bulk_never_handed_out(size_t size) {
+    free_bulk_fn free_bulk = (free_bulk_fn)c23_call("coral_free_bulk");
+    void *a[1] = {never_handed_out(size)};
+    free_bulk(a, 1);
+    allocate_checking_twice(size, 1500);
 }
 
 /* A pointer 512 KiB past a large block's start: free slices of its
@@ -749,6 +768,8 @@ static void interior_remote_large(void) { interior_remote(range_size[LARGE]); }
 static void interior_remote_huge(void) { interior_remote(range_size[HUGE]); }
 static void never_handed_out_small(void) { free_never_handed_out(range_size[SMALL]); }
 static void never_handed_out_medium(void) { free_never_handed_out(range_size[MEDIUM]); }
+static void never_handed_out_remote_small(void) { free_never_handed_out_remote(range_size[SMALL]); }
+static void bulk_never_handed_out_small(void) { bulk_never_handed_out(range_size[SMALL]); }
 static void usable_interior_large(void) { usable_interior_of(range_size[LARGE]); }
 static void usable_interior_huge(void) { usable_interior_of(range_size[HUGE]); }
 static void usable_after_free_large(void) { usable_after_free_of(range_size[LARGE]); }
@@ -879,6 +900,8 @@ static const misuse_case_t cases[] = {
     {"free-interior-remote-huge", interior_remote_huge},
     {"free-never-handed-out-small", never_handed_out_small},
     {"free-never-handed-out-medium", never_handed_out_medium},
+    {"free-never-handed-out-remote-small", never_handed_out_remote_small},
+    {"bulk-never-handed-out-small", bulk_never_handed_out_small},
     {"free-free-space-large", free_space_large},
     {"usable-size-interior-large", usable_interior_large},
     {"usable-size-interior-huge", usable_interior_huge},

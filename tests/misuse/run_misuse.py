@@ -177,8 +177,11 @@ EXPECT.update({
                                     ("aborted", "double free detected")),
     "free-interior-remote-large": (("aborted", "not its start"), ("aborted", "not its start")),
     "free-interior-remote-huge": (("aborted", "not its start"), ("aborted", "not its start")),
-    "free-never-handed-out-small": (("ran on", "a carved block on the free list holds no "
-                                     "freed mark: pushed again, the list loops"),
+    "free-never-handed-out-small": (("aborted", "double free detected"),
+                                    ("aborted", "double free detected")),
+    "free-never-handed-out-remote-small": (("aborted", "handed out since"),
+                                           ("aborted", "double free detected")),
+    "bulk-never-handed-out-small": (("aborted", "double free detected"),
                                     ("aborted", "double free detected")),
     "free-never-handed-out-medium": (("aborted", "a block never handed out"),
                                      ("aborted", "heap overflow detected")),

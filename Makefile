@@ -77,7 +77,7 @@ deb: build
 # anything coralloc does: tests that re-exec themselves (/proc/self/exe) or
 # run death tests in children (errors, faults, heaps, stats, stats_override,
 # purge, populate, reclaim) or run the build's programs from host tools
-# (bench_runner, preload_*, programs_*, valgrind_*, misuse, misuse_secure,
+# (bench_runner, preload_*, programs_*, valgrind_*, misuse, misuse_secure, misuse_doc,
 # startup_cost, hot_text, glibc_malloc_tests: LD_PRELOAD of an arm64 library into host programs; options_setuid:
 # setpriv runs it); tests that fork a
 # multi-threaded process (fork, fork_override, fork_storm, fork_early_*, window_fork_*,
@@ -90,7 +90,7 @@ deb: build
 # tests that run host programs on the build's files (profile_accuracy,
 # profile_pprof, profile_report, profile_stray_frame). Left out for time only: fuzz_secure (fuzz,
 # the same program against the default build, runs). See docs/PLATFORMS.md.
-ARM64_EXCLUDE = ^(preload_.*|programs_.*|valgrind_.*|bench_runner|misuse|misuse_secure|fuzz_secure|errors|faults|heaps|stats|stats_override|purge|populate|reclaim|fork|fork_override|fork_storm|fork_early_.*|churn|startup_cost|hot_text|options_setuid|glibc_malloc_tests|glibc_malloc_tests_secure|window_fork_.*|window_purger_watch_expired|window_purger_started_notice|lifetime_.*|profile_accuracy|profile_pprof|profile_report|profile_stray_frame|profile_thread_totals)$$
+ARM64_EXCLUDE = ^(preload_.*|programs_.*|valgrind_.*|bench_runner|misuse|misuse_secure|misuse_doc|fuzz_secure|errors|faults|heaps|stats|stats_override|purge|populate|reclaim|fork|fork_override|fork_storm|fork_early_.*|churn|startup_cost|hot_text|options_setuid|glibc_malloc_tests|glibc_malloc_tests_secure|window_fork_.*|window_purger_watch_expired|window_purger_started_notice|lifetime_.*|profile_accuracy|profile_pprof|profile_report|profile_stray_frame|profile_thread_totals)$$
 build-arm64/.configured: | test-deps
 	$(CMAKE) -S . -B build-arm64 -DCMAKE_BUILD_TYPE=Release -DCORAL_SKIP_RUST=ON \
 		-DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-toolchain.cmake >/dev/null

@@ -1784,6 +1784,14 @@ static void *flush_all_streams(void *arg) {
     return arg;
 }
 
+/* The end of a case: another thread takes stdio's list lock (a lock left
+ * held makes it wait until the alarm), and the allocator checks. */
+static void streams_check_end(void) {
+    join(start(flush_all_streams, NULL));
+    alarm(0);
+    CHECK_EQ(coral_test_check(), 0);
+}
+
 /* In the child of a multi-threaded process's fork: fn on a thread of its
  * own, but not under the sanitizers, where no thread may start there
  * (TSan refuses it; GCC 12's ASan can deadlock). (Nor on this thread: in
@@ -1814,7 +1822,10 @@ static void fork_with_inner_child_returning(int point, coral_test_point_fn hook)
     pid_t pid = fork();
     CHECK(pid >= 0);
     if (pid == 0) { /* the outer fork's child, or the inner child's */
+        alarm(20);
         coral_free(coral_malloc(100));
+        run_on_new_thread_in_child(flush_all_streams);
+        fflush(NULL);
         _exit(coral_test_check() == 0 ? 0 : 3);
     }
     if (getpid() != parent) { /* the inner child, back from the outer fork */
@@ -1832,13 +1843,20 @@ static void fork_with_inner_child_returning(int point, coral_test_point_fn hook)
               "the inner fork's child: status 0x%x", inner_fork_status);
 }
 
-static void case_fork_nested_child_forks(void) {
+/* A multi-threaded process's fork with a handler's fork at point whose
+ * inner child returns; then the parent takes stdio's list lock and
+ * allocates on other threads. */
+static void fork_nested_child_returning_at(int point) {
     join(start(touch_and_end, NULL)); /* multi-threaded: the outer fork takes the locks */
-    fork_with_inner_child_returning(CORAL_TP_FORK_PREPARED, fork_at_point);
+    fork_with_inner_child_returning(point, fork_at_point);
     join(start(flush_all_streams, NULL));
     join(start(allocate_some, NULL));
     alarm(0);
     CHECK_EQ(coral_test_check(), 0);
+}
+
+static void case_fork_nested_child_forks(void) {
+    fork_nested_child_returning_at(CORAL_TP_FORK_PREPARED);
 }
 
 /* ---- a fork from a handler that interrupts the parent handler's release ----------------
@@ -1957,9 +1975,23 @@ static void case_fork_nested_in_prepare(void) {
     CHECK(wait_purge_forked);
     gate_signal(&held_fork_done);
     join(wait_purge_thread);
-    join(start(flush_all_streams, NULL));
-    alarm(0);
-    CHECK_EQ(coral_test_check(), 0);
+    streams_check_end();
+}
+
+/* A fork from a handler that interrupted a fork's prepare handler right
+ * after it took stdio's list lock, before it locked the witness
+ * (CORAL_TP_FORK_STREAMS_LISTED); the inner child returns from its handler
+ * and goes on with that prepare, then makes a child of its own. glibc made
+ * the list lock anew in the inner child, under the prepare's hold: that
+ * fork's parent handler, in the inner child, must not release it. Before,
+ * the prepare recorded its hold only once it had returned, so the inner
+ * child's handler did not see it, and the parent handler released the
+ * lock made anew: its count of takes was left at -1, the next thread to
+ * take it (the inner child's fflush(NULL) on another thread) kept it for
+ * good, and the inner child's own fflush(NULL) waited forever (its alarm
+ * ended it). */
+static void case_fork_nested_in_streams_lock(void) {
+    fork_nested_child_returning_at(CORAL_TP_FORK_STREAMS_LISTED);
 }
 
 /* ---- a program's prepare handler that starts a thread ------------------------------------
@@ -1986,7 +2018,9 @@ static void prepare_start_thread(void) {
     prepare_thread = start(wait_for_release, NULL);
 }
 
-static void case_fork_prepare_starts_thread(void) {
+/* A single-threaded process whose prepare handler starts the thread
+ * (SKIPPED where that cannot be). */
+static void prepare_thread_setup(void) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
     printf("SKIPPED: under the sanitizers no thread may start in the child of a multi-threaded "
            "fork\n");
@@ -1997,6 +2031,18 @@ static void case_fork_prepare_starts_thread(void) {
         exit(77);
     }
     CHECK_EQ(pthread_atfork(prepare_start_thread, NULL, NULL), 0);
+}
+
+/* The thread started, let go; another thread takes stdio's list lock. */
+static void prepare_thread_finish(void) {
+    CHECK(prepare_thread_started);
+    gate_signal(&prepare_thread_release);
+    join(prepare_thread);
+    streams_check_end();
+}
+
+static void case_fork_prepare_starts_thread(void) {
+    prepare_thread_setup();
     alarm(20);
     fflush(stdout);
     pid_t pid = fork();
@@ -2007,13 +2053,25 @@ static void case_fork_prepare_starts_thread(void) {
         coral_free(coral_malloc(100));
         _exit(coral_test_check() == 0 ? 0 : 3);
     }
-    CHECK(prepare_thread_started);
     expect_child_exit_0(pid, "the fork's child did not end");
-    gate_signal(&prepare_thread_release);
-    join(prepare_thread);
-    join(start(flush_all_streams, NULL));
-    alarm(0);
-    CHECK_EQ(coral_test_check(), 0);
+    prepare_thread_finish();
+}
+
+/* The same fork (a program's prepare handler starts the thread), and a
+ * fork from a handler at CORAL_TP_FORK_STREAMS_LISTED whose inner child
+ * returns and goes on with it (as fork_nested_in_streams_lock): glibc made
+ * stdio's locks anew in the inner child (its process had a thread then),
+ * and the prepare there locked the witness again. The outer fork, begun
+ * single-threaded, makes nothing anew in its child: its child handler
+ * finds the witness its own and must release it, but not the list lock,
+ * which the inner child holds no more. Before, the parent handler in the
+ * inner child released the list lock made anew (its count left at -1),
+ * and a release of both in the last child would too: a thread's
+ * fflush(NULL) there kept it, and the next one waited forever. */
+static void case_fork_prepare_thread_nested_in_streams_lock(void) {
+    prepare_thread_setup();
+    fork_with_inner_child_returning(CORAL_TP_FORK_STREAMS_LISTED, fork_at_point);
+    prepare_thread_finish();
 }
 
 /* ---- two threads free one block of a third at the same instant --------------------------
@@ -2190,6 +2248,9 @@ int main(int argc, char **argv) {
         {"fork_prepare_starts_thread", case_fork_prepare_starts_thread},
         {"fork_nested_in_release", case_fork_nested_in_release},
         {"fork_nested_in_prepare", case_fork_nested_in_prepare},
+        {"fork_nested_in_streams_lock", case_fork_nested_in_streams_lock},
+        {"fork_prepare_thread_nested_in_streams_lock",
+         case_fork_prepare_thread_nested_in_streams_lock},
         {"remote_mark_race", case_remote_mark_race},
         {"remote_mark_take", case_remote_mark_take},
     };

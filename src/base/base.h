@@ -303,8 +303,9 @@ CORAL_INLINE void coral_fork_nest_prepared(coral_fork_nest_t *n) {
  * (window_fork_nested_child_forks: stdio's list lock, released twice, was
  * left with a count of -1 and then held for good). (If the signal
  * interrupted the prepare handler while it took them, it goes on taking
- * the rest, and its parent handler releases them all but stdio's list
- * lock, made anew: heap/thread.c, fork_streams_held.) */
+ * the rest, and its parent handler releases them all but stdio's locks
+ * made anew, which the child handler forgot: message.c,
+ * streams_list_held.) */
 CORAL_INLINE void coral_fork_nest_released(coral_fork_nest_t *n) {
     atomic_signal_fence(memory_order_seq_cst);
     if (n->prepared) n->lockless = ~0u;

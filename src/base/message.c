@@ -97,9 +97,30 @@ extern void _IO_list_resetlock(void);
  * so the order of the two is glibc's. */
 static _Atomic(FILE *) streams_witness;
 
-/* The witness this thread's fork locked (NULL: none, or none could be
- * made), from its prepare handler to its parent or child handler. */
+/* What this thread's fork holds, from its prepare handler to its parent
+ * or child handler: the list lock (streams_list_held) and the witness it
+ * locked (NULL: none, or none could be made). Each is recorded as soon as
+ * its take returns, and cleared by the release and by a child handler:
+ * a fork from a signal handler that interrupts the prepare meanwhile
+ * (nested: it takes nothing) makes, in its child, both locks anew (glibc's
+ * fork of a multi-threaded process), and if that child's handler returns,
+ * the prepare goes on there and its parent and child handlers release only
+ * what is still recorded, and what the prepare took after. (Before, the
+ * hold was recorded once both were taken, by the caller: a signal between
+ * the two left the list lock made anew recorded as held, and its second
+ * release left its count of takes at -1, the lock then held for good by
+ * the next thread to take it, window_fork_nested_in_streams_lock.) The
+ * one instruction between the list lock's return and its record remains,
+ * as glibc's own fork has such windows inside _IO_list_lock. Written by
+ * this thread only; signal fences order them against its handlers. */
+static __thread bool streams_list_held __attribute__((tls_model("initial-exec")));
 static __thread FILE *streams_witness_held __attribute__((tls_model("initial-exec")));
+
+static void streams_record(bool *flag, bool value) {
+    atomic_signal_fence(memory_order_seq_cst);
+    *flag = value;
+    atomic_signal_fence(memory_order_seq_cst);
+}
 
 static FILE *streams_witness_get(void) {
     FILE *fp = atomic_load_explicit(&streams_witness, memory_order_acquire);
@@ -137,8 +158,12 @@ void coral_libc_streams_lock(void) {
 #if defined(__GLIBC__)
     FILE *witness = streams_witness_get(); /* (before the list lock: it allocates) */
     _IO_list_lock();
+    streams_record(&streams_list_held, true);
+    coral_test_point(CORAL_TP_FORK_STREAMS_LISTED, NULL);
     if (witness != NULL) flockfile(witness);
+    atomic_signal_fence(memory_order_seq_cst);
     streams_witness_held = witness;
+    atomic_signal_fence(memory_order_seq_cst);
 #endif
 }
 
@@ -146,19 +171,22 @@ void coral_libc_streams_unlock(void) {
 #if defined(__GLIBC__)
     if (streams_witness_held != NULL) funlockfile(streams_witness_held);
     streams_witness_held = NULL;
-    _IO_list_unlock();
+    if (streams_list_held) _IO_list_unlock();
+    streams_list_held = false;
 #endif
 }
 
 void coral_libc_streams_child(void) {
 #if defined(__GLIBC__)
     FILE *witness = streams_witness_held;
+    bool list = streams_list_held;
     streams_witness_held = NULL;
+    streams_list_held = false;
     if (witness == NULL) {
-        _IO_list_resetlock(); /* (no witness: the fork's start is not known) */
+        if (list) _IO_list_resetlock(); /* (no witness: the fork's start is not known) */
     } else if (streams_witness_mine(witness)) {
         funlockfile(witness);
-        _IO_list_unlock();
+        if (list) _IO_list_unlock();
     }
 #endif
 }

@@ -120,6 +120,9 @@ typedef enum coral_test_point_e {
      * aside page and its `used`, equal to the word's count, and has not
      * made its claim's CAS yet; the object is the page */
     CORAL_TP_ASIDE_CLAIM,
+    /* message.c: the fork's prepare handler took stdio's list lock and has
+     * not locked the witness stream yet (coral_libc_streams_lock) */
+    CORAL_TP_FORK_STREAMS_LISTED,
     CORAL_TP_COUNT
 } coral_test_point_t;
 

@@ -308,26 +308,11 @@ static void heaps_exited_postfork_child(void) {
 /* This thread's forks in progress (base.h, "forks from signal handlers"). */
 static __thread coral_fork_nest_t fork_nest __attribute__((tls_model("initial-exec")));
 
-/* This thread's fork holds stdio's list lock: its prepare took it, and no
- * child handler has made it anew since. The parent handler gives it back
- * only then. A nested fork's child whose handler returns goes on with the
- * prepare handler its signal interrupted while it waited for a lock (its
- * locks released by that child's handler, the list lock made anew), and
- * that fork's parent handler releases what its prepare took: the list
- * lock too, before, which left its count of takes at -1 and the lock held
- * for good by the next thread to take it (window_fork_nested_in_prepare).
- * (The other locks are mutexes and spin locks that a second release
- * leaves free.) */
-static __thread bool fork_streams_held __attribute__((tls_model("initial-exec")));
-
 static void fork_prepare(void) {
     coral_test_point(CORAL_TP_FORK_PREPARE, NULL);
     if (fork_nest.depth == 0) fork_parent_tid = gettid();
     if (!coral_fork_nest_enter(&fork_nest)) return;
     coral_libc_streams_lock(); /* before every lock of ours (base.h) */
-    atomic_signal_fence(memory_order_seq_cst);
-    fork_streams_held = true;
-    atomic_signal_fence(memory_order_seq_cst);
     fork_hooks_prepare(&fork_hooks_outer, &fork_taken_outer);
     coral_mutex_lock(&exit_heap_lock);
     coral_purger_prefork();
@@ -391,8 +376,7 @@ static void fork_parent(void) {
     fork_hook_run(fork_taken_inner.parent);
     fork_unlock(false);
     fork_hook_run(fork_taken_outer.parent);
-    if (fork_streams_held) coral_libc_streams_unlock();
-    fork_streams_held = false;
+    coral_libc_streams_unlock(); /* (what is still held: base.h) */
     coral_test_point(CORAL_TP_FORK_RELEASED, NULL);
     coral_fork_nest_leave(&fork_nest);
     fork_signals_restore(&mask);
@@ -423,8 +407,7 @@ static void fork_child(void) {
 static void fork_child_state(void) {
     fork_hook_run(fork_taken_inner.child);
     fork_unlock(true);
-    if (fork_streams_held) coral_libc_streams_child(); /* (base.h) */
-    fork_streams_held = false;
+    coral_libc_streams_child(); /* (base.h) */
     /* A thread that forks past its exit cleanup (from a later key
      * destructor) told the parent's purge thread; the child's forgot it
      * (coral_purger_postfork), and the thread, the child's only one, will

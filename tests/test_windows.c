@@ -1616,6 +1616,63 @@ static void case_profile_fork_tally(void) {
               before + 1.0);
 }
 
+/* ---- a fork from a handler inside the profiler's section ------------------------------
+ * A signal handler may fork while its thread is inside the profiler's
+ * critical section, in a multi-threaded process: here in the middle of an
+ * add to its tally (CORAL_TP_PROFILE_TALLY_ADDING, where it holds no
+ * profiler lock; the hook forks as a handler run there would), while
+ * another thread records a sample, holding its live bucket's lock
+ * (CORAL_TP_PROFILE_RECORDING). The child returns from the handler and
+ * frees that thread's block, whose record is in that bucket. Before, the
+ * fork's prepare took none of the profiler's locks for a fork from inside
+ * the section, so the child inherited the bucket's lock held by a thread
+ * it does not have, and its free waited forever (its alarm ended it). Now
+ * the prepare takes them when its thread holds none, waiting for the
+ * other thread's (CORAL_TP_PROFILE_FORK_WAIT lets it go). */
+static pid_t section_parent, section_child = -1;
+static bool section_child_ended;
+
+static void *sample_and_hold(void *arg) {
+    void *p = tally_site_alloc(); /* held at RECORDING, its bucket's lock held */
+    gate_wait_for(&section_child_ended, GATES);
+    coral_free(p);
+    return arg;
+}
+
+static void fork_in_tally_add(int point, const void *object) {
+    gate_hook(point, object);
+    if (point != CORAL_TP_PROFILE_TALLY_ADDING || section_child != -1 || !gate_holds(0)) return;
+    section_child = fork(); /* (as a signal handler's) */
+    if (section_child == 0) alarm(20);
+}
+
+static void case_fork_in_profile_section(void) {
+    alarm(60);
+    coral_free(coral_malloc(TALLY_BLOCK)); /* the profiler is on */
+    section_parent = getpid();
+    gate_arm(CORAL_TP_PROFILE_RECORDING, CORAL_TP_PROFILE_FORK_WAIT);
+    coral_test_point_set(fork_in_tally_add);
+    pthread_t sampler = start(sample_and_hold, NULL);
+    void *held = (void *)gate_wait_held();
+    fflush(stdout);
+    void *mine = tally_site_alloc();  /* its add forks */
+    if (getpid() != section_parent) { /* the child, back from the handler */
+        coral_test_point_set(NULL);
+        coral_free(held);
+        coral_free(mine);
+        _exit(coral_test_check() == 0 ? 0 : 3);
+    }
+    coral_test_point_set(NULL);
+    CHECK(section_child > 0);
+    expect_child_exit_0(section_child, "the child of the fork inside the section did not end");
+    gate_open(); /* (opened by the fork's wait, after the fix) */
+    gate_signal(&section_child_ended);
+    join(sampler);
+    coral_free(mine);
+    alarm(0);
+    CHECK_EQ(coral_test_check(), 0);
+}
+
 /* ---- a fork during the process's first allocation --------------------------------------
  * A thread's first allocation takes the heap pool's lock for its heap. The
  * fork handlers that take that lock must be registered before any thread
@@ -2242,6 +2299,7 @@ int main(int argc, char **argv) {
         {"fork_profiled_exit", case_fork_profiled_exit},
         {"fork_first_alloc", case_fork_first_alloc},
         {"profile_fork_tally", case_profile_fork_tally},
+        {"fork_in_profile_section", case_fork_in_profile_section},
         {"fork_nested", case_fork_nested},
         {"fork_in_purge", case_fork_in_purge},
         {"fork_nested_child_forks", case_fork_nested_child_forks},

@@ -40,16 +40,30 @@ static char profile_path[4096]; /* CORALLOC_PROFILE, or empty */
 
 int64_t coral_profile_rate(void) { return profile_rate; }
 
-/* ---- spin locks, held with signals blocked ------------------------------------ */
+/* ---- spin locks, held in the thread's critical section (below) ---------------- */
 
 typedef _Atomic(int) spin_t;
 
+/* The profiler's locks the calling thread holds or is taking: counted
+ * before a take and after a release, so a signal handler that reads 0
+ * knows that the code it interrupted holds none (a fork's prepare from
+ * such a handler takes them all then: fork_prepare). Written by the
+ * thread, and by its handlers, which leave it as they found it; signal
+ * fences order it against the locks. */
+static __thread volatile sig_atomic_t locks_held __attribute__((tls_model("initial-exec")));
+
 static void spin_lock(spin_t *l) {
+    locks_held = locks_held + 1;
+    atomic_signal_fence(memory_order_seq_cst);
     while (atomic_exchange_explicit(l, 1, memory_order_acquire))
         while (atomic_load_explicit(l, memory_order_relaxed)) __builtin_ia32_pause();
 }
 
-static void spin_unlock(spin_t *l) { atomic_store_explicit(l, 0, memory_order_release); }
+static void spin_unlock(spin_t *l) {
+    atomic_store_explicit(l, 0, memory_order_release);
+    atomic_signal_fence(memory_order_seq_cst);
+    locks_held = locks_held - 1;
+}
 
 /* The calling thread's critical section: set while it may hold a
  * profiler lock. Written by the thread (and its signal handlers, which
@@ -798,6 +812,7 @@ static void sample_record(coral_heap_t *heap, void *p, size_t size, size_t count
         /* The calling thread owns the page (its heap just allocated there);
          * a huge segment's descriptor has no owner, and no one else writes it. */
         coral_slice_set_flags(page, coral_slice_flags(page) | CORAL_PAGE_SAMPLED);
+        coral_test_point(CORAL_TP_PROFILE_RECORDING, p);
         spin_unlock(&b->lock);
     }
     crit_leave();
@@ -1126,17 +1141,35 @@ void coral_profile_live(unsigned long long *blocks, unsigned long long *bytes) {
 /* ---- fork: every lock taken before, released after (both sides) ----------------
  * The heap layer's inner hooks: taken after every allocator lock (a sample
  * of an exiting thread's allocation takes these under the exit heap's
- * lock), released before any. fork_locked is written and read under the
- * allocator's locks, one fork at a time. */
+ * lock), released before any. A fork from a signal handler that
+ * interrupted its thread's section (fork is async-signal-safe) takes them
+ * too if that code holds none, nor is taking one (locks_held: in an add
+ * to its tally, a stack walk): another thread may hold one, which the
+ * child would otherwise inherit held by a thread it does not have (before,
+ * such a fork took none: the child's free of that thread's sampled block
+ * waited forever, window_fork_in_profile_section); the interrupted code
+ * waits for nothing the fork holds. If it holds one, the fork takes none
+ * (it would wait for itself), and the child may inherit another thread's
+ * held, as a child of glibc's malloc does in such a fork. fork_locked and
+ * fork_in_section are written and read under the allocator's locks, one
+ * fork at a time. */
 
-static bool fork_locked;
+static bool fork_locked, fork_in_section;
+
+/* A lock the fork's prepare takes. */
+static void fork_spin_lock(spin_t *l) {
+    if (atomic_load_explicit(l, memory_order_relaxed))
+        coral_test_point(CORAL_TP_PROFILE_FORK_WAIT, l);
+    spin_lock(l);
+}
 
 static void fork_prepare(void) {
-    fork_locked = crit_enter(); /* (a fork from a handler inside the section: no locks) */
+    fork_in_section = !crit_enter(); /* (a handler's fork: the section is the code's) */
+    fork_locked = !fork_in_section || locks_held == 0;
     if (!fork_locked) return;
-    for (size_t i = 0; i < SITE_BUCKETS; i++) spin_lock(&sites[i].lock);
-    for (size_t i = 0; i < LIVE_BUCKETS; i++) spin_lock(&live[i].lock);
-    spin_lock(&pool_lock);
+    for (size_t i = 0; i < SITE_BUCKETS; i++) fork_spin_lock(&sites[i].lock);
+    for (size_t i = 0; i < LIVE_BUCKETS; i++) fork_spin_lock(&live[i].lock);
+    fork_spin_lock(&pool_lock);
 }
 
 static void fork_release(void) {
@@ -1144,7 +1177,7 @@ static void fork_release(void) {
     spin_unlock(&pool_lock);
     for (size_t i = LIVE_BUCKETS; i-- > 0;) spin_unlock(&live[i].lock);
     for (size_t i = SITE_BUCKETS; i-- > 0;) spin_unlock(&sites[i].lock);
-    crit_leave();
+    if (!fork_in_section) crit_leave();
 }
 
 /* In the child, every lock held: the tallies of the parent's other

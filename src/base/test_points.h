@@ -123,6 +123,12 @@ typedef enum coral_test_point_e {
     /* message.c: the fork's prepare handler took stdio's list lock and has
      * not locked the witness stream yet (coral_libc_streams_lock) */
     CORAL_TP_FORK_STREAMS_LISTED,
+    /* profile.c: a thread recording a sample holds its live bucket's lock,
+     * the record listed and the page flagged; the object is the block */
+    CORAL_TP_PROFILE_RECORDING,
+    /* profile.c: the fork's prepare hook found one of the profiler's locks
+     * held and is about to wait for it; the object is the lock */
+    CORAL_TP_PROFILE_FORK_WAIT,
     CORAL_TP_COUNT
 } coral_test_point_t;
 

@@ -109,10 +109,11 @@ static _Atomic(FILE *) streams_witness;
  * hold was recorded once both were taken, by the caller: a signal between
  * the two left the list lock made anew recorded as held, and its second
  * release left its count of takes at -1, the lock then held for good by
- * the next thread to take it, window_fork_nested_in_streams_lock.) The
- * one instruction between the list lock's return and its record remains,
- * as glibc's own fork has such windows inside _IO_list_lock. Written by
- * this thread only; signal fences order them against its handlers. */
+ * the next thread to take it, window_fork_nested_in_streams_lock.) What
+ * remains is the store after each take's return (a signal there leaves
+ * that lock recorded after its child made it anew), as glibc's own fork
+ * has such windows inside _IO_list_lock. Written by this thread only;
+ * signal fences order them against its handlers. */
 static __thread bool streams_list_held __attribute__((tls_model("initial-exec")));
 static __thread FILE *streams_witness_held __attribute__((tls_model("initial-exec")));
 

@@ -148,7 +148,9 @@ CORAL_API size_t coral_stats_json(char *buf, size_t len);
  * CORALLOC_PROFILE_RATE bytes (512 KiB) with its stack, and writes FILE.PID
  * in the pprof format at exit (and on CORALLOC_PROFILE_SIGNAL).
  * coral_profile_dump writes the profile now to path: 0, or -1 with errno
- * (ENOTSUP: profiling is off; or the error of open/write). It allocates
+ * (ENOTSUP: profiling is off; EBUSY: called from a signal handler that
+ * interrupted its own thread inside the profiler, whose samples it could
+ * not read; or the error of open/write). It allocates
  * nothing through malloc. coral_profile_live: how many sampled blocks are
  * live now, and the bytes they asked for (not scaled: the samples
  * themselves). */

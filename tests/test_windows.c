@@ -1673,6 +1673,36 @@ static void case_fork_in_profile_section(void) {
     CHECK_EQ(coral_test_check(), 0);
 }
 
+/* ---- a dump from a handler inside the profiler's section ------------------------------
+ * coral_profile_dump from a signal handler that interrupted its own thread
+ * in the middle of an add to its tally (the hook at
+ * CORAL_TP_PROFILE_TALLY_ADDING calls it as such a handler would) cannot
+ * read that thread's tally: it is refused with EBUSY. Before, it returned
+ * 0 and wrote a profile without the thread's samples. */
+static int dump_in_section_rc = 1, dump_in_section_errno;
+
+static void dump_in_tally_add(int point, const void *object) {
+    (void)object;
+    if (point != CORAL_TP_PROFILE_TALLY_ADDING || dump_in_section_rc != 1) return;
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/coral-dump-in-section.%d", (int)getpid());
+    dump_in_section_rc = coral_profile_dump(path);
+    dump_in_section_errno = errno;
+    unlink(path);
+}
+
+static void case_dump_in_profile_section(void) {
+    coral_free(coral_malloc(TALLY_BLOCK)); /* the profiler is on */
+    coral_test_point_set(dump_in_tally_add);
+    void *p = tally_site_alloc(); /* its add dumps */
+    coral_test_point_set(NULL);
+    CHECK_MSG(dump_in_section_rc == -1 && dump_in_section_errno == EBUSY,
+              "a dump from inside the section returned %d (errno %d), expected -1 (EBUSY)",
+              dump_in_section_rc, dump_in_section_errno);
+    coral_free(p);
+    CHECK_EQ(coral_test_check(), 0);
+}
+
 /* ---- a fork during the process's first allocation --------------------------------------
  * A thread's first allocation takes the heap pool's lock for its heap. The
  * fork handlers that take that lock must be registered before any thread
@@ -2300,6 +2330,7 @@ int main(int argc, char **argv) {
         {"fork_first_alloc", case_fork_first_alloc},
         {"profile_fork_tally", case_profile_fork_tally},
         {"fork_in_profile_section", case_fork_in_profile_section},
+        {"dump_in_profile_section", case_dump_in_profile_section},
         {"fork_nested", case_fork_nested},
         {"fork_in_purge", case_fork_in_purge},
         {"fork_nested_child_forks", case_fork_nested_child_forks},

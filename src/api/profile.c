@@ -585,7 +585,9 @@ static void tally_publish(tally_t *t) {
 static void tallies_publish(void) {
     for (tally_t *t = atomic_load_explicit(&tallies_all, memory_order_acquire); t != NULL;
          t = t->next) {
-        if (!crit_enter()) return; /* (never: dumps wait for the section's end) */
+        if (!crit_enter())
+            return; /* (only at an exit() from a handler inside the section; a dump there is
+                       refused) */
         tally_publish(t);
         crit_leave();
     }
@@ -623,7 +625,9 @@ void coral_profile_sites_visit(coral_profile_site_fn fn, void *arg) {
         }
         if (!(atomic_load_explicit(&sites_used[i / 64], memory_order_relaxed) >> (i % 64) & 1))
             continue;
-        if (!crit_enter()) return; /* (never: dumps wait for the section's end) */
+        if (!crit_enter())
+            return; /* (only at an exit() from a handler inside the section; a dump there is
+                       refused) */
         spin_lock(&sites[i].lock);
         for (coral_profile_site_t *s = atomic_load_explicit(&sites[i].first, memory_order_relaxed);
              s != NULL; s = s->next) {
@@ -1287,6 +1291,14 @@ int coral_profile_dump(const char *path) {
     }
     if (path == NULL || path[0] == '\0') {
         errno = EINVAL;
+        return -1;
+    }
+    /* From a signal handler that interrupted its own thread inside the
+     * profiler's section: the dump could neither take that thread's tally
+     * nor wait for it (it would wait for itself), so it would write a
+     * profile without that thread's samples. Refused instead. */
+    if (in_crit) {
+        errno = EBUSY;
         return -1;
     }
     return coral_profile_write(path, false);

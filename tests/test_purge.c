@@ -542,6 +542,16 @@ static void seg_window_empty(void **blocks) {
     for (size_t i = 0; i < SEG_WINDOW_BLOCKS; i++) coral_free(blocks[i]);
 }
 
+/* Thread A's first steps: fills (step 1 done), frees at step 2 (step 3
+ * done). */
+static void seg_window_fill_free(void **blocks) {
+    seg_window_fill(blocks);
+    step_set(1);
+    step_wait(2);
+    seg_window_empty(blocks);
+    step_set(3);
+}
+
 /* A: fills (step 1 done), frees (step 3 done), fills again after the
  * purge pass, counting its faults, and frees (step 6 done). A small block
  * keeps its segment in use until step 7. */
@@ -549,11 +559,7 @@ static void *seg_window_a(void *arg) {
     (void)arg;
     void *keep = coral_malloc(64);
     void *blocks[SEG_WINDOW_BLOCKS];
-    seg_window_fill(blocks);
-    step_set(1);
-    step_wait(2);
-    seg_window_empty(blocks);
-    step_set(3);
+    seg_window_fill_free(blocks);
     step_wait(5);
     long before = thread_minor_faults();
     seg_window_fill(blocks);
@@ -605,6 +611,45 @@ static int child_segment_window(void) {
     CHECK_GE(forced, (long long)(3 * MiB));
     CHECK_LT(purged_now, (long long)(512 * KiB));
     CHECK_LT(seg_window.faults, 128); /* 3 MiB faulted in anew is 768 */
+    return 0;
+}
+
+/* An abandoned segment keeps no window of its own: thread A fills 3 MiB,
+ * frees them and exits, a small block of its still live (so its segment is
+ * abandoned, not cached), while thread B took as many in its own segment
+ * after A's free: the process's demand stayed flat, its window keeps
+ * nothing, and the purge past the delay returns A's free slices. No thread
+ * takes spans from an abandoned segment but the one that adopts it, which
+ * the process's window covers (the "window" case); held by the segment's
+ * window, they stayed resident (0 KiB purged) for as long as the window. */
+static void *abandoned_window_a(void *arg) {
+    *(void **)arg = coral_malloc(64);
+    void *blocks[SEG_WINDOW_BLOCKS];
+    seg_window_fill_free(blocks);
+    step_wait(4); /* B took its spans before this segment was abandoned */
+    return NULL;
+}
+
+static int child_abandoned_window(void) {
+    coral_free(coral_malloc(1));
+    void *keep = NULL;
+    pthread_t a, b;
+    CHECK_EQ(pthread_create(&a, NULL, abandoned_window_a, &keep), 0);
+    CHECK_EQ(pthread_create(&b, NULL, seg_window_b, NULL), 0); /* B: as above */
+    step_wait(1);
+    step_set(2);
+    step_wait(4);
+    CHECK_EQ(pthread_join(a, NULL), 0); /* A's segment abandoned: keep is live */
+    long long purged = stats_os_bytes("purge");
+    coral_test_advance_clock(100); /* A's free slices are due */
+    CHECK_EQ(coral_test_purge_pass(), 1);
+    long long purged_now = stats_os_bytes("purge") - purged;
+    step_set(7);
+    CHECK_EQ(pthread_join(b, NULL), 0);
+    coral_free(keep);
+    printf("abandoned window: %lld KiB of the exited thread's 3 MiB purged past the delay\n",
+           purged_now >> 10);
+    CHECK_GE(purged_now, (long long)(2 * MiB));
     return 0;
 }
 
@@ -997,6 +1042,7 @@ int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "hugepages-slow") == 0) return child_hugepages_slow();
     if (argc == 2 && strcmp(argv[1], "thread-start") == 0) return child_thread_start();
     if (argc == 2 && strcmp(argv[1], "segment-window") == 0) return child_segment_window();
+    if (argc == 2 && strcmp(argv[1], "abandoned-window") == 0) return child_abandoned_window();
     if (argc == 2 && strcmp(argv[1], "pool-kinds") == 0) return child_pool_kinds();
     if (argc == 2 && strcmp(argv[1], "pool-gather") == 0) return child_pool_gather();
     if (argc == 2 && strcmp(argv[1], "pool-grow") == 0) return child_pool_grow();
@@ -1021,6 +1067,7 @@ int main(int argc, char **argv) {
                                          NULL};
     run_child("window", window);
     run_child("segment-window", window);
+    run_child("abandoned-window", window);
     static const char *const kept[] = {"CORALLOC_PURGE_DELAY_MS=3600000", "CORALLOC_HUGE_PAGES=0",
                                        NULL};
     run_child("idle-kept", kept);

@@ -137,15 +137,22 @@ static void window_note_used(coral_segment_t *seg, uint64_t used) {
  * begins at the first look after the last one expired, from the most
  * seen since the look before (used_high), so what no span needed for a
  * whole window goes back; a forced purge (coral_collect(1), malloc_trim)
- * holds nothing, as it ignores the process's window. Under span_lock.
- * Returns the slices held, taken out of *purge. */
+ * holds nothing, as it ignores the process's window. An abandoned
+ * segment (thread_id 0) holds nothing either: it has no owner to take its
+ * slices again, only a thread that adopts it, and the process's window
+ * already keeps what a thread that replaces an exited one takes (as it
+ * does for the segment cache); held, an exited thread's free slices stayed
+ * resident beside the new thread's spans (larson: up to 400 slices in
+ * abandoned segments). Under span_lock. Returns the slices held, taken
+ * out of *purge. */
 static uint64_t segment_window_hold(coral_segment_t *seg, uint64_t *purge, unsigned used_count,
                                     uint64_t now, bool force) {
     uint64_t window_ms =
         (uint64_t)coral_option(CORAL_OPT_PURGE_DELAY_MS) * CORAL_PURGE_WINDOW_DELAYS;
     unsigned high = seg->used_high > used_count ? seg->used_high : used_count;
     seg->used_high = (uint8_t)used_count;
-    if (window_ms == 0 || force) return 0;
+    if (window_ms == 0 || force || atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == 0)
+        return 0;
     if (now - seg->window_ms >= window_ms) {
         seg->window_peak = (uint8_t)high;
         seg->window_ms = now;

@@ -143,8 +143,12 @@ static void window_note_used(coral_segment_t *seg, uint64_t used) {
  * already keeps what a thread that replaces an exited one takes (as it
  * does for the segment cache); held, an exited thread's free slices stayed
  * resident beside the new thread's spans (larson: up to 400 slices in
- * abandoned segments). Under span_lock. Returns the slices held, taken
- * out of *purge. */
+ * abandoned segments). thread_id is written by the exiting owner and the
+ * adopter, not under span_lock: a relaxed read that is one pass late only
+ * holds or returns those slices a pass later (a policy, no block depends
+ * on it); a segment registered but not yet owned reads 0 and has no
+ * window to hold. Under span_lock. Returns the slices held, taken out of
+ * *purge. */
 static uint64_t segment_window_hold(coral_segment_t *seg, uint64_t *purge, unsigned used_count,
                                     uint64_t now, bool force) {
     uint64_t window_ms =

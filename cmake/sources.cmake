@@ -8,5 +8,5 @@ set(CORAL_CORE_SOURCES
   src/page/page.c src/page/reclaim.c src/page/secure.c
   src/heap/heap.c src/heap/large.c src/heap/thread.c src/heap/check.c
   src/api/alloc.c src/api/bulk.c src/api/bulk_cache.c src/api/introspect.c
-  src/api/profile.c src/api/profile_out.c src/api/heap_visit.c
+  src/api/profile.c src/api/profile_out.c src/api/heap_visit.c src/api/remote_run.c
 )

@@ -9,6 +9,7 @@
 #include "api/api.h"
 #include "api/bulk_cache.h"
 #include "api/profile.h"
+#include "api/remote_run.h"
 
 static void show_stats_at_exit(void) { coral_stats_print(stderr); }
 
@@ -215,6 +216,17 @@ static void owner_free(coral_page_t *page, void *p) {
     coral_heap_free_local(page, p);
 }
 
+/* Whether the calling thread may hold remote frees in runs (api/
+ * remote_run.h): it has a heap, whose exit pushes them, or gets one now
+ * (a thread that only frees); not once its exit has begun, nor in a
+ * forked child whose fork still holds the locks (the heap pool's among
+ * them: a free there must not wait for it). */
+static inline bool remote_runs_allowed(void) {
+    if (!CORAL_FREED_MARKS) return false;
+    if (coral_likely(coral_tls_heap != &coral_heap_empty)) return true;
+    return !coral_thread_exiting() && !coral_fork_child_unreleased() && coral_heap_ready() != NULL;
+}
+
 /* Another thread's block of a normal segment: the quick push, else the
  * full one (which checks p), the freed mark written once. */
 static void remote_free(coral_segment_t *seg, coral_page_t *page, void *p) {
@@ -225,6 +237,7 @@ static void remote_free(coral_segment_t *seg, coral_page_t *page, void *p) {
         coral_page_invalid_free(p, "in no page in use: double free?");
         return;
     }
+    if (remote_runs_allowed() && coral_remote_run_add(page, p)) return;
     if (coral_page_free_remote_quick(page, p, &suspect)) return;
     if (suspect & CORAL_TF_MARKED)
         coral_page_push_remote_marked(page, p, suspect & CORAL_TF_SUSPECT);
@@ -671,6 +684,7 @@ void *coral_reallocarray(void *p, size_t n, size_t size) {
 /* ---- collection ---------------------------------------------------------------------------- */
 
 void coral_collect(int force) {
+    coral_remote_runs_flush();
     /* A forced collect adopts abandoned segments, which needs a heap. */
     coral_heap_t *heap = force ? coral_heap_ready() : coral_tls_heap;
     if (heap != NULL && heap != &coral_heap_empty) {

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "api/bulk_cache.h"
+#include "api/remote_run.h"
 
 __thread coral_bulk_cache_t *coral_bulk_cache_tls __attribute__((tls_model("initial-exec")));
 
@@ -228,6 +229,7 @@ void coral_bulk_cache_flush_own(void) {
 
 /* The thread-exit hook (heap layer), before the thread's heaps go. */
 static void cache_thread_exit(void) {
+    coral_remote_runs_flush();
     coral_bulk_cache_t *s = coral_bulk_cache_tls;
     if (s == NULL) return;
     /* The purger holds it only while it flushes. */

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "api/profile.h"
+#include "api/remote_run.h"
 
 bool coral_profile_on;
 __thread int64_t coral_profile_left __attribute__((tls_model("initial-exec")));
@@ -1063,6 +1064,7 @@ static void records_kept_return(void) {
 /* The thread exits (before its heaps are abandoned): every batch back,
  * its kept records, and its tally published. */
 static void profile_thread_exit(void) {
+    coral_remote_runs_flush();
     coral_heap_t *self = thread_heap;
     thread_heap = NULL; /* from here on its freed records go to the pool */
     if (self != NULL)

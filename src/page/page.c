@@ -878,6 +878,11 @@ coral_block_t *coral_page_freed_block(const coral_page_t *page, void *p) {
     return p;
 }
 
+void coral_page_push_remote_run(coral_page_t *page, coral_block_t *head, coral_block_t *tail,
+                                uint32_t n, uintptr_t suspect) {
+    push_remote(page, head, tail, n, suspect, remote_word(page));
+}
+
 void coral_page_free_remote(coral_page_t *page, void *p) {
     coral_block_t *block = coral_page_freed_block(page, p);
     if (block == NULL) return;

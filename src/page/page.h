@@ -253,6 +253,11 @@ CORAL_INLINE uintptr_t coral_tf_pushed(uintptr_t tf, const coral_block_t *head, 
  * span is zero but its link and this mark, a block freed onto that list
  * is not. */
 #define CORAL_CARVED_MARK ((uint64_t)0x00000000c0a1fdeeull)
+/* A block another thread freed and holds in a run of its own, not yet
+ * pushed (api/remote_run.h): the push checks it is still there and writes
+ * the freed mark. Of the same form as the freed mark, its low half another
+ * (every test for a mark compares the low halves). */
+#define CORAL_PENDING_MARK ((uint64_t)0xffffffffc0a1fdedull)
 /* The default and valgrind builds check every block start on the free fast
  * path (below); the secure build checks its canary there instead. */
 #define CORAL_START_CHECK (!CORAL_SECURE)
@@ -431,6 +436,11 @@ void coral_page_push_remote(coral_page_t *page, coral_block_t *head, coral_block
 /* The same for one block whose freed mark a remote freer wrote
  * already (coral_page_free_remote_quick), SUSPECT as it found. */
 void coral_page_push_remote_marked(coral_page_t *page, coral_block_t *block, uintptr_t suspect);
+/* A run of n blocks of page, head to tail, that one thread freed, each with
+ * its freed mark written and each block once (the freer checked: api/
+ * remote_run.h), SUSPECT if `suspect` says a check failed. */
+void coral_page_push_remote_run(coral_page_t *page, coral_block_t *head, coral_block_t *tail,
+                                uint32_t n, uintptr_t suspect);
 /* Owner: whether block, which holds the page's freed mark, is on one of
  * the page's free lists (a double free), the remote-freed blocks taken
  * first. Bounded by the page's blocks. */

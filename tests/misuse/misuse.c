@@ -83,8 +83,10 @@ static void double_free_remote(void) {
     free(keep);
 }
 
-/* Another thread frees p, q, then p again: p is twice on its page's list
- * of remote frees, found when the owner takes the list (the page's blocks
+/* Another thread frees p, q, then p again: the default build finds p in
+ * the thread's own run of remote frees (api/remote_run.h) at the second
+ * free; the secure build pushes each free and finds p twice on its page's
+ * list of remote frees when the owner takes the list (the page's blocks
  * run out below). */
 static void *free_p_q_p(void *arg) {
     void **pq = arg;
@@ -93,6 +95,41 @@ static void *free_p_q_p(void *arg) {
     free(pq[0]);
     return NULL;
 }
+
+/* A thread frees p (another thread's block), and before that thread
+ * exits, p is freed again: by a second thread, or by its owner. In the
+ * default build the first free is held in the first thread's run of
+ * remote frees (api/remote_run.h), found changed when its exit pushes the
+ * run; the secure build finds its freed mark at the second free. */
+static pthread_barrier_t pending_freed, pending_second_done;
+
+static void *free_then_wait(void *p) {
+    free(p);
+    pthread_barrier_wait(&pending_freed);
+    pthread_barrier_wait(&pending_second_done);
+    return NULL;
+}
+
+static void double_free_while_pending(int by_owner) {
+    void *p = launder(malloc(64));
+    void *keep = malloc(64); /* the page stays in use */
+    pthread_barrier_init(&pending_freed, NULL, 2);
+    pthread_barrier_init(&pending_second_done, NULL, 2);
+    pthread_t first, second;
+    pthread_create(&first, NULL, free_then_wait, p);
+    pthread_barrier_wait(&pending_freed);
+    if (by_owner) {
+        free(p);
+    } else {
+        pthread_create(&second, NULL, free_in_thread, p);
+        pthread_join(second, NULL);
+    }
+    pthread_barrier_wait(&pending_second_done);
+    pthread_join(first, NULL);
+    free(keep);
+}
+static void double_free_pending_remote(void) { double_free_while_pending(0); }
+static void double_free_pending_owner(void) { double_free_while_pending(1); }
 
 static void double_free_remote_delayed(void) {
     enum { N = 4000 }; /* more 48-byte blocks than a page holds */
@@ -851,6 +888,8 @@ static const misuse_case_t cases[] = {
     {"double-free-huge", df_huge},
     {"double-free-remote", double_free_remote},
     {"double-free-remote-delayed", double_free_remote_delayed},
+    {"double-free-pending-remote", double_free_pending_remote},
+    {"double-free-pending-owner", double_free_pending_owner},
     {"double-free-released", double_free_released},
     {"free-stack", free_stack},
     {"free-static", free_static},

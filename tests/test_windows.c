@@ -2203,7 +2203,7 @@ static int address_order(const void *a, const void *b) {
  * race_live[2] freed by another thread if z_first, then a thread freeing
  * x = race_live[0] held between its read of the mark and its write;
  * returns that thread. */
-static pthread_t race_start(bool z_first) {
+static pthread_t race_start_with(bool z_first, void *(*first_free)(void *), int point) {
     alarm(20);
     for (int i = 0; i < RACE_LIVE; i++) {
         race_live[i] = coral_malloc(RACE_SIZE);
@@ -2211,10 +2211,14 @@ static pthread_t race_start(bool z_first) {
         if (i > 0 && slice_of(race_live[i]) != slice_of(race_live[0])) _exit(4);
     }
     if (z_first) join(start(free_arg, race_live[2]));
-    gate_arm(CORAL_TP_REMOTE_MARK_READ, -1);
-    pthread_t first = start(free_arg, race_live[0]);
+    gate_arm(point, -1);
+    pthread_t first = start(first_free, race_live[0]);
     CHECK(gate_wait_held() == race_live[0]);
     return first;
+}
+
+static pthread_t race_start(bool z_first) {
+    return race_start_with(z_first, free_arg, CORAL_TP_REMOTE_MARK_READ);
 }
 
 /* The child's end: taken[n..] filled by malloc; exit 3 if a block was
@@ -2289,6 +2293,38 @@ static void case_remote_mark_take(void) {
              "a block freed by two threads, taken between the two, was handed out twice");
 }
 
+/* ---- a run of remote frees and a second free of its block --------------------------------
+ * window_remote_run_mark_race: the race of remote_mark_race, where the
+ * first freer adds x to its run of remote frees (src/api/remote_run.h): it
+ * frees two other blocks of the page, then x, the third free in a row into
+ * the page, which opens a run; it is held after it read x's mark word (no
+ * mark), before it writes the pending mark. The second thread frees x,
+ * then y (each pushed at once). The first goes on and exits, which pushes
+ * its run (x, its pending mark intact): x is twice on the list. The run's
+ * push must be flagged SUSPECT, as the word changed since the run read it
+ * before x's mark; pushed unflagged (the word read at the push), x was
+ * handed out twice. */
+static void *free_two_then_x(void *x) {
+    coral_free(race_live[2]);
+    coral_free(race_live[3]);
+    coral_free(x);
+    return NULL;
+}
+
+static void remote_run_mark_race_child(void) {
+    pthread_t first = race_start_with(false, free_two_then_x, CORAL_TP_REMOTE_RUN_MARK_READ);
+    join(start(free_x_then_y, NULL));
+    gate_open();
+    join(first);
+    static void *taken[RACE_TAKES];
+    race_end(taken, 0);
+}
+
+static void case_remote_run_mark_race(void) {
+    race_run(remote_run_mark_race_child,
+             "a block in a run of remote frees, freed again by another thread, was handed out twice");
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_windows CASE\n");
@@ -2342,6 +2378,7 @@ int main(int argc, char **argv) {
          case_fork_prepare_thread_nested_in_streams_lock},
         {"remote_mark_race", case_remote_mark_race},
         {"remote_mark_take", case_remote_mark_take},
+        {"remote_run_mark_race", case_remote_run_mark_race},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(argv[1], cases[i].name) == 0) {

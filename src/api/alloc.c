@@ -216,14 +216,12 @@ static void owner_free(coral_page_t *page, void *p) {
     coral_heap_free_local(page, p);
 }
 
-/* Whether the calling thread may hold remote frees in runs (api/
- * remote_run.h): it has a heap, whose exit pushes them, or gets one now
- * (a thread that only frees); not once its exit has begun, nor in a
- * forked child whose fork still holds the locks (the heap pool's among
- * them: a free there must not wait for it). */
-static inline bool remote_runs_allowed(void) {
-    if (!CORAL_FREED_MARKS) return false;
-    if (coral_likely(coral_tls_heap != &coral_heap_empty)) return true;
+/* A thread with no heap is about to open a run of remote frees (api/
+ * remote_run.h): whether it has one now, which its exit pushes the run
+ * from; not once its exit has begun, nor in a forked child whose fork
+ * still holds the locks (the heap pool's among them: a free there must not
+ * wait for it). */
+static CORAL_NOINLINE bool remote_run_heap(void) {
     return !coral_thread_exiting() && !coral_fork_child_unreleased() && coral_heap_ready() != NULL;
 }
 
@@ -237,7 +235,12 @@ static void remote_free(coral_segment_t *seg, coral_page_t *page, void *p) {
         coral_page_invalid_free(p, "in no page in use: double free?");
         return;
     }
-    if (remote_runs_allowed() && coral_remote_run_add(page, p)) return;
+    if (CORAL_FREED_MARKS) {
+        coral_run_result_t run = coral_remote_run_free(page, p);
+        if (coral_unlikely(run == CORAL_RUN_NEEDS_HEAP))
+            run = remote_run_heap() ? coral_remote_run_add(page, p) : CORAL_RUN_NOT_HELD;
+        if (run == CORAL_RUN_HELD) return;
+    }
     if (coral_page_free_remote_quick(page, p, &suspect)) return;
     if (suspect & CORAL_TF_MARKED)
         coral_page_push_remote_marked(page, p, suspect & CORAL_TF_SUSPECT);

@@ -3,21 +3,7 @@
 
 #include "api/api.h"
 
-typedef struct run_s {
-    coral_page_t *page;  /* NULL: the slot is empty */
-    coral_block_t *head; /* freed last; its link leads to the earlier ones */
-    coral_block_t *tail; /* freed first; linked by the push */
-    uint32_t n;
-} run_t;
-
-/* The calling thread's runs: only it reads or writes them. */
-static __thread run_t runs[CORAL_RUN_SLOTS] __attribute__((tls_model("initial-exec")));
-
-/* A page's slot: pages are descriptors in their segment's header, so the
- * pages of one segment fall in different slots. */
-static inline run_t *slot_of(const coral_page_t *page) {
-    return &runs[((uintptr_t)page / sizeof(coral_page_t)) % CORAL_RUN_SLOTS];
-}
+__thread coral_remote_run_t coral_remote_run_tls __attribute__((tls_model("initial-exec")));
 
 /* A block of the run changed while the run held it: freed again (by the
  * owner, or by another thread that then pushed it), or written after its
@@ -28,14 +14,16 @@ static CORAL_COLD void run_block_changed(const coral_page_t *page, const coral_b
                  (const void *)block, page->block_size);
 }
 
-/* Push run r onto its page's thread_free, each block's pending mark
+/* Push the open run onto its page's thread_free, each block's pending mark
  * checked and turned into the freed mark. A changed block is reported
  * (when the program goes on after a report: CORALLOC_ON_ERROR) and the run
  * is cut before it: the blocks linked after it cannot be reached (its
  * link may be another list's now), so they stay in use for their page,
- * and it is on whichever list its second free put it. The run's slot is
- * empty after. */
-static void run_push(run_t *r) {
+ * and it is on whichever list its second free put it. No run is open
+ * after. */
+void coral_remote_runs_flush(void) {
+    coral_remote_run_t *r = &coral_remote_run_tls;
+    if (r->n == 0) return;
     coral_block_t *block = r->head, *last = NULL;
     uint32_t n = 0;
     while (n < r->n) {
@@ -48,33 +36,28 @@ static void run_push(run_t *r) {
         last = block;
         if (++n < r->n) block = coral_block_next(block);
     }
-    if (n != 0) coral_page_push_remote_run(r->page, r->head, last, n, 0);
+    if (n != 0) coral_page_push_remote_run(r->page, r->head, last, n, r->seen);
     r->page = NULL;
     r->n = 0;
+    r->streak = CORAL_RUN_OPEN; /* the stretch of frees into `last` goes on in a new run */
 }
 
-void coral_remote_runs_flush(void) {
-    for (unsigned i = 0; i < CORAL_RUN_SLOTS; i++)
-        if (runs[i].n != 0) run_push(&runs[i]);
-}
-
-/* Whether one of the calling thread's runs holds block. */
-static bool runs_hold(const coral_block_t *block) {
-    for (unsigned i = 0; i < CORAL_RUN_SLOTS; i++) {
-        const coral_block_t *b = runs[i].head;
-        for (uint32_t k = 0; k < runs[i].n; k++, b = coral_block_next(b))
-            if (b == block) return true;
-    }
+/* Whether the open run holds block. */
+static bool run_holds(const coral_block_t *block) {
+    const coral_remote_run_t *r = &coral_remote_run_tls;
+    const coral_block_t *b = r->head;
+    for (uint32_t k = 0; k < r->n; k++, b = coral_block_next(b))
+        if (b == block) return true;
     return false;
 }
 
-/* A block whose mark word holds the pending mark: in a run of this thread
- * (a double free, reported), of another thread (a double free that run's
- * push reports), or the program's data. The latter two: pushed now,
+/* A block whose mark word holds the pending mark: in the open run (a
+ * double free, reported), in another thread's run (a double free that
+ * run's push reports), or the program's data. The latter two: pushed now,
  * alone, with SUSPECT, its freed mark written (which the other run's push
  * then finds). */
 static CORAL_COLD void pending_block_free(coral_page_t *page, coral_block_t *block) {
-    if (runs_hold(block)) {
+    if (run_holds(block)) {
         coral_misuse("double free detected: block %p of %zu bytes was already free", (void *)block,
                      page->block_size);
         return;
@@ -83,35 +66,62 @@ static CORAL_COLD void pending_block_free(coral_page_t *page, coral_block_t *blo
     coral_page_push_remote_marked(page, block, CORAL_TF_SUSPECT);
 }
 
-bool coral_remote_run_add(coral_page_t *page, void *p) {
-    if (!CORAL_FREED_MARKS) return false;
+/* Whether the calling thread may open a run on page (the page of its last
+ * remote free, no run open): NOT_HELD before the CORAL_RUN_OPEN-th free in
+ * a row into it, when page's blocks may not be held (remote_run.h), or
+ * when the page's word says the purger reclaims or returns it (it holds no
+ * live block: the ordinary push reports the free); NEEDS_HEAP for a thread
+ * with no heap (the streak kept, so that the caller's call again opens the
+ * run). While a run holds a block of the page, the page has one in use, so
+ * this is looked at once per run. *seen: the page's word, read (acquire)
+ * before the caller reads the first block's mark. */
+static coral_run_result_t run_may_open(coral_page_t *page, uintptr_t *seen) {
+    coral_remote_run_t *r = &coral_remote_run_tls;
+    if (r->streak < CORAL_RUN_OPEN - 2) {
+        r->streak++;
+        return CORAL_RUN_NOT_HELD;
+    }
     if (page->class_idx == CORAL_CLASS_LARGE || page->is_user_heap ||
-        (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED) || !coral_page_is_block_start(page, p))
-        return false;
-    /* A page the purger reclaims or returns holds no live block: the
-     * ordinary push reports the free. */
-    if (coral_unlikely(atomic_load_explicit(&page->thread_free, memory_order_relaxed) &
-                       (CORAL_TF_RECLAIMED | CORAL_TF_BUSY)))
-        return false;
+        (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED)) {
+        r->streak = 0; /* (tried again after as many frees) */
+        return CORAL_RUN_NOT_HELD;
+    }
+    if (coral_tls_heap == &coral_heap_empty) return CORAL_RUN_NEEDS_HEAP;
+    r->streak = 0;
+    *seen = atomic_load_explicit(&page->thread_free, memory_order_acquire);
+    return (*seen & (CORAL_TF_RECLAIMED | CORAL_TF_BUSY)) ? CORAL_RUN_NOT_HELD : CORAL_RUN_HELD;
+}
+
+coral_run_result_t coral_remote_run_add(coral_page_t *page, void *p) {
+    if (!CORAL_FREED_MARKS) return CORAL_RUN_NOT_HELD;
+    coral_remote_run_t *r = &coral_remote_run_tls;
+    uintptr_t seen = 0;
+    bool open = page != r->page;
+    if (open) {
+        coral_run_result_t may = run_may_open(page, &seen);
+        if (may != CORAL_RUN_HELD) return may;
+    }
+    /* (The ordinary free reports a pointer that is no block's start.) */
+    if (!coral_page_is_block_start(page, p)) return CORAL_RUN_NOT_HELD;
     coral_block_t *block = p;
     uintptr_t *word = coral_block_mark_word(block);
+    uintptr_t mark = *word;
+    coral_test_point(CORAL_TP_REMOTE_RUN_MARK_READ, block);
     /* The freed mark: the block may be free already; the ordinary push
      * (SUSPECT) lets the owner tell. */
-    if (coral_unlikely(*word == CORAL_FREED_MARK)) return false;
-    if (coral_unlikely(*word == CORAL_PENDING_MARK)) {
+    if (coral_unlikely(mark == CORAL_FREED_MARK)) return CORAL_RUN_NOT_HELD;
+    if (coral_unlikely(mark == CORAL_PENDING_MARK)) {
         pending_block_free(page, block);
-        return true;
+        return CORAL_RUN_HELD;
     }
-    run_t *r = slot_of(page);
-    if (r->page != page) {
-        if (r->n != 0) run_push(r);
+    if (open) {
         r->page = page;
         r->head = NULL;
-        r->tail = block;
+        r->seen = seen;
     }
     *word = CORAL_PENDING_MARK;
     coral_block_set_next(block, r->head);
     r->head = block;
-    if (++r->n == CORAL_RUN_MAX) run_push(r);
-    return true;
+    if (++r->n == CORAL_RUN_MAX) coral_remote_runs_flush();
+    return CORAL_RUN_HELD;
 }

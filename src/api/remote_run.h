@@ -1,6 +1,6 @@
-/* Runs of remote frees (the default build): a thread's frees of blocks that
- * other threads own, held back per page and pushed onto the page's
- * thread_free with one CAS per run instead of one per block.
+/* Runs of remote frees (the default build): a thread's consecutive frees of
+ * blocks of one page that another thread owns, held back and pushed onto
+ * the page's thread_free with one CAS per run instead of one per block.
  *
  * Why: a remote free writes its link into the block (the block's line was
  * last written by the thread that allocated it, on another core) and then
@@ -9,26 +9,37 @@
  * plain stores, the misses of many frees overlap, and the run's one CAS
  * pays for all of them.
  *
- * Which frees (remote_run.c decides): blocks of a size class of a thread's
- * own heap (not a user heap: coral_heap_destroy frees its pages whatever
- * is live; not a page with aligned blocks; not large or huge blocks), by a
- * thread that has a heap (its exit flushes the runs; a thread that only
- * frees gets one at its first such free) and whose exit has not begun.
+ * Which frees: a thread has at most one open run. The third remote free in
+ * a row into one page opens a run, and the next ones into that page add to
+ * it; a remote free into any other page pushes the open run and goes the
+ * ordinary way. So a thread whose remote frees move between pages (blocks
+ * of mixed sizes handed over one by one) pays a compare and two stores
+ * per free and seldom holds a block back; only stretches of frees into one
+ * page are batched. (Held per page in 8 slots instead, such frees made
+ * runs of about 2 blocks whose bookkeeping doubled the free's
+ * instructions: xthread 1.7x slower. Opened at the second free in a row,
+ * a run of one block, pushed by the full path, came at 1 free in 16 of
+ * xthread's: +16 instructions a free.)
  *
- * The runs: CORAL_RUN_SLOTS per thread, a page's run in the slot its
- * descriptor's address picks. A run is pushed when a free of another page
- * needs its slot, when it holds CORAL_RUN_MAX blocks, when its thread
- * exits (the thread-exit hook), and at coral_collect / malloc_trim. So a
- * thread that goes idle holds at most CORAL_RUN_SLOTS * CORAL_RUN_MAX
- * freed blocks back from their pages until it frees, collects or exits;
- * a forked child's threads but the forking one never push theirs (their
- * blocks stay in use in the child).
+ * Not in runs: blocks of user heaps (coral_heap_destroy frees their pages
+ * whatever is live), of pages with aligned blocks, large and huge blocks,
+ * a thread whose exit has begun or that has no heap and cannot get one (a
+ * forked child whose fork still holds the locks). The thread's exit pushes
+ * its run, so a thread that only frees gets a heap when it opens its first
+ * run (the caller does: CORAL_RUN_NEEDS_HEAP).
+ *
+ * A run is pushed when a remote free into another page comes, when it
+ * holds CORAL_RUN_MAX blocks, when its thread exits (the thread-exit hook)
+ * and at coral_collect / malloc_trim. So a thread that goes idle holds at
+ * most CORAL_RUN_MAX - 1 freed blocks of one page back until it frees
+ * into another page, collects or exits; a forked child's threads but the
+ * forking one never push theirs (their blocks stay in use in the child).
  *
  * Invariants, who writes what:
  *   - a block in a run is counted in its page's `used` (not yet on
  *     thread_free), so its page is neither released nor reset while the
  *     run holds it: the push is always into the same page;
- *   - only the run's thread reads or writes a run and its blocks' words
+ *   - only the run's thread reads or writes the run and its blocks' words
  *     (link, mark) until the push; the push (coral_page_push_remote_run)
  *     publishes them with the CAS's release;
  *   - a block in a run holds CORAL_PENDING_MARK in its mark word, not the
@@ -37,26 +48,62 @@
  *     the push checks it block by block and writes the freed mark. A
  *     second free of the block meanwhile, by any thread, is so caught:
  *     the run's thread sees the pending mark and finds the block in its
- *     own runs (reported at once); another thread or the owner overwrites
- *     the pending mark (another thread pushes it at once with SUSPECT) and
- *     the run's push finds the word changed (reported then, before the
- *     block can be pushed twice). A write after free into the word is
- *     reported the same way. */
+ *     run (reported at once); another thread or the owner overwrites the
+ *     pending mark (another thread pushes it at once with SUSPECT) and the
+ *     run's push finds the word changed (reported then, before the block
+ *     can be pushed twice). A write after free into the word is reported
+ *     the same way;
+ *   - two threads freeing one block at the same instant may both read no
+ *     mark (page.c, "Freed marks"): the run keeps the page's thread_free
+ *     word as read (acquire) before its first block's mark was read, and
+ *     its push is flagged SUSPECT when the word changed since; the other
+ *     free's push came after its own mark read, so after that read. */
 #ifndef CORAL_REMOTE_RUN_H
 #define CORAL_REMOTE_RUN_H
 
 #include "heap/heap.h"
 
-#define CORAL_RUN_SLOTS 8u
 #define CORAL_RUN_MAX 32u
+/* A run opens at the CORAL_RUN_OPEN-th remote free in a row into one page. */
+#define CORAL_RUN_OPEN 3u
 
-/* A free of p, a block of page in a segment another thread owns, by a
- * thread with a heap whose exit has not begun (the caller checked both,
- * and that the segment is a normal one): true when p went into a run (or
- * was reported as a double free), false when the caller frees it the
- * ordinary way. */
-bool coral_remote_run_add(coral_page_t *page, void *p);
-/* Push every run of the calling thread. */
+/* The calling thread's run: only it reads or writes it. */
+typedef struct coral_remote_run_s {
+    const coral_page_t *last; /* the page of the last remote free (the open run's, if any) */
+    coral_page_t *page;       /* the open run's page; NULL: no run open */
+    coral_block_t *head;      /* freed last; its link leads to the earlier ones */
+    uintptr_t seen;           /* page's thread_free, read before the first block's mark */
+    uint32_t n;               /* blocks in the run; 0 iff page is NULL */
+    uint32_t streak; /* frees in a row into `last` since it or a push opened no run, less one */
+} coral_remote_run_t;
+
+extern __thread coral_remote_run_t coral_remote_run_tls __attribute__((tls_model("initial-exec")));
+
+/* What became of a free given to the runs. */
+typedef enum {
+    CORAL_RUN_NOT_HELD,   /* the caller frees it the ordinary way */
+    CORAL_RUN_HELD,       /* in the calling thread's run (or reported as a double free) */
+    CORAL_RUN_NEEDS_HEAP, /* it would open a run, but the thread has no heap: the caller
+                           * gets one (coral_heap_ready) and calls coral_remote_run_add
+                           * again, or frees it the ordinary way */
+} coral_run_result_t;
+
+/* The slow part of coral_remote_run_free: p's page is the last free's. */
+coral_run_result_t coral_remote_run_add(coral_page_t *page, void *p);
+/* Push the calling thread's open run, if any. */
 void coral_remote_runs_flush(void);
+
+/* A free of p, a block of page in a normal segment another thread owns
+ * (the open run, of another page, pushed first when it goes no run). */
+CORAL_INLINE coral_run_result_t coral_remote_run_free(coral_page_t *page, void *p) {
+    coral_remote_run_t *r = &coral_remote_run_tls;
+    if (coral_likely(page != r->last)) {
+        if (coral_unlikely(r->page != NULL)) coral_remote_runs_flush();
+        r->last = page;
+        r->streak = 0;
+        return CORAL_RUN_NOT_HELD;
+    }
+    return coral_remote_run_add(page, p);
+}
 
 #endif /* CORAL_REMOTE_RUN_H */

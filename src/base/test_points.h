@@ -104,6 +104,10 @@ typedef enum coral_test_point_e {
      * mark word and has not written the freed mark yet; the object is the
      * block */
     CORAL_TP_REMOTE_MARK_READ,
+    /* remote_run.c: a remote freer that adds a block to its run of remote
+     * frees read the block's mark word and has not written the pending mark
+     * yet; the object is the block */
+    CORAL_TP_REMOTE_RUN_MARK_READ,
     /* heap.c: a fork's child handler read the remote-free word of a page
      * of the forking thread's, in state FREEING, and has not set it back
      * yet; the object is the page */

@@ -795,7 +795,9 @@ static void page_notify_owner(coral_page_t *page) {
  * page on its thread_free (see the protocol above), SUSPECT if `suspect`
  * says so (their freed marks are written) or if the word is no longer
  * `seen`, what the caller read (acquire) before it read the blocks' mark
- * words ("Freed marks" above). */
+ * words ("Freed marks" above). Not inlined: one copy of the loop serves
+ * every push (the resident window, cmake/hot-text.ld, has no room for
+ * more). */
 static CORAL_NOINLINE void push_remote(coral_page_t *page, coral_block_t *head, coral_block_t *tail,
                                        uint32_t n, uintptr_t suspect, uintptr_t seen) {
     uint32_t reserved = page->reserved;
@@ -879,8 +881,8 @@ coral_block_t *coral_page_freed_block(const coral_page_t *page, void *p) {
 }
 
 void coral_page_push_remote_run(coral_page_t *page, coral_block_t *head, coral_block_t *tail,
-                                uint32_t n, uintptr_t suspect) {
-    push_remote(page, head, tail, n, suspect, remote_word(page));
+                                uint32_t n, uintptr_t seen) {
+    push_remote(page, head, tail, n, 0, seen);
 }
 
 void coral_page_free_remote(coral_page_t *page, void *p) {

@@ -438,9 +438,10 @@ void coral_page_push_remote(coral_page_t *page, coral_block_t *head, coral_block
 void coral_page_push_remote_marked(coral_page_t *page, coral_block_t *block, uintptr_t suspect);
 /* A run of n blocks of page, head to tail, that one thread freed, each with
  * its freed mark written and each block once (the freer checked: api/
- * remote_run.h), SUSPECT if `suspect` says a check failed. */
+ * remote_run.h), SUSPECT if the page's word is no longer `seen`, what the
+ * freer read (acquire) before it read the first block's mark. */
 void coral_page_push_remote_run(coral_page_t *page, coral_block_t *head, coral_block_t *tail,
-                                uint32_t n, uintptr_t suspect);
+                                uint32_t n, uintptr_t seen);
 /* Owner: whether block, which holds the page's freed mark, is on one of
  * the page's free lists (a double free), the remote-freed blocks taken
  * first. Bounded by the page's blocks. */

@@ -83,10 +83,8 @@ static void double_free_remote(void) {
     free(keep);
 }
 
-/* Another thread frees p, q, then p again: the default build finds p in
- * the thread's own run of remote frees (api/remote_run.h) at the second
- * free; the secure build pushes each free and finds p twice on its page's
- * list of remote frees when the owner takes the list (the page's blocks
+/* Another thread frees p, q, then p again: p is twice on its page's list
+ * of remote frees, found when the owner takes the list (the page's blocks
  * run out below). */
 static void *free_p_q_p(void *arg) {
     void **pq = arg;
@@ -96,27 +94,30 @@ static void *free_p_q_p(void *arg) {
     return NULL;
 }
 
-/* A thread frees p (another thread's block), and before that thread
- * exits, p is freed again: by a second thread, or by its owner. In the
- * default build the first free is held in the first thread's run of
- * remote frees (api/remote_run.h), found changed when its exit pushes the
- * run; the secure build finds its freed mark at the second free. */
+/* A thread frees two blocks, then p (another thread's blocks of one page),
+ * and before that thread exits, p is freed again: by a second thread, or by
+ * its owner. In the default build the first free of p is held in the first
+ * thread's run of remote frees (api/remote_run.h), found changed when its
+ * exit pushes the run; the secure build finds its freed mark at the second
+ * free. */
 static pthread_barrier_t pending_freed, pending_second_done;
 
-static void *free_then_wait(void *p) {
-    free(p);
+static void *free_then_wait(void *qqp) {
+    void **qqp_ = qqp;
+    for (int i = 0; i < 3; i++) free(qqp_[i]); /* the third free in a row into a page opens a run */
     pthread_barrier_wait(&pending_freed);
     pthread_barrier_wait(&pending_second_done);
     return NULL;
 }
 
 static void double_free_while_pending(int by_owner) {
-    void *p = launder(malloc(64));
+    void *qqp[3] = {malloc(64), malloc(64), launder(malloc(64))};
+    void *p = qqp[2];
     void *keep = malloc(64); /* the page stays in use */
     pthread_barrier_init(&pending_freed, NULL, 2);
     pthread_barrier_init(&pending_second_done, NULL, 2);
     pthread_t first, second;
-    pthread_create(&first, NULL, free_then_wait, p);
+    pthread_create(&first, NULL, free_then_wait, qqp);
     pthread_barrier_wait(&pending_freed);
     if (by_owner) {
         free(p);

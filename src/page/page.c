@@ -882,7 +882,11 @@ coral_block_t *coral_page_freed_block(const coral_page_t *page, void *p) {
 
 void coral_page_push_remote_run(coral_page_t *page, coral_block_t *head, coral_block_t *tail,
                                 uint32_t n, uintptr_t seen) {
-    push_remote(page, head, tail, n, 0, seen);
+    /* The push's checks read the word as it is now, not `seen`: since then
+     * the owner may have taken the list and handed its blocks out again
+     * (its count, and its head, which may be this run's head now). */
+    uintptr_t now = remote_word(page);
+    push_remote(page, head, tail, n, now != seen ? CORAL_TF_SUSPECT : 0, now);
 }
 
 void coral_page_free_remote(coral_page_t *page, void *p) {

@@ -2321,8 +2321,9 @@ static void remote_run_mark_race_child(void) {
 }
 
 static void case_remote_run_mark_race(void) {
-    race_run(remote_run_mark_race_child,
-             "a block in a run of remote frees, freed again by another thread, was handed out twice");
+    race_run(
+        remote_run_mark_race_child,
+        "a block in a run of remote frees, freed again by another thread, was handed out twice");
 }
 
 int main(int argc, char **argv) {

@@ -89,7 +89,14 @@ static coral_run_result_t run_may_open(coral_page_t *page, uintptr_t *seen) {
     if (coral_tls_heap == &coral_heap_empty) return CORAL_RUN_NEEDS_HEAP;
     r->streak = 0;
     *seen = atomic_load_explicit(&page->thread_free, memory_order_acquire);
-    return (*seen & (CORAL_TF_RECLAIMED | CORAL_TF_BUSY)) ? CORAL_RUN_NOT_HELD : CORAL_RUN_HELD;
+    if (*seen & (CORAL_TF_RECLAIMED | CORAL_TF_BUSY)) return CORAL_RUN_NOT_HELD;
+    /* An aside page: not its last live blocks (remote_run.h). `used` read
+     * after the acquire load that saw ASIDE, as the purger reads it: at
+     * least its value now. */
+    if ((*seen & CORAL_TF_ASIDE) &&
+        (int64_t)coral_page_aside_used(page) - coral_tf_count(*seen) <= (int64_t)CORAL_RUN_MAX)
+        return CORAL_RUN_NOT_HELD;
+    return CORAL_RUN_HELD;
 }
 
 coral_run_result_t coral_remote_run_add(coral_page_t *page, void *p) {

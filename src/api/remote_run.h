@@ -35,6 +35,17 @@
  * into another page, collects or exits; a forked child's threads but the
  * forking one never push theirs (their blocks stay in use in the child).
  *
+ * Aside pages (page.c, "Aside pages"): the purger claims one, with no call
+ * from its owner, once `used` equals the count on thread_free; a run that
+ * held its last live blocks would keep it until this thread's next remote
+ * free elsewhere. So a run opens on a page whose word has ASIDE only while
+ * more than CORAL_RUN_MAX of its blocks are live (`used` less the count,
+ * read as the purger reads it, a stale value larger), and is pushed when
+ * full: a thread that alone frees an aside page's blocks pushes the last
+ * ones at once, and the purger finds the page empty. (A run opened before
+ * the page was set aside, or pages several threads free into, may still
+ * hold its last blocks back until the push.)
+ *
  * Invariants, who writes what:
  *   - a block in a run is counted in its page's `used` (not yet on
  *     thread_free), so its page is neither released nor reset while the

@@ -964,6 +964,9 @@ void coral_orphans_unlock(void);
  * orphan, a parked page), not for an aside page (page.c). */
 bool coral_orphan_add(coral_page_t *page, bool counted);
 void coral_orphan_take_back(coral_page_t *page);
+/* Another thread's read of an aside page's `used` (its owner's plain
+ * stores race with it: a stale value is larger). */
+uint32_t coral_page_aside_used(const coral_page_t *page);
 void coral_orphan_forget(coral_page_t *page);
 void coral_orphans_prefork(void);
 void coral_orphans_postfork(void);

@@ -147,17 +147,18 @@ void coral_orphan_forget(coral_page_t *page) {
  * with its other blocks live (window_orphan_reuse_smaller). */
 typedef enum { LOOK_HELD, LOOK_RENEWED, LOOK_CLAIMED, LOOK_CLAIMED_ASIDE, LOOK_AGAIN } look_t;
 
-/* The purger's read of an aside page's `used`, which its owner writes with
- * plain stores on the fast paths: a data race by the C11 rules, accepted
- * (page.c, "Aside pages": an aligned 32-bit load, and a stale value is
- * larger, which only delays a claim), so not instrumented by TSan. */
+/* A read of an aside page's `used` by a thread other than its owner, which
+ * writes it with plain stores on the fast paths: a data race by the C11
+ * rules, accepted (page.c, "Aside pages": an aligned 32-bit load, and a
+ * stale value is larger, which only delays a claim, or a run's push: api/
+ * remote_run.h), so not instrumented by TSan. */
 #if defined(__has_attribute)
 #if __has_attribute(no_sanitize)
 __attribute__((no_sanitize("thread")))
 #endif
 #endif
-static uint32_t
-aside_used(const coral_page_t *page) {
+uint32_t
+coral_page_aside_used(const coral_page_t *page) {
     return *(const volatile uint32_t *)&page->used;
 }
 
@@ -181,11 +182,11 @@ static look_t orphan_look(coral_page_t *page, bool force) {
              * no claim is made from it.) */
             if ((tf & CORAL_TF_RENEWED) && force)
                 next = tf & ~CORAL_TF_RENEWED, got = LOOK_AGAIN;
-            else if ((tf & CORAL_TF_RENEWED) && aside_used(page) == coral_tf_count(tf))
+            else if ((tf & CORAL_TF_RENEWED) && coral_page_aside_used(page) == coral_tf_count(tf))
                 next = tf & ~CORAL_TF_RENEWED, got = LOOK_RENEWED;
             else if (tf & CORAL_TF_RENEWED)
                 next = tf & ~(CORAL_TF_RENEWED | CORAL_TF_LISTED), got = LOOK_HELD;
-            else if (aside_used(page) == coral_tf_count(tf)) {
+            else if (coral_page_aside_used(page) == coral_tf_count(tf)) {
                 next = claimed, got = LOOK_CLAIMED_ASIDE;
                 coral_test_point(CORAL_TP_ASIDE_CLAIM, page);
             } else

@@ -14,16 +14,29 @@ static CORAL_COLD void run_block_changed(const coral_page_t *page, const coral_b
                  (const void *)block, page->block_size);
 }
 
+/* While the thread changes its run (busy set), a free that a signal
+ * handler makes on the same thread must not touch it: the compiler keeps
+ * the stores to busy where they are against the run's own (the handler
+ * runs on this thread: a signal fence is enough). */
+static void run_enter(coral_remote_run_t *r) {
+    r->busy = 1;
+    atomic_signal_fence(memory_order_seq_cst);
+}
+
+static void run_leave(coral_remote_run_t *r) {
+    atomic_signal_fence(memory_order_seq_cst);
+    r->busy = 0;
+}
+
 /* Push the open run onto its page's thread_free, each block's pending mark
  * checked and turned into the freed mark. A changed block is reported
  * (when the program goes on after a report: CORALLOC_ON_ERROR) and the run
  * is cut before it: the blocks linked after it cannot be reached (its
  * link may be another list's now), so they stay in use for their page,
  * and it is on whichever list its second free put it. No run is open
- * after. */
-void coral_remote_runs_flush(void) {
-    coral_remote_run_t *r = &coral_remote_run_tls;
-    if (r->n == 0) return;
+ * after. Busy. Not inlined: one copy for its three callers (the resident
+ * window, cmake/hot-text.ld, has no room for more). */
+static CORAL_NOINLINE void run_push(coral_remote_run_t *r) {
     coral_block_t *block = r->head, *last = NULL;
     uint32_t n = 0;
     while (n < r->n) {
@@ -40,6 +53,26 @@ void coral_remote_runs_flush(void) {
     r->page = NULL;
     r->n = 0;
     r->streak = CORAL_RUN_OPEN; /* the stretch of frees into `last` goes on in a new run */
+}
+
+void coral_remote_runs_flush(void) {
+    coral_remote_run_t *r = &coral_remote_run_tls;
+    if (r->n_busy != 0 && !r->busy) {
+        run_enter(r);
+        run_push(r);
+        run_leave(r);
+    }
+}
+
+coral_run_result_t coral_remote_run_leave(const coral_page_t *page) {
+    coral_remote_run_t *r = &coral_remote_run_tls;
+    if (r->busy) return CORAL_RUN_NOT_HELD;
+    run_enter(r);
+    if (r->n != 0) run_push(r);
+    r->last = page;
+    r->streak = 0;
+    run_leave(r);
+    return CORAL_RUN_NOT_HELD;
 }
 
 /* Whether the open run holds block. */
@@ -99,12 +132,14 @@ static coral_run_result_t run_may_open(coral_page_t *page, uintptr_t *seen) {
     return CORAL_RUN_HELD;
 }
 
-coral_run_result_t coral_remote_run_add(coral_page_t *page, void *p) {
-    if (!CORAL_FREED_MARKS) return CORAL_RUN_NOT_HELD;
-    coral_remote_run_t *r = &coral_remote_run_tls;
+/* coral_remote_run_add, busy. */
+static coral_run_result_t run_add(coral_remote_run_t *r, coral_page_t *page, void *p) {
     uintptr_t seen = 0;
     bool open = page != r->page;
     if (open) {
+        /* A run of another page is open only when a signal handler's free
+         * opened it between the caller's look at `last` and its call. */
+        if (coral_unlikely(r->n != 0)) run_push(r);
         coral_run_result_t may = run_may_open(page, &seen);
         if (may != CORAL_RUN_HELD) return may;
     }
@@ -127,8 +162,19 @@ coral_run_result_t coral_remote_run_add(coral_page_t *page, void *p) {
         r->seen = seen;
     }
     *word = CORAL_PENDING_MARK;
+    coral_test_point(CORAL_TP_REMOTE_RUN_LINKING, block);
     coral_block_set_next(block, r->head);
     r->head = block;
-    if (++r->n == CORAL_RUN_MAX) coral_remote_runs_flush();
+    if (++r->n == CORAL_RUN_MAX) run_push(r);
     return CORAL_RUN_HELD;
+}
+
+coral_run_result_t coral_remote_run_add(coral_page_t *page, void *p) {
+    if (!CORAL_FREED_MARKS) return CORAL_RUN_NOT_HELD;
+    coral_remote_run_t *r = &coral_remote_run_tls;
+    if (r->busy) return CORAL_RUN_NOT_HELD; /* a signal handler's free, nested in a change */
+    run_enter(r);
+    coral_run_result_t got = run_add(r, page, p);
+    run_leave(r);
+    return got;
 }

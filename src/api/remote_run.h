@@ -30,10 +30,15 @@
  *
  * A run is pushed when a remote free into another page comes, when it
  * holds CORAL_RUN_MAX blocks, when its thread exits (the thread-exit hook)
- * and at coral_collect / malloc_trim. So a thread that goes idle holds at
- * most CORAL_RUN_MAX - 1 freed blocks of one page back until it frees
- * into another page, collects or exits; a forked child's threads but the
- * forking one never push theirs (their blocks stay in use in the child).
+ * and when its thread calls coral_collect / malloc_trim; by nothing else:
+ * only its thread reads or writes it. So a thread that goes idle holds at
+ * most CORAL_RUN_MAX - 1 freed blocks of one page back until it frees into
+ * another page, collects or exits. Until then those blocks are in use for
+ * everyone else: their page is neither released nor purged (nor claimed
+ * as an orphan), coral_heap_visit reports them live, another thread's
+ * coral_collect or malloc_trim cannot return them, and in a forked child
+ * the runs of the threads but the forking one are never pushed (their
+ * blocks stay in use in the child for good).
  *
  * Aside pages (page.c, "Aside pages"): the purger claims one, with no call
  * from its owner, once `used` equals the count on thread_free; a run that
@@ -46,6 +51,17 @@
  * the page was set aside, or pages several threads free into, may still
  * hold its last blocks back until the push.)
  *
+ * Signal handlers: a free() in a signal handler (POSIX does not allow it;
+ * programs do it) may interrupt this thread's own remote free in the
+ * middle of a change of the run. Every change of the run (an add, a push)
+ * is made with `busy` set; a remote free that finds it set (the handler's)
+ * leaves the run alone and goes the ordinary way, a lock-free push, as
+ * without runs. The inline test reads n and busy in one load, so the
+ * ordinary remote free pays nothing more for it; a handler's free that
+ * lands outside a change finds the run consistent (the inline path writes
+ * only `last` and `streak`, hints: a run that a handler opened meanwhile
+ * on another page is pushed before the next one opens).
+ *
  * Invariants, who writes what:
  *   - a block in a run is counted in its page's `used` (not yet on
  *     thread_free), so its page is neither released nor reset while the
@@ -57,18 +73,32 @@
  *     freed mark: nothing but a misuse changes it before the push (the
  *     block is on no list the owner reads, so no malloc hands it out), and
  *     the push checks it block by block and writes the freed mark. A
- *     second free of the block meanwhile, by any thread, is so caught:
- *     the run's thread sees the pending mark and finds the block in its
- *     run (reported at once); another thread or the owner overwrites the
- *     pending mark (another thread pushes it at once with SUSPECT) and the
- *     run's push finds the word changed (reported then, before the block
- *     can be pushed twice). A write after free into the word is reported
- *     the same way;
+ *     second free of the block that comes after the pending mark was
+ *     written is so caught, by any thread: the run's thread sees the
+ *     pending mark and finds the block in its run (reported at once);
+ *     another thread or the owner overwrites the pending mark (another
+ *     thread pushes it at once with SUSPECT) and the run's push finds the
+ *     word changed (reported then, before the block can be pushed twice).
+ *     A write after free into the word is reported the same way;
  *   - two threads freeing one block at the same instant may both read no
  *     mark (page.c, "Freed marks"): the run keeps the page's thread_free
  *     word as read (acquire) before its first block's mark was read, and
- *     its push is flagged SUSPECT when the word changed since; the other
- *     free's push came after its own mark read, so after that read. */
+ *     its push is flagged SUSPECT when the word at the push differs from
+ *     it; the other free's push came after its own mark read, so after
+ *     that read. NOT caught, as on a single push: when the owner takes the
+ *     other free's push and hands the block out again before the run's
+ *     push, and the word is then the same as the run read it (the list
+ *     empty both times, the usual case after a take), the push is not
+ *     flagged: the run wrote its pending mark over the live block's word 1
+ *     and the block is handed out twice. A single push leaves the owner
+ *     only the few instructions between its read of the word and its CAS
+ *     for that take; a run leaves it the run's whole life, up to its push
+ *     (CORAL_RUN_MAX - 1 more frees, or as long as an idle thread holds
+ *     the run). The secure build catches it (its mark is in the block, keyed, checked at every
+ * free);
+ *   - `busy` (signal handlers, above): set with a plain store and a signal
+ *     fence before any change of the run, cleared after; a free nested in
+ *     a change reads it set and writes nothing of the run. */
 #ifndef CORAL_REMOTE_RUN_H
 #define CORAL_REMOTE_RUN_H
 
@@ -84,7 +114,13 @@ typedef struct coral_remote_run_s {
     coral_page_t *page;       /* the open run's page; NULL: no run open */
     coral_block_t *head;      /* freed last; its link leads to the earlier ones */
     uintptr_t seen;           /* page's thread_free, read before the first block's mark */
-    uint32_t n;               /* blocks in the run; 0 iff page is NULL */
+    union {
+        struct {
+            uint32_t n;    /* blocks in the run; 0 iff page is NULL (outside a change) */
+            uint32_t busy; /* 1 while the thread changes the run (above) */
+        };
+        uint64_t n_busy; /* both, for the inline test: 0 iff no run is open nor changed */
+    };
     uint32_t streak; /* frees in a row into `last` since it or a push opened no run, less one */
 } coral_remote_run_t;
 
@@ -101,7 +137,10 @@ typedef enum {
 
 /* The slow part of coral_remote_run_free: p's page is the last free's. */
 coral_run_result_t coral_remote_run_add(coral_page_t *page, void *p);
-/* Push the calling thread's open run, if any. */
+/* The slow part of coral_remote_run_free: a free into another page than
+ * the last, with a run open or the run being changed (busy: nothing done). */
+coral_run_result_t coral_remote_run_leave(const coral_page_t *page);
+/* Push the calling thread's open run, if any (not while it is changed). */
 void coral_remote_runs_flush(void);
 
 /* A free of p, a block of page in a normal segment another thread owns
@@ -109,7 +148,7 @@ void coral_remote_runs_flush(void);
 CORAL_INLINE coral_run_result_t coral_remote_run_free(coral_page_t *page, void *p) {
     coral_remote_run_t *r = &coral_remote_run_tls;
     if (coral_likely(page != r->last)) {
-        if (coral_unlikely(r->page != NULL)) coral_remote_runs_flush();
+        if (coral_unlikely(r->n_busy != 0)) return coral_remote_run_leave(page);
         r->last = page;
         r->streak = 0;
         return CORAL_RUN_NOT_HELD;

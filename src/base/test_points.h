@@ -108,6 +108,10 @@ typedef enum coral_test_point_e {
      * frees read the block's mark word and has not written the pending mark
      * yet; the object is the block */
     CORAL_TP_REMOTE_RUN_MARK_READ,
+    /* remote_run.c: a remote freer wrote the pending mark of a block it
+     * adds to its run of remote frees and has not linked the block into the
+     * run yet; the object is the block */
+    CORAL_TP_REMOTE_RUN_LINKING,
     /* heap.c: a fork's child handler read the remote-free word of a page
      * of the forking thread's, in state FREEING, and has not set it back
      * yet; the object is the page */

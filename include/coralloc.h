@@ -117,8 +117,12 @@ CORAL_API void coral_heap_free(coral_heap_t *heap, void *p);
  * go on; anything else stops the walk, and coral_heap_visit returns it.
  * Returns 0 once every block was visited, or -1 with errno ENOMEM (no
  * memory for the list; fn not called). Not visited: the secure build's
- * malloc(0) slots (no heap's); a block that another thread freed into its
- * own bulk cache (coral_free_bulk) is, until that cache gives it back. */
+ * malloc(0) slots (no heap's). Visited though freed: a block that another
+ * thread freed into its own bulk cache (coral_free_bulk), until that cache
+ * gives it back, and a block that another thread freed and still holds in
+ * its run of remote frees (up to 31 blocks of one page a thread, pushed at
+ * its next free into another page, its coral_collect or malloc_trim, or
+ * its exit; docs/DESIGN.md). */
 typedef int (*coral_block_visit_fn)(void *block, size_t block_size, size_t usable, void *arg);
 CORAL_API int coral_heap_visit(coral_heap_t *heap, coral_block_visit_fn fn, void *arg);
 
@@ -128,7 +132,8 @@ CORAL_API int coral_owns(const void *p);
 
 /* Return memory the process is not using to the OS: pending purges are done
  * at once. force != 0 also collects this thread's caches and abandoned
- * memory first. */
+ * memory first. Either pushes the calling thread's run of remote frees
+ * (coral_heap_visit above); other threads' runs stay where they are. */
 CORAL_API void coral_collect(int force);
 
 /* ---- statistics -------------------------------------------------------------

@@ -94,8 +94,7 @@
  *     only the few instructions between its read of the word and its CAS
  *     for that take; a run leaves it the run's whole life, up to its push
  *     (CORAL_RUN_MAX - 1 more frees, or as long as an idle thread holds
- *     the run). The secure build catches it (its mark is in the block, keyed, checked at every
- * free);
+ *     the run). The secure build has no runs;
  *   - `busy` (signal handlers, above): set with a plain store and a signal
  *     fence before any change of the run, cleared after; a free nested in
  *     a change reads it set and writes nothing of the run. */

@@ -609,16 +609,22 @@ static void double_free_pqp_remote(int range, int n) {
 /* A block start that no malloc handed out: eight blocks of the size
  * taken (the block size is the least distance between two of them), the
  * pointer one block past the highest. */
-static void *never_handed_out(size_t size) {
-    uintptr_t b[8], top = 0, step = SIZE_MAX;
+static void *never_handed_out_after(size_t size, void *b[8]) {
+    uintptr_t top = 0, step = SIZE_MAX;
     for (int i = 0; i < 8; i++) {
-        b[i] = (uintptr_t)launder(malloc(size));
-        if (b[i] > top) top = b[i];
+        b[i] = launder(malloc(size));
+        if ((uintptr_t)b[i] > top) top = (uintptr_t)b[i];
     }
     for (int i = 0; i < 8; i++)
         for (int k = 0; k < 8; k++)
-            if (b[k] > b[i] && b[k] - b[i] < step) step = b[k] - b[i];
+            if ((uintptr_t)b[k] > (uintptr_t)b[i] && (uintptr_t)b[k] - (uintptr_t)b[i] < step)
+                step = (uintptr_t)b[k] - (uintptr_t)b[i];
     return (void *)(top + step);
+}
+
+static void *never_handed_out(size_t size) {
+    void *b[8];
+    return never_handed_out_after(size, b);
 }
 
 static void free_never_handed_out(size_t size) { free(never_handed_out(size)); }
@@ -628,6 +634,32 @@ static void free_never_handed_out(size_t size) { free(never_handed_out(size)); }
 static void free_never_handed_out_remote(size_t size) {
     pthread_t t;
     pthread_create(&t, NULL, free_in_thread, never_handed_out(size));
+    pthread_join(t, NULL);
+    allocate_checking_twice(size, 1500);
+}
+
+/* The same after other frees by that thread into the same page, so that
+ * the freer holds them in a run of remote frees (src/api/remote_run.h)
+ * when it comes to the block never handed out: it must go the checked
+ * way, not into the run. */
+typedef struct {
+    void *live[4], *never;
+} run_then_never_t;
+
+static void *free_run_then_never(void *arg) {
+    run_then_never_t *r = arg;
+    for (int i = 0; i < 4; i++) free(r->live[i]);
+    free(r->never);
+    return NULL;
+}
+
+static void free_never_handed_out_remote_run(size_t size) {
+    run_then_never_t r;
+    void *b[8];
+    r.never = never_handed_out_after(size, b);
+    for (int i = 0; i < 4; i++) r.live[i] = b[i];
+    pthread_t t;
+    pthread_create(&t, NULL, free_run_then_never, &r);
     pthread_join(t, NULL);
     allocate_checking_twice(size, 1500);
 }
@@ -807,6 +839,9 @@ static void interior_remote_huge(void) { interior_remote(range_size[HUGE]); }
 static void never_handed_out_small(void) { free_never_handed_out(range_size[SMALL]); }
 static void never_handed_out_medium(void) { free_never_handed_out(range_size[MEDIUM]); }
 static void never_handed_out_remote_small(void) { free_never_handed_out_remote(range_size[SMALL]); }
+static void never_handed_out_remote_run_small(void) {
+    free_never_handed_out_remote_run(range_size[SMALL]);
+}
 static void bulk_never_handed_out_small(void) { bulk_never_handed_out(range_size[SMALL]); }
 static void usable_interior_large(void) { usable_interior_of(range_size[LARGE]); }
 static void usable_interior_huge(void) { usable_interior_of(range_size[HUGE]); }
@@ -941,6 +976,7 @@ static const misuse_case_t cases[] = {
     {"free-never-handed-out-small", never_handed_out_small},
     {"free-never-handed-out-medium", never_handed_out_medium},
     {"free-never-handed-out-remote-small", never_handed_out_remote_small},
+    {"free-never-handed-out-remote-run-small", never_handed_out_remote_run_small},
     {"bulk-never-handed-out-small", bulk_never_handed_out_small},
     {"free-free-space-large", free_space_large},
     {"usable-size-interior-large", usable_interior_large},

@@ -188,6 +188,8 @@ EXPECT.update({
                                     ("aborted", "double free detected")),
     "free-never-handed-out-remote-small": (("aborted", "handed out since"),
                                            ("aborted", "double free detected")),
+    "free-never-handed-out-remote-run-small": (("aborted", "handed out since"),
+                                               ("aborted", "double free detected")),
     "bulk-never-handed-out-small": (("aborted", "double free detected"),
                                     ("aborted", "double free detected")),
     "free-never-handed-out-medium": (("aborted", "a block never handed out"),

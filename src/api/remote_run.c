@@ -149,9 +149,9 @@ static coral_run_result_t run_add(coral_remote_run_t *r, coral_page_t *page, voi
     uintptr_t *word = coral_block_mark_word(block);
     uintptr_t mark = *word;
     coral_test_point(CORAL_TP_REMOTE_RUN_MARK_READ, block);
-    /* The freed mark: the block may be free already; the ordinary push
-     * (SUSPECT) lets the owner tell. */
-    if (coral_unlikely((uint32_t)mark == (uint32_t)CORAL_FREED_MARK)) return CORAL_RUN_NOT_HELD;
+    /* The freed mark, or the carve's (a block never handed out): the block
+     * may be free already; the ordinary push (SUSPECT) lets the owner tell. */
+    if (coral_unlikely(coral_mark_low_freed((uint32_t)mark))) return CORAL_RUN_NOT_HELD;
     if (coral_unlikely(mark == CORAL_PENDING_MARK)) {
         pending_block_free(page, block);
         return CORAL_RUN_HELD;

@@ -325,9 +325,13 @@ CORAL_INLINE uint32_t coral_block_mark_low(const coral_block_t *block) {
     return low;
 }
 
+/* Is `low`, the low half of a mark word, the freed mark's or the carve's
+ * (they share it: CORAL_CARVED_MARK)? Every test for a mark asks this. */
+CORAL_INLINE bool coral_mark_low_freed(uint32_t low) { return low == (uint32_t)CORAL_FREED_MARK; }
+
 /* Does block hold the freed mark, or the carve's (CORAL_CARVED_MARK)? */
 CORAL_INLINE bool coral_freed_mark_seen(const coral_block_t *block) {
-    return CORAL_FREED_MARKS && coral_block_mark_low(block) == (uint32_t)CORAL_FREED_MARK;
+    return CORAL_FREED_MARKS && coral_mark_low_freed(coral_block_mark_low(block));
 }
 
 /* A block handed out: its mark cleared. */
@@ -349,7 +353,7 @@ CORAL_INLINE uintptr_t coral_remote_mark_write(coral_block_t *block) {
     uint32_t old = coral_block_mark_low(block);
     coral_test_point(CORAL_TP_REMOTE_MARK_READ, block);
     *coral_block_mark_word(block) = CORAL_FREED_MARK;
-    return old == (uint32_t)CORAL_FREED_MARK ? CORAL_TF_SUSPECT : 0;
+    return coral_mark_low_freed(old) ? CORAL_TF_SUSPECT : 0;
 }
 
 /* The page layer's view of a page's owner: where remote freers post the

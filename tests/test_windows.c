@@ -2342,6 +2342,19 @@ static void case_remote_run_mark_race(void) {
  * add lost a block from its chain (in use for ever), or left the run's
  * count past its chain's end (its push walked off the chain: a crash, or a
  * false double-free report). */
+/* Runs freer on a thread of its own with handler on SIGUSR1 and hook as
+ * the test-point hook (which raises the signal where it chooses). */
+static void run_freer_signalled(void (*handler)(int), void (*hook)(int, const void *),
+                                void *(*freer)(void *)) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = handler;
+    CHECK_EQ(sigaction(SIGUSR1, &sa, NULL), 0);
+    coral_test_point_set(hook);
+    join(start(freer, NULL));
+    coral_test_point_set(NULL);
+}
+
 enum { RS_RUN = 256, RS_MORE = 128 };
 static void *rs_small[RS_RUN + RS_MORE], *rs_big[RS_MORE];
 static __thread bool rs_freer, rs_in_handler;
@@ -2380,17 +2393,51 @@ static int rs_count_in_use(void *block, size_t size, size_t usable, void *arg) {
 static void case_remote_run_signal(void) {
     for (size_t i = 0; i < RS_RUN + RS_MORE; i++) CHECK((rs_small[i] = coral_malloc(48)) != NULL);
     for (size_t i = 0; i < RS_MORE; i++) CHECK((rs_big[i] = coral_malloc(1000)) != NULL);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = rs_handler;
-    CHECK_EQ(sigaction(SIGUSR1, &sa, NULL), 0);
-    coral_test_point_set(rs_hook);
-    join(start(rs_free_run, NULL));
-    coral_test_point_set(NULL);
+    run_freer_signalled(rs_handler, rs_hook, rs_free_run);
     CHECK(rs_handled >= 2 * RS_MORE);
     int in_use = 0;
     CHECK_EQ(coral_heap_visit(NULL, rs_count_in_use, &in_use), 0);
     CHECK_EQ(in_use, 0);
+    CHECK_EQ(coral_test_check(), 0);
+}
+
+/* ---- a signal handler's free while a run's thread gets its heap ----------------------
+ * window_remote_run_heap_signal: a thread with no heap yet frees this
+ * thread's 48-byte blocks; at the third free into the page it would open
+ * a run, and gets a heap first, taking the heap pool's lock. A signal
+ * raised there (CORAL_TP_HEAP_POOL_LOCKED, on that thread) runs a handler
+ * that frees another block of the page. Before, that free found no heap
+ * either, went the same way and waited for the pool's lock its own thread
+ * held, for good (the alarm ended the test); now the run is busy while the
+ * heap is got, and the handler's free takes the lock-free push. */
+enum { RH_FREED = 4 };
+static void *rh_blocks[RH_FREED + 1];
+static __thread bool rh_freer;
+static volatile int rh_handled;
+
+static void rh_handler(int sig) {
+    (void)sig;
+    if (rh_handled++ == 0) coral_free(rh_blocks[RH_FREED]);
+}
+
+static void rh_hook(int point, const void *object) {
+    (void)object;
+    if (point == CORAL_TP_HEAP_POOL_LOCKED && rh_freer && rh_handled == 0) raise(SIGUSR1);
+}
+
+static void *rh_free_blocks(void *arg) {
+    (void)arg;
+    rh_freer = true;
+    for (size_t i = 0; i < RH_FREED; i++) coral_free(rh_blocks[i]);
+    return NULL;
+}
+
+static void case_remote_run_heap_signal(void) {
+    alarm(60);
+    for (size_t i = 0; i <= RH_FREED; i++) CHECK((rh_blocks[i] = coral_malloc(48)) != NULL);
+    run_freer_signalled(rh_handler, rh_hook, rh_free_blocks);
+    alarm(0);
+    CHECK_EQ(rh_handled, 1);
     CHECK_EQ(coral_test_check(), 0);
 }
 
@@ -2449,6 +2496,7 @@ int main(int argc, char **argv) {
         {"remote_mark_take", case_remote_mark_take},
         {"remote_run_mark_race", case_remote_run_mark_race},
         {"remote_run_signal", case_remote_run_signal},
+        {"remote_run_heap_signal", case_remote_run_heap_signal},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(argv[1], cases[i].name) == 0) {

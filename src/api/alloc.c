@@ -22,7 +22,9 @@ static void api_process_init(void) {
     coral_profile_init();
 }
 
-coral_heap_t *coral_heap_ready(void) {
+/* Out of line: its callers are first-call paths, and one copy keeps the
+ * library's first code window (cmake/hot-text.ld) from filling up. */
+CORAL_NOINLINE coral_heap_t *coral_heap_ready(void) {
     coral_heap_t *heap = coral_tls_heap;
     if (coral_likely(heap != &coral_heap_empty)) return heap;
     heap = coral_thread_init();
@@ -217,12 +219,22 @@ static void owner_free(coral_page_t *page, void *p) {
 }
 
 /* A thread with no heap is about to open a run of remote frees (api/
- * remote_run.h): whether it has one now, which its exit pushes the run
- * from; not once its exit has begun, nor in a forked child whose fork
- * still holds the locks (the heap pool's among them: a free there must not
- * wait for it). */
-static CORAL_NOINLINE bool remote_run_heap(void) {
-    return !coral_thread_exiting() && !coral_fork_child_unreleased() && coral_heap_ready() != NULL;
+ * remote_run.h): it gets one first (its exit pushes the run from there),
+ * with the run busy: getting it takes the heap pool's lock, and a signal
+ * handler's free meanwhile that went the same way would wait for that lock
+ * on its own thread for good; with the run busy it leaves the run alone
+ * and takes the lock-free push (window_remote_run_heap_signal). Not once
+ * the thread's exit has begun, nor in a forked child whose fork still holds
+ * the locks (the heap pool's among them: a free there must not wait for
+ * it). */
+static CORAL_NOINLINE coral_run_result_t remote_run_with_heap(coral_page_t *page, void *p) {
+    coral_remote_run_t *r = &coral_remote_run_tls;
+    if (r->busy) return CORAL_RUN_NOT_HELD; /* a signal handler's free, nested */
+    coral_remote_run_enter(r);
+    bool ready =
+        !coral_thread_exiting() && !coral_fork_child_unreleased() && coral_heap_ready() != NULL;
+    coral_remote_run_exit(r);
+    return ready ? coral_remote_run_add(page, p) : CORAL_RUN_NOT_HELD;
 }
 
 /* Another thread's block of a normal segment: the quick push, else the
@@ -237,8 +249,7 @@ static void remote_free(coral_segment_t *seg, coral_page_t *page, void *p) {
     }
     if (CORAL_FREED_MARKS) {
         coral_run_result_t run = coral_remote_run_free(page, p);
-        if (coral_unlikely(run == CORAL_RUN_NEEDS_HEAP))
-            run = remote_run_heap() ? coral_remote_run_add(page, p) : CORAL_RUN_NOT_HELD;
+        if (coral_unlikely(run == CORAL_RUN_NEEDS_HEAP)) run = remote_run_with_heap(page, p);
         if (run == CORAL_RUN_HELD) return;
     }
     if (coral_page_free_remote_quick(page, p, &suspect)) return;

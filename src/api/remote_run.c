@@ -14,20 +14,6 @@ static CORAL_COLD void run_block_changed(const coral_page_t *page, const coral_b
                  (const void *)block, page->block_size);
 }
 
-/* While the thread changes its run (busy set), a free that a signal
- * handler makes on the same thread must not touch it: the compiler keeps
- * the stores to busy where they are against the run's own (the handler
- * runs on this thread: a signal fence is enough). */
-static void run_enter(coral_remote_run_t *r) {
-    r->busy = 1;
-    atomic_signal_fence(memory_order_seq_cst);
-}
-
-static void run_leave(coral_remote_run_t *r) {
-    atomic_signal_fence(memory_order_seq_cst);
-    r->busy = 0;
-}
-
 /* Push the open run onto its page's thread_free, each block's pending mark
  * checked and turned into the freed mark. A changed block is reported
  * (when the program goes on after a report: CORALLOC_ON_ERROR) and the run
@@ -58,20 +44,20 @@ static CORAL_NOINLINE void run_push(coral_remote_run_t *r) {
 void coral_remote_runs_flush(void) {
     coral_remote_run_t *r = &coral_remote_run_tls;
     if (r->n_busy != 0 && !r->busy) {
-        run_enter(r);
+        coral_remote_run_enter(r);
         run_push(r);
-        run_leave(r);
+        coral_remote_run_exit(r);
     }
 }
 
 coral_run_result_t coral_remote_run_leave(const coral_page_t *page) {
     coral_remote_run_t *r = &coral_remote_run_tls;
     if (r->busy) return CORAL_RUN_NOT_HELD;
-    run_enter(r);
+    coral_remote_run_enter(r);
     if (r->n != 0) run_push(r);
     r->last = page;
     r->streak = 0;
-    run_leave(r);
+    coral_remote_run_exit(r);
     return CORAL_RUN_NOT_HELD;
 }
 
@@ -173,8 +159,8 @@ coral_run_result_t coral_remote_run_add(coral_page_t *page, void *p) {
     if (!CORAL_FREED_MARKS) return CORAL_RUN_NOT_HELD;
     coral_remote_run_t *r = &coral_remote_run_tls;
     if (r->busy) return CORAL_RUN_NOT_HELD; /* a signal handler's free, nested in a change */
-    run_enter(r);
+    coral_remote_run_enter(r);
     coral_run_result_t got = run_add(r, page, p);
-    run_leave(r);
+    coral_remote_run_exit(r);
     return got;
 }

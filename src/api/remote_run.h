@@ -134,8 +134,24 @@ typedef enum {
                            * again, or frees it the ordinary way */
 } coral_run_result_t;
 
+/* While the thread changes its run (busy set), a free that a signal
+ * handler makes on the same thread must not touch it: the compiler keeps
+ * the stores to busy where they are against the run's own (the handler
+ * runs on this thread: a signal fence is enough). Also set while a thread
+ * gets its heap for its first run (CORAL_RUN_NEEDS_HEAP: api/alloc.c). */
+CORAL_INLINE void coral_remote_run_enter(coral_remote_run_t *r) {
+    r->busy = 1;
+    atomic_signal_fence(memory_order_seq_cst);
+}
+
+CORAL_INLINE void coral_remote_run_exit(coral_remote_run_t *r) {
+    atomic_signal_fence(memory_order_seq_cst);
+    r->busy = 0;
+}
+
 /* The slow part of coral_remote_run_free: p's page is the last free's. */
 coral_run_result_t coral_remote_run_add(coral_page_t *page, void *p);
+
 /* The slow part of coral_remote_run_free: a free into another page than
  * the last, with a run open or the run being changed (busy: nothing done). */
 coral_run_result_t coral_remote_run_leave(const coral_page_t *page);

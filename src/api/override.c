@@ -46,7 +46,6 @@ EXPORT void free_aligned_sized(void *p, size_t alignment, size_t size) {
  * libcoralloc.a's override_new.cc defines every form for static links. */
 #define CXX_DELETE "operator delete"
 EXPORT void _ZdlPvm(void *p, size_t n) { coral_free_sized_inline(p, n, CXX_DELETE); }
-EXPORT void _ZdaPvm(void *p, size_t n) { coral_free_sized_inline(p, n, CXX_DELETE); }
 EXPORT void _ZdlPvSt11align_val_t(void *p, size_t al) {
     coral_free_aligned_sized_as(p, al, 0, CXX_DELETE);
 }
@@ -103,12 +102,10 @@ CORAL_COLD static void *cxx_new_nothrow_failed(size_t n, const void *tag, const 
         void *p = coral_malloc_inline(n);                                                          \
         return coral_likely(p != NULL) ? p : cxx_new_nothrow_failed(n, tag, #name);                \
     }
-CXX_NEW(_Znwm)                                        /* operator new(size_t) */
-CXX_NEW(_Znam)                                        /* operator new[](size_t) */
-CXX_NEW_NOTHROW(_ZnwmRKSt9nothrow_t)                  /* operator new(size_t, nothrow_t const&) */
-CXX_NEW_NOTHROW(_ZnamRKSt9nothrow_t)                  /* operator new[](size_t, nothrow_t const&) */
-EXPORT void _ZdlPv(void *p) { coral_free_inline(p); } /* operator delete(void*) */
-EXPORT void _ZdaPv(void *p) { coral_free_inline(p); } /* operator delete[](void*) */
+CXX_NEW(_Znwm)                       /* operator new(size_t) */
+CXX_NEW(_Znam)                       /* operator new[](size_t) */
+CXX_NEW_NOTHROW(_ZnwmRKSt9nothrow_t) /* operator new(size_t, nothrow_t const&) */
+CXX_NEW_NOTHROW(_ZnamRKSt9nothrow_t) /* operator new[](size_t, nothrow_t const&) */
 EXPORT void _ZdlPvRKSt9nothrow_t(void *p, const void *tag) {
     (void)tag;
     coral_free_inline(p);
@@ -134,6 +131,15 @@ void *__libc_memalign(size_t alignment, size_t size) ALIAS(memalign);
 void *__libc_valloc(size_t size) ALIAS(valloc);
 void *__libc_pvalloc(size_t size) ALIAS(pvalloc);
 int __posix_memalign(void **out, size_t alignment, size_t size) ALIAS(posix_memalign);
+
+/* C++'s deletes that do what another entry does: second names of it, one
+ * copy of the code (the library's first 64 KiB of code is full,
+ * cmake/hot-text.ld): delete[] is delete, unsized delete is free. */
+void _ZdaPvm(void *p, size_t n) ALIAS(_ZdlPvm);
+#if CORAL_CXX_NEW
+void _ZdlPv(void *p) ALIAS(free);
+void _ZdaPv(void *p) ALIAS(free);
+#endif
 
 /* glibc's malloc control calls. */
 EXPORT int malloc_trim(size_t pad) {

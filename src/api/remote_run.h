@@ -60,7 +60,15 @@
  * ordinary remote free pays nothing more for it; a handler's free that
  * lands outside a change finds the run consistent (the inline path writes
  * only `last` and `streak`, hints: a run that a handler opened meanwhile
- * on another page is pushed before the next one opens).
+ * on another page is pushed before the next one opens). Not covered: a
+ * handler that frees again the very block the interrupted free is adding
+ * (a double free): its push links the block onto thread_free, then the
+ * add relinks it into the run, so the page's remote list is corrupted.
+ * It is found before any block is handed out twice, but as the owner's
+ * count overflow ("more blocks freed than allocated", coral_fatal, so
+ * fatal also under CORALLOC_ON_ERROR=warn) or after a first report as a
+ * second one naming a block freed once: the shape of two threads freeing
+ * one block at the same instant (below).
  *
  * Invariants, who writes what:
  *   - a block in a run is counted in its page's `used` (not yet on

@@ -65,7 +65,7 @@ int coral_heap_walk(coral_heap_t *heap, coral_block_visit_fn fn, void *arg);
  * after calloc's look at it (coral_block_is_zero). */
 CORAL_INLINE coral_block_t *coral_pop_direct(coral_heap_t *heap, size_t size,
                                              coral_page_t **pagep) {
-    coral_page_t *page = heap->direct[(size + 15) >> 4];
+    coral_page_t *page = heap->direct[size];
     *pagep = page;
     coral_block_t *block = page->free;
     if (coral_unlikely(block == NULL)) return NULL;
@@ -78,7 +78,8 @@ CORAL_INLINE coral_block_t *coral_pop_direct(coral_heap_t *heap, size_t size,
 /* malloc (zero: calloc) from heap, without the secure build's checks: the
  * fast path for small sizes. */
 CORAL_INLINE void *coral_heap_alloc_plain(coral_heap_t *heap, size_t size, bool zero) {
-    if (coral_unlikely(size > CORAL_DIRECT_MAX_SIZE)) return coral_malloc_generic(size, heap, zero);
+    /* Above CORAL_DIRECT_MAX_SIZE, or the empty heap (direct_end 0). */
+    if (coral_unlikely(size >= heap->direct_end)) return coral_malloc_generic(size, heap, zero);
     coral_page_t *page;
     coral_block_t *block = coral_pop_direct(heap, size, &page);
     if (coral_unlikely(block == NULL)) return coral_malloc_refill(size, heap, zero);

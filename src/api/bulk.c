@@ -196,12 +196,12 @@ size_t coral_malloc_bulk_sizes(const size_t *sizes, size_t n, void **out) {
         /* The heap is loaded once per stretch of inline pops; the slow path
          * may set the thread up (coral_tls_heap changes from the empty heap
          * to the thread's own), so it is loaded again after each. The empty
-         * heap's direct[] entries all name a page without free blocks, so
-         * its pops always take the slow path. */
+         * heap serves no size through direct[] (direct_end 0), so its
+         * calls always take the slow path. */
         coral_heap_t *heap = coral_tls_heap;
         for (; i < n; i++) {
             size_t size = sizes[i];
-            if (coral_unlikely(size > CORAL_DIRECT_MAX_SIZE)) break;
+            if (coral_unlikely(size >= heap->direct_end)) break;
             /* The malloc fast path without the call, the TLS load and the
              * refill: a page with no free block goes to the slow path below. */
             coral_page_t *page;

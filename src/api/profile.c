@@ -923,7 +923,8 @@ static void proxies_put(proxies_t *ph) {
 /* direct[] as the heap layer would set it, with proxies for pages. */
 static void proxies_install(coral_heap_t *heap, proxies_t *ph) {
     for (unsigned q = 1; q < PROXY_CLASSES; q++) {
-        size_t lo = q == 1 ? 0 : coral_class_size(q - 1) / 16 + 1, hi = coral_class_size(q) / 16;
+        size_t lo, hi;
+        coral_direct_entries(q, &lo, &hi);
         for (size_t w = lo; w <= hi; w++) heap->direct[w] = &ph->proxy[q];
     }
 }

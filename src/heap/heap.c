@@ -20,7 +20,8 @@ static void direct_update(coral_heap_t *heap, unsigned q) {
     if (q > CORAL_DIRECT_LAST_CLASS || heap->no_direct) return;
     coral_page_t *page = coral_queue_first(heap, q);
     if (page == NULL) page = &coral_page_empty;
-    size_t lo = q == 1 ? 0 : coral_class_size(q - 1) / 16 + 1, hi = coral_class_size(q) / 16;
+    size_t lo, hi;
+    coral_direct_entries(q, &lo, &hi);
     for (size_t w = lo; w <= hi; w++) heap->direct[w] = page;
 }
 
@@ -562,6 +563,7 @@ void coral_heap_init(coral_heap_t *heap, coral_thread_t *thread) {
     heap->quarantine_count = 0;
 #endif
     for (size_t w = 0; w < CORAL_DIRECT_COUNT; w++) heap->direct[w] = &coral_page_empty;
+    heap->direct_end = CORAL_DIRECT_COUNT;
     atomic_store_explicit(&heap->owner.delayed_pages, NULL, memory_order_relaxed);
     heap->thread = thread;
     heap->heartbeat = 0;

@@ -22,8 +22,19 @@
 _Static_assert(CORAL_QUEUE_COUNT <= CORAL_STAT_CLASSES, "a statistics row for every queue");
 /* Blocks up to this size are served through heap->direct[] (fast path). */
 #define CORAL_DIRECT_MAX_SIZE ((size_t)1024)
-#define CORAL_DIRECT_COUNT (CORAL_DIRECT_MAX_SIZE / 16 + 1)
+/* An entry per size in bytes, 0 to CORAL_DIRECT_MAX_SIZE: malloc indexes
+ * direct[] with the size itself, no rounding to 16 bytes (two instructions
+ * fewer on its fast path), at 8 KiB a heap. */
+#define CORAL_DIRECT_COUNT (CORAL_DIRECT_MAX_SIZE + 1)
 #define CORAL_DIRECT_LAST_CLASS CORAL_CLASS_OF_POW2(10) /* coral_size_class(1024) */
+
+/* The direct[] entries of class cls (at most CORAL_DIRECT_LAST_CLASS): the
+ * sizes it serves, *lo to *hi (class 1 serves size 0 too). Those classes
+ * are not skewed, so their blocks have their nominal size. */
+CORAL_INLINE void coral_direct_entries(unsigned cls, size_t *lo, size_t *hi) {
+    *lo = cls == 1 ? 0 : coral_class_nominal_size(cls - 1) + 1;
+    *hi = coral_class_nominal_size(cls);
+}
 
 /* A thread's state, shared by all its heaps; lives in its default heap. */
 typedef struct coral_thread_s {
@@ -52,8 +63,15 @@ typedef struct coral_heap_counts_s {
 } coral_heap_counts_t;
 
 struct coral_heap_s {
-    /* direct[(size+15)/16]: the first page of the size class serving that
-     * size (or coral_page_empty). The malloc fast path reads only this. */
+    /* The sizes below this are served through direct[]: CORAL_DIRECT_COUNT
+     * in a heap set up by coral_heap_init, 0 in the empty heap (thread.c),
+     * whose table the default build never reads and leaves empty. The
+     * malloc fast path compares the size with it before it reads direct[]
+     * (the compare a constant bound would cost). */
+    size_t direct_end;
+    /* direct[size]: the first page of the size class serving that size
+     * (or coral_page_empty). The malloc fast path reads only this and
+     * direct_end, on the same line for the sizes up to 48. */
     coral_page_t *direct[CORAL_DIRECT_COUNT];
     coral_list_t queues[CORAL_QUEUE_COUNT]; /* pages, through page->link */
     coral_page_owner_t owner;               /* what the page layer knows of us */

@@ -20,7 +20,20 @@
 __thread coral_heap_t *coral_tls_heap __attribute__((tls_model("initial-exec"))) =
     &coral_heap_empty;
 
-coral_heap_t coral_heap_empty = {.direct = {[0 ... CORAL_DIRECT_COUNT - 1] = &coral_page_empty}};
+/* The heap of a thread that has not allocated yet: every fast path takes
+ * its slow path, which sets the thread up. Its direct_end is 0, so the
+ * default build's pops never read its direct[], which stays empty: 1025
+ * entries naming coral_page_empty would take as many relocations (24 KiB)
+ * in the library's first code window (cmake/hot-text.ld). The secure
+ * build's malloc bounds its sizes with a constant instead, and reads the
+ * table: there every entry names coral_page_empty, a page with no free
+ * block. */
+coral_heap_t coral_heap_empty = {
+#if CORAL_SECURE
+    .direct = {[0 ... CORAL_DIRECT_COUNT - 1] = &coral_page_empty},
+#endif
+    .direct_end = 0,
+};
 
 /* ---- the heap pool: heap structs for threads and user heaps ------------------------- */
 

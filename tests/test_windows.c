@@ -2249,14 +2249,17 @@ static void race_run(void (*child)(void), const char *twice) {
               "the double free was not reported (status 0x%x)", status);
 }
 
-static void remote_mark_race_child(void) {
-    pthread_t first = race_start(false);
+/* The race's second free, once `first` is held at its mark read: free x,
+ * then y; let the first go on; check what malloc hands out. */
+static void race_second_free_then_end(pthread_t first) {
     join(start(free_x_then_y, NULL));
     gate_open();
     join(first);
     static void *taken[RACE_TAKES];
     race_end(taken, 0);
 }
+
+static void remote_mark_race_child(void) { race_second_free_then_end(race_start(false)); }
 
 static void case_remote_mark_race(void) {
     race_run(remote_mark_race_child,
@@ -2312,12 +2315,8 @@ static void *free_two_then_x(void *x) {
 }
 
 static void remote_run_mark_race_child(void) {
-    pthread_t first = race_start_with(false, free_two_then_x, CORAL_TP_REMOTE_RUN_MARK_READ);
-    join(start(free_x_then_y, NULL));
-    gate_open();
-    join(first);
-    static void *taken[RACE_TAKES];
-    race_end(taken, 0);
+    race_second_free_then_end(
+        race_start_with(false, free_two_then_x, CORAL_TP_REMOTE_RUN_MARK_READ));
 }
 
 static void case_remote_run_mark_race(void) {

@@ -71,7 +71,7 @@ struct coral_heap_s {
     size_t direct_end;
     /* direct[size]: the first page of the size class serving that size
      * (or coral_page_empty). The malloc fast path reads only this and
-     * direct_end, on the same line for the sizes up to 48. */
+     * direct_end: two lines of the heap for every size but 0 to 6. */
     coral_page_t *direct[CORAL_DIRECT_COUNT];
     coral_list_t queues[CORAL_QUEUE_COUNT]; /* pages, through page->link */
     coral_page_owner_t owner;               /* what the page layer knows of us */

@@ -117,9 +117,9 @@ static void defer_free(coral_page_t *page, const void *p) {
 
 #define POOL_CHUNK ((size_t)256 * 1024)
 
-typedef struct record_s {
-    struct record_s *next; /* in its bucket, or in the free list */
-    const void *addr;      /* what malloc returned */
+typedef struct coral_profile_record_s {
+    struct coral_profile_record_s *next; /* in its bucket, or in the free list */
+    const void *addr;                    /* what malloc returned */
     const coral_page_t *page;
     const coral_heap_t *heap;
     coral_profile_site_t *site;
@@ -203,8 +203,7 @@ static void record_put(record_t *r) {
 /* ---- the tables --------------------------------------------------------------- */
 
 #define SITE_BUCKETS 4096
-#define LIVE_BUCKETS 2048
-#define LIVE_BUCKET_BITS 11
+#define LIVE_BUCKETS CORAL_PROFILE_LIVE_BUCKETS
 
 /* A site bucket's chain is read without its lock: a site is made and
  * filled in (hash, depth, pcs, next) under the lock and then published by
@@ -218,56 +217,33 @@ typedef struct site_bucket_s {
     _Atomic(coral_profile_site_t *) first;
 } site_bucket_t;
 
-/* A live bucket: the records of the pages that hash to it, and its own
- * counting filters, written only under its lock, so each count is a plain
- * load and store (no locked add): read without the lock by the free of a
- * block of a flagged page, and by the page's owner. One cache line, so
- * that a sample or the look-up of a free touches one line and one page of
- * the table, not one per table.
- * - addrs: records per hash of the block's address, among the bucket's;
- *   a free whose count is 0 has no record and returns at once. A count
- *   that reaches 255 stays there (it may be wrong from then on, high only:
- *   a free then searches the chain, never misses a record).
- * - pages: records per page, by one more bit of the page's hash (exact:
- *   2^16 live records of one bucket's half would wrap it, far more than
- *   any heap holds at any rate). 0: the page has no record, and its owner
- *   clears its flag without searching.
- * A count may be another block's or page's (then the chain is searched,
- * under the lock). */
-#define ADDR_SLOTS 48
-typedef struct live_bucket_s {
-    spin_t lock;
-    _Atomic(uint16_t) pages[2];
-    record_t *first;
-    _Atomic(uint8_t) addrs[ADDR_SLOTS];
-} __attribute__((aligned(64))) live_bucket_t;
+/* A live bucket (profile.h: its layout and counts, which alloc.c's free
+ * of a block of a flagged page reads): the records of the pages that hash
+ * to it, in its chain (`first`, under its lock). */
+typedef coral_profile_live_t live_bucket_t;
 _Static_assert(sizeof(live_bucket_t) == 64, "a live bucket is one cache line");
 
 /* In static memory: untouched, so not resident, while profiling is off;
  * on, a sample touches a page of each table. */
 static site_bucket_t sites[SITE_BUCKETS];
-static live_bucket_t live[LIVE_BUCKETS];
+live_bucket_t coral_profile_live_table[LIVE_BUCKETS];
+#define live coral_profile_live_table
 static _Atomic(size_t) site_count;
 /* The site buckets that hold a site (bit set under the bucket's lock when
  * its first site comes, never cleared: sites are never freed), so that a
  * dump reads those only, not every bucket's page. */
 static _Atomic(uint64_t) sites_used[SITE_BUCKETS / 64];
 
-static uint64_t page_hash(const coral_page_t *page) {
-    return (uint64_t)(uintptr_t)page * 0x9E3779B97F4A7C15ull;
-}
-
 static live_bucket_t *live_bucket_of(const coral_page_t *page) {
-    return &live[page_hash(page) >> (64 - LIVE_BUCKET_BITS)];
+    return coral_profile_live_of(page);
 }
 
 static _Atomic(uint8_t) *addr_count(live_bucket_t *b, const void *p) {
-    uint64_t h = ((uint64_t)(uintptr_t)p * 0xC2B2AE3D27D4EB4Full) >> 32;
-    return &b->addrs[(h * ADDR_SLOTS) >> 32];
+    return coral_profile_addr_count(b, p);
 }
 
 static _Atomic(uint16_t) *page_count(live_bucket_t *b, const coral_page_t *page) {
-    return &b->pages[(page_hash(page) >> (63 - LIVE_BUCKET_BITS)) & 1];
+    return &b->pages[(coral_profile_page_hash(page) >> (63 - CORAL_PROFILE_LIVE_BITS)) & 1];
 }
 
 /* A record of p on page comes (+1) or goes (-1); b's lock held. */
@@ -1078,8 +1054,8 @@ static void profile_thread_exit(void) {
 void coral_profile_forget(coral_page_t *page, const void *p) {
     /* A record of p is made before p is handed out, so a free of p (which
      * the program orders after that) sees its count. */
+    if (!coral_profile_may_hold(page, p)) return;
     live_bucket_t *b = live_bucket_of(page);
-    if (atomic_load_explicit(addr_count(b, p), memory_order_relaxed) == 0) return;
     if (!crit_enter()) {
         defer_free(page, p);
         return;

@@ -63,6 +63,54 @@ void coral_profile_heap_flush(coral_heap_t *heap);
 void coral_profile_batch_done(coral_heap_t *heap, unsigned cls);
 void *coral_profile_refilled(coral_heap_t *heap, unsigned cls, void *p, size_t size);
 
+/* The live records' table (profile.c: a record per sampled block not
+ * freed yet), bucketed by the block's page descriptor. Each bucket is one
+ * cache line (a sample, or the look-up of a free, touches one line and one
+ * page of the table): its lock, its chain of records and two counting filters,
+ * written only under its lock (plain loads and stores, no locked add) and
+ * read without it:
+ * - addrs: records per hash of the block's address, among the bucket's.
+ *   A free whose count is 0 has no record: the free of a block of a
+ *   flagged page reads this count only (coral_profile_may_hold, inline in
+ *   alloc.c's free), then pushes the block as the fast path does. A count
+ *   that reaches 255 stays there (it may be wrong from then on, high only:
+ *   a free then searches the chain, never misses a record).
+ * - pages: records per page, by one more bit of the page's hash (exact:
+ *   2^16 live records of one bucket's half would wrap it, far more than
+ *   any heap holds at any rate). 0: the page has no record, and its owner
+ *   clears its flag without searching.
+ * A count may be another block's or page's (then the chain is searched,
+ * under the lock). A record of p is counted before p is handed out, so a
+ * free of p (which the program orders after that) sees its count. */
+#define CORAL_PROFILE_LIVE_BITS 11
+#define CORAL_PROFILE_LIVE_BUCKETS (1u << CORAL_PROFILE_LIVE_BITS)
+#define CORAL_PROFILE_ADDR_SLOTS 48
+struct coral_profile_record_s;
+typedef struct coral_profile_live_s {
+    _Atomic(int) lock;
+    _Atomic(uint16_t) pages[2];
+    struct coral_profile_record_s *first;
+    _Atomic(uint8_t) addrs[CORAL_PROFILE_ADDR_SLOTS];
+} __attribute__((aligned(64))) coral_profile_live_t;
+extern coral_profile_live_t coral_profile_live_table[CORAL_PROFILE_LIVE_BUCKETS];
+
+CORAL_INLINE uint64_t coral_profile_page_hash(const coral_page_t *page) {
+    return (uint64_t)(uintptr_t)page * 0x9E3779B97F4A7C15ull;
+}
+CORAL_INLINE coral_profile_live_t *coral_profile_live_of(const coral_page_t *page) {
+    return &coral_profile_live_table[coral_profile_page_hash(page) >>
+                                     (64 - CORAL_PROFILE_LIVE_BITS)];
+}
+CORAL_INLINE _Atomic(uint8_t) *coral_profile_addr_count(coral_profile_live_t *b, const void *p) {
+    uint64_t h = ((uint64_t)(uintptr_t)p * 0xC2B2AE3D27D4EB4Full) >> 32;
+    return &b->addrs[(h * CORAL_PROFILE_ADDR_SLOTS) >> 32];
+}
+/* Whether p, a block of page, may have a record (false: it has none). */
+CORAL_INLINE bool coral_profile_may_hold(const coral_page_t *page, const void *p) {
+    return atomic_load_explicit(coral_profile_addr_count(coral_profile_live_of(page), p),
+                                memory_order_relaxed) != 0;
+}
+
 /* p, a block of page (a page with CORAL_PAGE_SAMPLED, or a huge segment's
  * first descriptor), is being freed: its record goes, if it has one. */
 void coral_profile_forget(coral_page_t *page, const void *p);

@@ -227,7 +227,6 @@ _Static_assert(sizeof(live_bucket_t) == 64, "a live bucket is one cache line");
  * on, a sample touches a page of each table. */
 static site_bucket_t sites[SITE_BUCKETS];
 live_bucket_t coral_profile_live_table[LIVE_BUCKETS];
-#define live coral_profile_live_table
 static _Atomic(size_t) site_count;
 /* The site buckets that hold a site (bit set under the bucket's lock when
  * its first site comes, never cleared: sites are never freed), so that a
@@ -1083,19 +1082,19 @@ void coral_profile_forget(coral_page_t *page, const void *p) {
 void coral_profile_forget_heap(const coral_heap_t *heap) {
     for (size_t i = 0; i < LIVE_BUCKETS; i++) {
         if (!crit_enter()) return; /* (a handler's destroy: records left stale) */
-        spin_lock(&live[i].lock);
-        record_t **link = &live[i].first, *r, *gone = NULL;
+        spin_lock(&coral_profile_live_table[i].lock);
+        record_t **link = &coral_profile_live_table[i].first, *r, *gone = NULL;
         while ((r = *link) != NULL) {
             if (r->heap == heap) {
                 *link = r->next;
-                counts_add(&live[i], r->addr, r->page, -1);
+                counts_add(&coral_profile_live_table[i], r->addr, r->page, -1);
                 r->next = gone;
                 gone = r;
             } else {
                 link = &r->next;
             }
         }
-        spin_unlock(&live[i].lock);
+        spin_unlock(&coral_profile_live_table[i].lock);
         while ((r = gone) != NULL) {
             gone = r->next;
             site_release(r);
@@ -1109,12 +1108,12 @@ void coral_profile_live(unsigned long long *blocks, unsigned long long *bytes) {
     unsigned long long n = 0, total = 0;
     for (size_t i = 0; i < LIVE_BUCKETS; i++) {
         if (!crit_enter()) break;
-        spin_lock(&live[i].lock);
-        for (const record_t *r = live[i].first; r != NULL; r = r->next) {
+        spin_lock(&coral_profile_live_table[i].lock);
+        for (const record_t *r = coral_profile_live_table[i].first; r != NULL; r = r->next) {
             n++;
             total += r->size;
         }
-        spin_unlock(&live[i].lock);
+        spin_unlock(&coral_profile_live_table[i].lock);
         crit_leave();
     }
     if (blocks != NULL) *blocks = n;
@@ -1151,14 +1150,14 @@ static void fork_prepare(void) {
     fork_locked = !fork_in_section || locks_held == 0;
     if (!fork_locked) return;
     for (size_t i = 0; i < SITE_BUCKETS; i++) fork_spin_lock(&sites[i].lock);
-    for (size_t i = 0; i < LIVE_BUCKETS; i++) fork_spin_lock(&live[i].lock);
+    for (size_t i = 0; i < LIVE_BUCKETS; i++) fork_spin_lock(&coral_profile_live_table[i].lock);
     fork_spin_lock(&pool_lock);
 }
 
 static void fork_release(void) {
     if (!fork_locked) return;
     spin_unlock(&pool_lock);
-    for (size_t i = LIVE_BUCKETS; i-- > 0;) spin_unlock(&live[i].lock);
+    for (size_t i = LIVE_BUCKETS; i-- > 0;) spin_unlock(&coral_profile_live_table[i].lock);
     for (size_t i = SITE_BUCKETS; i-- > 0;) spin_unlock(&sites[i].lock);
     if (!fork_in_section) crit_leave();
 }

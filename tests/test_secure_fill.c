@@ -1,14 +1,17 @@
 /* The secure build's fill check (src/page/page.h, coral_secure_fill_intact;
  * docs/SECURITY.md "Fill on free"), against the coral_ API of the secure
  * build: a freed block of a size class, one bit of word 1, 2 or 3 of it
- * (its first 32 bytes past the link) flipped, is reported when malloc
- * hands it out again (the next malloc of its class, LIFO reuse: the free
- * fast path and the malloc fast path), in blocks of 16 bytes (word 1 is
+ * (its first 32 bytes past the link) flipped, is reported when it leaves
+ * the thread's ring of freed blocks or when malloc hands it out again
+ * (malloc+free pairs of its class: the block comes back once a free takes
+ * it out of the ring; the free fast path and the malloc fast path), in
+ * blocks of 16 bytes (word 1 is
  * the freed mark), 32 (word 3 is the mark), 48, 112 and 2048 bytes (the
  * fill); and a block left alone comes back without a report. The stores
  * and loads of the fill take no branch on the block size, each class's
  * words chosen by arithmetic: a word a class's arithmetic missed would go
  * unreported here. Each case runs in a child: the report aborts it. */
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -21,15 +24,20 @@
 #include "coralloc.h"
 
 /* In a child: free a block of `size` bytes, flip bit 0 of its word `word`
- * (none when 0), and allocate its class until the block comes back. Exit
- * status 0: it came back unreported; 2: it never came back. */
+ * (none when 0), and allocate and free blocks of its class until the block
+ * comes back. Exit status 0: it came back unreported; 2: it never came
+ * back (each free takes it out of the ring with probability 1/8: 10,000
+ * pairs leave it there with probability (7/8)^10000). */
 static void child(size_t size, unsigned word) {
     uint64_t *p = coral_malloc(size);
     if (p == NULL) _exit(3);
     coral_free(p);
     if (word != 0) ((volatile uint64_t *)p)[word] ^= 1;
-    for (int i = 0; i < 64; i++)
-        if (coral_malloc(size) == (void *)p) _exit(0);
+    for (int i = 0; i < 10000; i++) {
+        void *q = coral_malloc(size);
+        if (q == (void *)p) _exit(0);
+        coral_free(q);
+    }
     _exit(2);
 }
 
@@ -54,7 +62,57 @@ static bool reported(size_t size, unsigned word) {
     return false;
 }
 
+/* The ring of freed blocks is emptied, each block's fill checked, on
+ * coral_collect and at thread exit: a byte written into a freed block
+ * (byte 65 of 120, past the fill every freed block holds) is reported
+ * there, with no malloc after it. */
+static volatile uint8_t *ring_written(void) {
+    volatile uint8_t *p = coral_malloc(120);
+    coral_free((void *)p);
+    p[65] = 'a';
+    return p;
+}
+
+static void *thread_writes_after_free(void *arg) {
+    (void)arg;
+    ring_written();
+    return NULL; /* its exit empties its ring */
+}
+
+static bool ring_reported(bool at_exit) {
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        (void)freopen("/dev/null", "w", stderr);
+        if (at_exit) {
+            pthread_t t;
+            if (pthread_create(&t, NULL, thread_writes_after_free, NULL) != 0) _exit(3);
+            pthread_join(t, NULL);
+        } else {
+            ring_written();
+            coral_collect(0);
+        }
+        _exit(0);
+    }
+    int status = 0;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    if (WIFSIGNALED(status)) return WTERMSIG(status) == SIGABRT;
+    CHECK(WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 0);
+    return false;
+}
+
 int main(void) {
+    if (!ring_reported(false)) {
+        fprintf(stderr,
+                "a write into a freed block in the ring went unreported at coral_collect\n");
+        return 1;
+    }
+    if (!ring_reported(true)) {
+        fprintf(stderr, "a write into a freed block in the ring went unreported at thread exit\n");
+        return 1;
+    }
     /* Requests whose blocks (the canary's 8 bytes added) are 16, 32, 48,
      * 112 and 2048 bytes, and the words past the link that hold the fill
      * or the mark: word 1 only in a 16-byte block. */
@@ -74,6 +132,7 @@ int main(void) {
             }
         }
     }
-    printf("secure_fill: every word of the fill and mark checked in 5 classes\n");
+    printf("secure_fill: every word of the fill and mark checked in 5 classes; the ring emptied "
+           "and checked at coral_collect and thread exit\n");
     return 0;
 }

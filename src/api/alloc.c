@@ -727,6 +727,7 @@ void coral_collect(int force) {
     coral_heap_t *heap = force ? coral_heap_ready() : coral_tls_heap;
     if (heap != NULL && heap != &coral_heap_empty) {
         coral_bulk_cache_flush_own();
+        if (CORAL_SECURE) coral_heap_ring_flush(false);
         for (coral_link_t *l = heap->thread->heaps.first; l != NULL; l = l->next)
             coral_heap_collect(coral_container_of(l, coral_heap_t, thread_link), force != 0);
         if (force) {
@@ -848,8 +849,9 @@ int coral_heap_visit(coral_heap_t *heap, coral_block_visit_fn fn, void *arg) {
     if (heap == &coral_heap_empty) return 0; /* the thread never allocated */
     /* Blocks the thread holds apart from their pages' lists go back first:
      * its bulk cache's (freed blocks), the profiler's batches (never
-     * handed out). */
+     * handed out), the secure build's ring (freed blocks). */
     coral_bulk_cache_flush_own();
+    if (CORAL_SECURE) coral_heap_ring_flush(false);
     if (coral_profile_on) coral_profile_heap_flush(heap);
     return coral_heap_walk(heap, fn, arg);
 }

@@ -152,8 +152,7 @@ void coral_free_aligned_sized_as(void *p, size_t alignment, size_t size, const c
 
 /* The owner's free of block, a block of page: pushed on free, so the
  * next malloc of the class reuses it (coral_page_push_free). */
-CORAL_INLINE void coral_free_push_local(coral_page_t *page, coral_block_t *block) {
-    coral_count_frees(page->class_idx, 1);
+CORAL_INLINE void coral_free_push_local_uncounted(coral_page_t *page, coral_block_t *block) {
     coral_page_push_free(page, block);
     /* The default build's fast path frees no block larger than a slice
      * (page.h, "block starts": X is 0), so none too big to keep. */
@@ -162,6 +161,50 @@ CORAL_INLINE void coral_free_push_local(coral_page_t *page, coral_block_t *block
         coral_heap_page_retire(page);
 }
 _Static_assert(CORAL_SLICE_SIZE <= CORAL_KEEP_EMPTY_MAX_BLOCK, "the fast path keeps what it frees");
+
+CORAL_INLINE void coral_free_push_local(coral_page_t *page, coral_block_t *block) {
+    coral_count_frees(page->class_idx, 1);
+    coral_free_push_local_uncounted(page, block);
+}
+
+/* The secure build's fast free of block, of page (checked, its freed mark
+ * and fill written; counted here, where the program freed it): it takes a
+ * slot of the thread's ring drawn at random (heap.h), with the ring's
+ * fill, and the block that held the slot goes back to its page, its fill
+ * checked, here when its page is still unflagged (not full, say:
+ * coral_heap_ring_out_slow takes the rest). The draw: the top bits of
+ * a multiplicative generator modulo 2^64 (odd state). Each slot is taken
+ * before its old block goes back (which may retire a page and so free
+ * again on this thread). */
+CORAL_INLINE void coral_secure_ring_put(coral_page_t *page, coral_block_t *block) {
+#if CORAL_SECURE
+    coral_ring_t *r = &coral_ring_tls;
+    coral_count_frees(page->class_idx, 1);
+    coral_secure_ring_fill((uint8_t *)block, page->owner_usable_size);
+    uint64_t draw = r->draw * 0xd1342543de82ef95ull;
+    r->draw = draw;
+    unsigned i = (unsigned)(draw >> (64 - CORAL_RING_SLOT_BITS));
+    coral_block_t *old = r->slots[i].block;
+    coral_page_t *old_page = r->slots[i].page;
+    r->slots[i].block = block;
+    r->slots[i].page = page;
+    if (coral_unlikely(old == NULL)) {
+        coral_heap_ring_empty_slot(i);
+        return;
+    }
+    size_t usable = old_page->owner_usable_size;
+    if (coral_likely(coral_slice_tid_flags(old_page) == coral_thread_id()) &&
+        coral_likely(usable >= CORAL_RING_FILL_END
+                         ? coral_secure_ring_intact_big((uint8_t *)old)
+                         : coral_secure_ring_intact_small((uint8_t *)old, usable))) {
+        coral_free_push_local_uncounted(old_page, old);
+        return;
+    }
+    coral_heap_ring_out_slow(old_page, old);
+#else
+    coral_free_push_local(page, block);
+#endif
+}
 
 /* free() of p, a pointer into the first chunk of seg (slice: its slice
  * descriptor), by any thread. One compare says the calling thread owns the
@@ -199,7 +242,7 @@ CORAL_INLINE void coral_secure_free_in_segment(coral_segment_t *seg, coral_page_
     if (coral_likely(coral_slice_tid_flags(slice) == coral_thread_id()) &&
         coral_likely(size <= slice->owner_usable_size) &&
         coral_likely(coral_secure_free_fast(slice, p))) {
-        coral_free_push_local(slice, p);
+        coral_secure_ring_put(slice, p);
         return;
     }
     if (size != 0)

@@ -535,11 +535,59 @@ void coral_heap_free_local(coral_page_t *page, void *p) {
                      page->block_size);
         return;
     }
+    coral_heap_free_local_now(page, block);
+}
+
+void coral_heap_free_local_now(coral_page_t *page, coral_block_t *block) {
     coral_page_push_free(page, block); /* as the fast path does (api.h) */
     page->used--;
     if (coral_slice_flags(page) & CORAL_PAGE_IN_FULL) coral_heap_page_unfull(page);
     if (page->used == 0) coral_heap_page_retire(page);
 }
+
+/* ---- the secure build's ring of freed blocks (heap.h) ---------------------------------- */
+
+#if CORAL_SECURE
+__thread coral_ring_t coral_ring_tls __attribute__((tls_model("initial-exec")));
+
+void coral_heap_ring_empty_slot(unsigned i) {
+    coral_ring_t *r = &coral_ring_tls;
+    if (r->closed) {
+        coral_block_t *block = r->slots[i].block;
+        r->slots[i].block = NULL;
+        coral_heap_free_local_now(r->slots[i].page, block);
+        return;
+    }
+    if (r->draw == 0)
+        r->draw = ((uint64_t)coral_secure_next_epoch() << 32 | coral_secure_next_epoch()) | 1;
+}
+
+void coral_heap_ring_out_slow(coral_page_t *page, coral_block_t *block) {
+    if (!coral_secure_ring_intact(page, (uint8_t *)block))
+        coral_secure_write_after_free(page, (uint8_t *)block);
+    coral_heap_free_local_now(page, block);
+}
+
+/* Each slot is emptied before its block goes back: that may retire the
+ * page, whose release may start the purge thread and so free again on
+ * this thread (a nested put finds the slot empty). */
+void coral_heap_ring_flush(bool close) {
+    coral_ring_t *r = &coral_ring_tls;
+    if (close) r->closed = true;
+    for (unsigned i = 0; i < CORAL_RING_SLOTS; i++) {
+        coral_block_t *block = r->slots[i].block;
+        if (block == NULL) continue;
+        r->slots[i].block = NULL;
+        coral_heap_ring_out_slow(r->slots[i].page, block);
+    }
+}
+#else
+void coral_heap_ring_flush(bool close) { (void)close; }
+void coral_heap_ring_out_slow(coral_page_t *page, coral_block_t *block) {
+    coral_heap_free_local_now(page, block);
+}
+void coral_heap_ring_empty_slot(unsigned i) { (void)i; }
+#endif
 
 void coral_heap_free_remote(coral_segment_t *seg, coral_page_t *page, void *p) {
     if (seg->kind == CORAL_SEGMENT_HUGE) {
@@ -686,6 +734,7 @@ static void heap_release_all(coral_heap_t *heap) {
 }
 
 void coral_heap_free_all(coral_heap_t *heap, bool keep) {
+    if (CORAL_SECURE) coral_heap_ring_flush(false); /* (it may hold blocks of heap's pages) */
     heap_release_all(heap);
     if (keep) {
         coral_heap_init(heap, heap->thread);

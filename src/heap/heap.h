@@ -264,6 +264,63 @@ void coral_heap_page_retire(coral_page_t *page);
 void coral_heap_page_unfull(coral_page_t *page);
 /* A free by the owner that the fast path left alone. */
 void coral_heap_free_local(coral_page_t *page, void *p);
+/* The owner's free of block, a block of page (checked, its freed mark and
+ * fill written, counted), back to the page at once: the tail of
+ * coral_heap_free_local for a block known to be live (a full page taken
+ * back to its queue, an emptied one retired). */
+void coral_heap_free_local_now(coral_page_t *page, coral_block_t *block);
+
+/* ---- the secure build's ring of freed blocks (heap.c) --------------------------------
+ * The owner's frees on the free fast path (blocks of a size class in a
+ * page's head slice, api.h) do not go back to their pages at once: each
+ * takes a slot of the thread's ring drawn at random, and the block that
+ * held the slot leaves it, its fill checked, for its page's free list.
+ * Without it a page reuses its freed blocks last in, first out, so a block
+ * written after its free that is not handed out again soon was never
+ * checked; with it every block's fill is checked within a few frees (each
+ * free takes a given block out with probability 1/CORAL_RING_SLOTS).
+ * While a block waits it holds the fill from its word 1 up to
+ * CORAL_RING_FILL_END bytes (or its mark), past the CORAL_FILL_END bytes
+ * of every freed block (page.h: coral_secure_ring_fill), and its freed
+ * mark; its page still counts
+ * it in use (page->used), so the page is neither retired nor released
+ * under it. Bounded: CORAL_RING_SLOTS blocks, each of a page's head slice,
+ * so at most CORAL_RING_SLOTS * CORAL_SLICE_SIZE bytes a thread.
+ * The calling thread's alone (thread-local), every block of a page it owns.
+ * So it is emptied (coral_heap_ring_flush) before the thread's heaps are
+ * abandoned (thread exit: closed, later frees bypass it), before a user
+ * heap's pages are released (destroy, reset), before a heap's blocks are
+ * walked (coral_heap_visit) and on coral_collect (malloc_trim). A fork
+ * needs nothing: the child's one thread keeps its own ring, the other
+ * threads' blocks stay counted in use as their other blocks do. A free in
+ * a signal handler that interrupts a free is not supported, as for the
+ * page lists themselves. */
+#define CORAL_RING_SLOTS 8u
+#define CORAL_RING_SLOT_BITS 3 /* (log2 of the slots) */
+typedef struct coral_ring_s {
+    uint64_t draw; /* the draws' generator state (odd; 0: not seeded yet) */
+    bool closed;   /* the thread's exit cleanup began: frees bypass the ring */
+    struct {
+        coral_block_t *block; /* NULL: an empty slot */
+        coral_page_t *page;   /* its page */
+    } slots[CORAL_RING_SLOTS];
+} coral_ring_t;
+#if CORAL_SECURE
+extern __thread coral_ring_t coral_ring_tls __attribute__((tls_model("initial-exec")));
+#endif
+/* Every block leaves the calling thread's ring (checked, back to its
+ * page); close: later frees bypass it (the thread's exit). */
+void coral_heap_ring_flush(bool close);
+/* A block leaving the ring that the inline path left (its page flagged
+ * now, full say; a small block; its fill changed): a changed fill is
+ * reported (a write after free, fatal), else it goes back to its page by
+ * coral_heap_free_local_now. */
+void coral_heap_ring_out_slow(coral_page_t *page, coral_block_t *block);
+/* A put found slot i empty (cold): the ring is filling (the draws seeded
+ * on the first), or closed (its block goes back at once: a closed ring
+ * stays empty). */
+void coral_heap_ring_empty_slot(unsigned i);
+
 /* A free by a thread that does not own the segment (huge blocks too). */
 void coral_heap_free_remote(coral_segment_t *seg, coral_page_t *page, void *p);
 

@@ -712,6 +712,9 @@ static void thread_done(void *value) {
      * thread still owns). */
     coral_thread_exit_fn hook = atomic_load_explicit(&thread_exit_hook, memory_order_acquire);
     if (hook != NULL) hook();
+    /* The secure build's ring of freed blocks (heap.h): back to pages the
+     * thread still owns, and closed to later frees. */
+    if (CORAL_SECURE) coral_heap_ring_flush(true);
     /* A user heap's handle stops working (coral_heap_*: a clear error),
      * but its struct is not reused while this thread may still hold it. */
     thread_heaps_abandon(heap, coral_heap_park_exited);

@@ -849,6 +849,64 @@ CORAL_INLINE void coral_secure_mark_freed(const coral_page_t *page, uint8_t *blo
     *mark = coral_freed_mark_of(canary);
 }
 
+/* The fill of a block waiting in the thread's ring of freed blocks (heap
+ * layer, heap.h): past the CORAL_FILL_END bytes every freed block holds,
+ * up to the block's first CORAL_RING_FILL_END bytes or its mark, whichever
+ * comes first (`usable`: its block size less 8, a multiple of 8). 72
+ * bytes: a write at any offset from 8 to 71 of a block of 72 bytes or
+ * more is found, for three stores at the free and four 16-byte loads as it
+ * leaves the ring (words 1-8 read as four pairs, 16-byte vectors: SSE2 or
+ * NEON); smaller blocks, up to their mark, word by word. */
+#define CORAL_RING_FILL_END ((size_t)72)
+typedef uint64_t coral_vec2_t __attribute__((vector_size(16)));
+
+CORAL_INLINE coral_vec2_t coral_vec2_load(const uint8_t *at) {
+    coral_vec2_t v;
+    memcpy(&v, at, sizeof v);
+    return v;
+}
+
+CORAL_INLINE size_t coral_ring_fill_end(size_t usable) {
+    return usable < CORAL_RING_FILL_END ? usable : CORAL_RING_FILL_END;
+}
+
+CORAL_INLINE void coral_secure_ring_fill(uint8_t *block, size_t usable) {
+    if (coral_likely(usable >= CORAL_RING_FILL_END)) {
+        const coral_vec2_t fill = {CORAL_FILL_WORD, CORAL_FILL_WORD};
+        memcpy(block + 32, &fill, sizeof fill); /* bytes 32-71 (two overlap) */
+        memcpy(block + 48, &fill, sizeof fill);
+        memcpy(block + 56, &fill, sizeof fill);
+        return;
+    }
+    for (size_t at = CORAL_FILL_END; at < usable; at += 8)
+        *(uint64_t *)(void *)(block + at) = CORAL_FILL_WORD;
+}
+
+/* The same for a block below CORAL_RING_FILL_END usable bytes: its words
+ * from word 1 up to its mark (none in a 16-byte block), word by word. */
+CORAL_INLINE bool coral_secure_ring_intact_small(const uint8_t *block, size_t usable) {
+    uint64_t changed = 0;
+    for (size_t at = 8; at < usable; at += 8)
+        changed |= *(const uint64_t *)(const void *)(block + at) ^ CORAL_FILL_WORD;
+    return changed == 0;
+}
+
+/* The same for a block of any size: up to its mark below
+ * CORAL_RING_FILL_END bytes (secure.c). It reads the owner's line only
+ * (segment.h). */
+bool coral_secure_ring_intact(const coral_page_t *page, const uint8_t *block);
+
+/* Whether a block of `page`, of CORAL_RING_FILL_END usable bytes or more,
+ * leaving the ring holds the fill of every freed block
+ * (coral_secure_fill_intact) and the ring's: its words 1-8. */
+CORAL_INLINE bool coral_secure_ring_intact_big(const uint8_t *block) {
+    const coral_vec2_t fill = {CORAL_FILL_WORD, CORAL_FILL_WORD};
+    coral_vec2_t changed =
+        (coral_vec2_load(block + 8) ^ fill) | (coral_vec2_load(block + 24) ^ fill) |
+        (coral_vec2_load(block + 40) ^ fill) | (coral_vec2_load(block + 56) ^ fill);
+    return (changed[0] | changed[1]) == 0;
+}
+
 /* Whether p, in `page` (in use, of a normal segment), looks like a live
  * block start: its mark word, which lies inside the page's blocks, holds
  * its canary. No division: an interior pointer never finds its own canary

@@ -72,13 +72,20 @@ void *coral_secure_write_after_free(const coral_page_t *page, const uint8_t *blo
         coral_fatal("free list corrupted: a page of %zu-byte blocks was to hand out %p, outside "
                     "it (a link forged or overwritten after a free)",
                     page->block_size, (const void *)block);
-    size_t end = page->block_size - CORAL_CANARY_SIZE;
-    if (end > CORAL_FILL_END) end = CORAL_FILL_END;
+    /* (a block popped off a free list: its first byte off the fill lies
+     * below CORAL_FILL_END; one leaving the ring: below its ring fill's end) */
+    size_t end = coral_ring_fill_end(page->block_size - CORAL_CANARY_SIZE);
     size_t at = sizeof(coral_block_t);
     while (at < end && block[at] == CORAL_FILL_BYTE) at++;
     coral_fatal("write after free detected: block %p of %zu bytes was written at offset %zu after "
                 "it was freed",
                 (const void *)block, page->block_size - CORAL_CANARY_SIZE, at);
+}
+
+bool coral_secure_ring_intact(const coral_page_t *page, const uint8_t *block) {
+    size_t usable = page->owner_usable_size;
+    return usable >= CORAL_RING_FILL_END ? coral_secure_ring_intact_big(block)
+                                         : coral_secure_ring_intact_small(block, usable);
 }
 
 /* ---- the slow halves of the block checks (page.h) ------------------------------- */

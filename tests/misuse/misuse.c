@@ -353,9 +353,9 @@ static void double_free_bitflip(void) {
     free(p);
 }
 
-/* The attack on the secure build's links: b's link, read after its free,
- * gives the list key (link = next ^ key ^ b, next being a); a link forged
- * with it to a live block of another class (whose first word, the
+/* The attack on the secure build's links: b's link, read after its free
+ * (by another thread: on its page's list at once), gives the list key (link = next ^ key ^ b, next
+ * being a); a link forged with it to a live block of another class (whose first word, the
  * attacker's data, encodes the end of the list), then two mallocs of b's
  * class. With no encoding (the default build, glibc's other scheme) the
  * forged link is the victim's address, or garbage. */
@@ -367,14 +367,25 @@ static void forge_link(void) {
     } while ((a >> 16) != (b >> 16));
     char *victim = malloc(200);
     memset(victim, 'v', 200);
-    free((void *)a);
-    free((void *)b);
+    /* Freed by another thread: pushed on the page's list of remote frees
+     * at once (the secure build's owner frees wait in its ring of freed
+     * blocks before their page's list), b linking to a. */
+    pthread_t t;
+    pthread_create(&t, NULL, free_in_thread, (void *)a);
+    pthread_join(t, NULL);
+    pthread_create(&t, NULL, free_in_thread, (void *)b);
+    pthread_join(t, NULL);
     uintptr_t key = *(volatile uintptr_t *)b ^ a ^ b;
     *(volatile uintptr_t *)b = (uintptr_t)victim ^ key ^ b;
     *(volatile uintptr_t *)victim = key ^ (uintptr_t)victim; /* a link that ends the list */
-    sink = malloc(8);
-    char *got = malloc(8);
-    if (got == victim) memset(got, 'x', 8); /* two live blocks overlap */
+    /* The owner takes the remote frees once its own list is empty: b is
+     * handed out, then what its link leads to. */
+    for (int i = 0; i < 100000; i++) {
+        if ((uintptr_t)launder(malloc(8)) != b) continue;
+        char *got = malloc(8);
+        if (got == victim) memset(got, 'x', 8); /* two live blocks overlap */
+        return;
+    }
 }
 
 /* A block of a first-class heap (coralloc's own calls: exit 3 without

@@ -26,8 +26,9 @@
 /* In a child: free a block of `size` bytes, flip bit 0 of its word `word`
  * (none when 0), and allocate and free blocks of its class until the block
  * comes back. Exit status 0: it came back unreported; 2: it never came
- * back (each free takes it out of the ring with probability 1/8: 10,000
- * pairs leave it there with probability (7/8)^10000). */
+ * back (each free of its size takes it out of the ring with probability
+ * 1/4: 10,000 pairs leave it there with probability (3/4)^10000; a
+ * 16-byte block skips the ring). */
 static void child(size_t size, unsigned word) {
     uint64_t *p = coral_malloc(size);
     if (p == NULL) _exit(3);

@@ -167,41 +167,72 @@ CORAL_INLINE void coral_free_push_local(coral_page_t *page, coral_block_t *block
     coral_free_push_local_uncounted(page, block);
 }
 
+#if CORAL_SECURE
+/* block, of page, takes slot i of slots (a ring of coral_ring_tls: the
+ * draw made) and the block that held it is returned, its page in *old_page. */
+CORAL_INLINE coral_block_t *coral_ring_swap(coral_ring_slots_t *slots, size_t i, coral_page_t *page,
+                                            coral_block_t *block, coral_page_t **old_page) {
+    coral_block_t *old = slots->blocks[i];
+    *old_page = slots->pages[i];
+    slots->blocks[i] = block;
+    slots->pages[i] = page;
+    return old;
+}
+
+/* The next draw: a slot's index. */
+CORAL_INLINE size_t coral_ring_draw(coral_ring_t *r) {
+    uint64_t draw = r->draw * CORAL_RING_MUL;
+    r->draw = draw;
+    return (size_t)(draw >> (64 - CORAL_RING_SLOT_BITS));
+}
+#endif
+
 /* The secure build's fast free of block, of page (checked, its freed mark
- * and fill written; counted here, where the program freed it): it takes a
- * slot of the thread's ring drawn at random (heap.h), with the ring's
- * fill, and the block that held the slot goes back to its page, its fill
- * checked, here when its page is still unflagged (not full, say:
- * coral_heap_ring_out_slow takes the rest). The draw: the top bits of
- * a multiplicative generator modulo 2^64 (odd state). Each slot is taken
- * before its old block goes back (which may retire a page and so free
- * again on this thread). */
-CORAL_INLINE void coral_secure_ring_put(coral_page_t *page, coral_block_t *block) {
+ * written; counted here, where the program freed it; `usable`: the page's
+ * owner_usable_size): it gets the ring's fill (page.h) and takes a slot,
+ * drawn at random, of the thread's ring for its size (heap.h); the block
+ * that held the slot goes back to its page, its fill checked, here when
+ * its page is still the caller's and unflagged (not full, say:
+ * coral_heap_ring_out_slow takes the rest, and an empty slot's
+ * coral_ring_idle, whose tid_flags are 0). Each slot is taken before its
+ * old block goes back (which may retire a page and so free again on this
+ * thread). A 16-byte block goes back at once. */
+CORAL_INLINE void coral_secure_ring_put(coral_page_t *page, coral_block_t *block, size_t usable) {
 #if CORAL_SECURE
     coral_ring_t *r = &coral_ring_tls;
-    coral_count_frees(page->class_idx, 1);
-    coral_secure_ring_fill((uint8_t *)block, page->owner_usable_size);
-    uint64_t draw = r->draw * 0xd1342543de82ef95ull;
-    r->draw = draw;
-    unsigned i = (unsigned)(draw >> (64 - CORAL_RING_SLOT_BITS));
-    coral_block_t *old = r->slots[i].block;
-    coral_page_t *old_page = r->slots[i].page;
-    r->slots[i].block = block;
-    r->slots[i].page = page;
-    if (coral_unlikely(old == NULL)) {
-        coral_heap_ring_empty_slot(i);
-        return;
-    }
-    size_t usable = old_page->owner_usable_size;
-    if (coral_likely(coral_slice_tid_flags(old_page) == coral_thread_id()) &&
-        coral_likely(usable >= CORAL_RING_FILL_END
-                         ? coral_secure_ring_intact_big((uint8_t *)old)
-                         : coral_secure_ring_intact_small((uint8_t *)old, usable))) {
-        coral_free_push_local_uncounted(old_page, old);
+    coral_page_t *old_page;
+    coral_block_t *old;
+    coral_vec2_t fill = coral_ring_fill_vec();
+#if defined(__SSE2__)
+    /* (Kept in its register for the check: GCC would load it again.) */
+    __asm__("" : "+x"(fill));
+#endif
+    if (coral_likely(usable >= CORAL_RING_FILL_END)) {
+        coral_count_frees(page->class_idx, 1);
+        coral_secure_ring_fill_big((uint8_t *)block, fill);
+        old = coral_ring_swap(&r->big, coral_ring_draw(r), page, block, &old_page);
+        if (coral_likely(coral_slice_tid_flags(old_page) == coral_thread_id()) &&
+            coral_likely(coral_secure_ring_intact_big((uint8_t *)old, fill))) {
+            coral_free_push_local_uncounted(old_page, old);
+            return;
+        }
+    } else if (usable > 8) {
+        coral_count_frees(page->class_idx, 1);
+        coral_secure_ring_fill_small((uint8_t *)block, usable, fill);
+        old = coral_ring_swap(&r->small, coral_ring_draw(r), page, block, &old_page);
+        if (coral_likely(coral_slice_tid_flags(old_page) == coral_thread_id()) &&
+            coral_likely(coral_secure_ring_intact_small((uint8_t *)old, old_page->owner_usable_size,
+                                                        fill))) {
+            coral_free_push_local_uncounted(old_page, old);
+            return;
+        }
+    } else {
+        coral_free_push_local(page, block); /* (a 16-byte block: no fill, no slot) */
         return;
     }
     coral_heap_ring_out_slow(old_page, old);
 #else
+    (void)usable;
     coral_free_push_local(page, block);
 #endif
 }
@@ -239,10 +270,10 @@ CORAL_INLINE void coral_free_in_segment(coral_segment_t *seg, coral_page_t *slic
  * a flagged slice, a misuse) takes the checked path. */
 CORAL_INLINE void coral_secure_free_in_segment(coral_segment_t *seg, coral_page_t *slice, void *p,
                                                size_t size, const char *call) {
+    size_t usable = slice->owner_usable_size; /* (read once, before the mark's store) */
     if (coral_likely(coral_slice_tid_flags(slice) == coral_thread_id()) &&
-        coral_likely(size <= slice->owner_usable_size) &&
-        coral_likely(coral_secure_free_fast(slice, p))) {
-        coral_secure_ring_put(slice, p);
+        coral_likely(size <= usable) && coral_likely(coral_secure_free_fast(slice, p))) {
+        coral_secure_ring_put(slice, p, usable);
         return;
     }
     if (size != 0)

@@ -1226,6 +1226,7 @@ static void profile_at_exit(void) {
         bool walked = false;
         if (thread_heap != NULL) { /* (no bulk cache while profiling: its batches only) */
             coral_profile_heap_flush(thread_heap);
+            if (CORAL_SECURE) coral_heap_ring_flush(false); /* (freed blocks: not leaks) */
             walked = coral_heap_walk(thread_heap, exact_add, &exact) == 0;
         }
         coral_profile_report_leaks(walked ? &exact : NULL);

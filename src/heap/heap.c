@@ -547,46 +547,67 @@ void coral_heap_free_local_now(coral_page_t *page, coral_block_t *block) {
 
 /* ---- the secure build's ring of freed blocks (heap.h) ---------------------------------- */
 
-#if CORAL_SECURE
-__thread coral_ring_t coral_ring_tls __attribute__((tls_model("initial-exec")));
+/* An empty slot's block and page (heap.h); never written: its tid_flags
+ * stay 0. */
+coral_page_t coral_ring_idle;
+#define RING_IDLE ((coral_block_t *)(void *)&coral_ring_idle)
 
-void coral_heap_ring_empty_slot(unsigned i) {
-    coral_ring_t *r = &coral_ring_tls;
-    if (r->closed) {
-        coral_block_t *block = r->slots[i].block;
-        r->slots[i].block = NULL;
-        coral_heap_free_local_now(r->slots[i].page, block);
-        return;
+#if CORAL_SECURE
+#define RING_EMPTY                                                                                 \
+    {                                                                                              \
+        .blocks = {RING_IDLE, RING_IDLE, RING_IDLE, RING_IDLE},                                    \
+        .pages = {&coral_ring_idle, &coral_ring_idle, &coral_ring_idle, &coral_ring_idle},         \
     }
-    if (r->draw == 0)
-        r->draw = ((uint64_t)coral_secure_next_epoch() << 32 | coral_secure_next_epoch()) | 1;
+__thread coral_ring_t coral_ring_tls __attribute__((tls_model("initial-exec"))) = {
+    .draw = 0x9e3779b97f4a7c15ull,
+    .big = RING_EMPTY,
+    .small = RING_EMPTY,
+};
+_Static_assert(CORAL_RING_SLOTS == 4, "RING_EMPTY names every slot");
+
+/* Every block of slots leaves it (checked, back to its page). Each slot
+ * is emptied before its block goes back: that may retire the page, whose
+ * release may start the purge thread and so free again on this thread (a
+ * nested put finds the slot empty). */
+static void ring_slots_flush(coral_ring_slots_t *slots) {
+    for (unsigned i = 0; i < CORAL_RING_SLOTS; i++) {
+        coral_block_t *block = slots->blocks[i];
+        coral_page_t *page = slots->pages[i];
+        if (page == &coral_ring_idle) continue;
+        slots->blocks[i] = RING_IDLE;
+        slots->pages[i] = &coral_ring_idle;
+        coral_heap_ring_out_slow(page, block);
+    }
 }
 
 void coral_heap_ring_out_slow(coral_page_t *page, coral_block_t *block) {
-    if (!coral_secure_ring_intact(page, (uint8_t *)block))
+    coral_ring_t *r = &coral_ring_tls;
+    if (page == &coral_ring_idle) {
+        if (r->closed) { /* (the block just put, alone in the ring) */
+            ring_slots_flush(&r->big);
+            ring_slots_flush(&r->small);
+        } else if (!r->seeded) {
+            r->seeded = true;
+            r->draw ^= ((uint64_t)coral_secure_next_epoch() << 32 | coral_secure_next_epoch()) << 1;
+        }
+        return;
+    }
+    if (!coral_secure_ring_intact((uint8_t *)block, page->owner_usable_size))
         coral_secure_write_after_free(page, (uint8_t *)block);
     coral_heap_free_local_now(page, block);
 }
 
-/* Each slot is emptied before its block goes back: that may retire the
- * page, whose release may start the purge thread and so free again on
- * this thread (a nested put finds the slot empty). */
 void coral_heap_ring_flush(bool close) {
     coral_ring_t *r = &coral_ring_tls;
     if (close) r->closed = true;
-    for (unsigned i = 0; i < CORAL_RING_SLOTS; i++) {
-        coral_block_t *block = r->slots[i].block;
-        if (block == NULL) continue;
-        r->slots[i].block = NULL;
-        coral_heap_ring_out_slow(r->slots[i].page, block);
-    }
+    ring_slots_flush(&r->big);
+    ring_slots_flush(&r->small);
 }
 #else
 void coral_heap_ring_flush(bool close) { (void)close; }
 void coral_heap_ring_out_slow(coral_page_t *page, coral_block_t *block) {
     coral_heap_free_local_now(page, block);
 }
-void coral_heap_ring_empty_slot(unsigned i) { (void)i; }
 #endif
 
 void coral_heap_free_remote(coral_segment_t *seg, coral_page_t *page, void *p) {

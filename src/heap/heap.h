@@ -279,47 +279,60 @@ void coral_heap_free_local_now(coral_page_t *page, coral_block_t *block);
  * written after its free that is not handed out again soon was never
  * checked; with it every block's fill is checked within a few frees (each
  * free takes a given block out with probability 1/CORAL_RING_SLOTS).
- * While a block waits it holds the fill from its word 1 up to
- * CORAL_RING_FILL_END bytes (or its mark), past the CORAL_FILL_END bytes
- * of every freed block (page.h: coral_secure_ring_fill), and its freed
- * mark; its page still counts
- * it in use (page->used), so the page is neither retired nor released
- * under it. Bounded: CORAL_RING_SLOTS blocks, each of a page's head slice,
- * so at most CORAL_RING_SLOTS * CORAL_SLICE_SIZE bytes a thread.
+ * While a block waits it holds the ring's fill (page.h:
+ * coral_secure_ring_fill: its bytes 8 to 71, or up to its mark) and its
+ * freed mark, not yet its link; its page still counts it in use
+ * (page->used), so the page is neither retired nor released under it.
+ * Bounded: 2 * CORAL_RING_SLOTS blocks (below), each of a page's head
+ * slice, so at most 2 * CORAL_RING_SLOTS * CORAL_SLICE_SIZE bytes a
+ * thread. 16-byte blocks (no fill: page.h) go back to their page at once.
  * The calling thread's alone (thread-local), every block of a page it owns.
  * So it is emptied (coral_heap_ring_flush) before the thread's heaps are
  * abandoned (thread exit: closed, later frees bypass it), before a user
  * heap's pages are released (destroy, reset), before a heap's blocks are
- * walked (coral_heap_visit) and on coral_collect (malloc_trim). A fork
- * needs nothing: the child's one thread keeps its own ring, the other
- * threads' blocks stay counted in use as their other blocks do. A free in
- * a signal handler that interrupts a free is not supported, as for the
- * page lists themselves. */
-#define CORAL_RING_SLOTS 8u
-#define CORAL_RING_SLOT_BITS 3 /* (log2 of the slots) */
+ * walked (coral_heap_visit, the profiler's walk) and on coral_collect
+ * (malloc_trim). A fork needs nothing: the child's one thread keeps its
+ * own ring, the other threads' blocks stay counted in use as their other
+ * blocks do. A free in a signal handler that interrupts a free is not
+ * supported, as for the page lists themselves.
+ * An empty slot holds coral_ring_idle (block and page): a page whose
+ * tid_flags, 0, equal no thread's id, so that the put's one test of the
+ * leaving block's page (owned by the caller, unflagged) also sends an
+ * empty slot to coral_heap_ring_out_slow, with no test of its own. */
+#define CORAL_RING_SLOTS 4u
+#define CORAL_RING_SLOT_BITS 2 /* (log2 of the slots) */
+/* The draws: the top bits of a multiplicative generator modulo 2^64 (odd
+ * state; an odd multiplier of 32 bits, an immediate operand), seeded from
+ * a secret at the first put of the thread (coral_heap_ring_out_slow). */
+#define CORAL_RING_MUL 0x2c9277b5u
+typedef struct coral_ring_slots_s {
+    coral_block_t *blocks[CORAL_RING_SLOTS];      /* coral_ring_idle: an empty slot */
+    struct coral_page_s *pages[CORAL_RING_SLOTS]; /* each block's page */
+} coral_ring_slots_t;
+/* Two rings of slots, one draw: big blocks' (page.h: 72 usable bytes or
+ * more) and small ones' (24 to 56), so that the put, which tells them
+ * apart for the fill, also knows which check the leaving block needs. */
 typedef struct coral_ring_s {
-    uint64_t draw; /* the draws' generator state (odd; 0: not seeded yet) */
-    bool closed;   /* the thread's exit cleanup began: frees bypass the ring */
-    struct {
-        coral_block_t *block; /* NULL: an empty slot */
-        coral_page_t *page;   /* its page */
-    } slots[CORAL_RING_SLOTS];
+    uint64_t draw; /* the generator's state (odd) */
+    coral_ring_slots_t big, small;
+    bool seeded; /* the state holds the secret (else the initial constant) */
+    bool closed; /* the thread's exit cleanup began: frees bypass the ring */
 } coral_ring_t;
 #if CORAL_SECURE
 extern __thread coral_ring_t coral_ring_tls __attribute__((tls_model("initial-exec")));
 #endif
+extern coral_page_t coral_ring_idle;
 /* Every block leaves the calling thread's ring (checked, back to its
  * page); close: later frees bypass it (the thread's exit). */
 void coral_heap_ring_flush(bool close);
-/* A block leaving the ring that the inline path left (its page flagged
- * now, full say; a small block; its fill changed): a changed fill is
- * reported (a write after free, fatal), else it goes back to its page by
- * coral_heap_free_local_now. */
+/* A block that left the ring's slot of the last draw and that the inline
+ * path did not take (its page flagged now, full say; its fill changed; or
+ * coral_ring_idle, an empty slot): a changed fill is reported (a write
+ * after free, fatal), else it goes back to its page by
+ * coral_heap_free_local_now. An empty slot: the ring is filling (the
+ * draws seeded at the first), or closed (the block just put goes back at
+ * once: a closed ring stays empty). */
 void coral_heap_ring_out_slow(coral_page_t *page, coral_block_t *block);
-/* A put found slot i empty (cold): the ring is filling (the draws seeded
- * on the first), or closed (its block goes back at once: a closed ring
- * stays empty). */
-void coral_heap_ring_empty_slot(unsigned i);
 
 /* A free by a thread that does not own the segment (huge blocks too). */
 void coral_heap_free_remote(coral_segment_t *seg, coral_page_t *page, void *p);

@@ -939,6 +939,10 @@ void coral_page_release_span(coral_page_t *page) {
      * it. */
     coral_orphan_forget(page);
     thread_free_seal(page);
+    /* (The secure build) a block freed and never handed out again:
+     * checked for a write after its free (a parked page's lists are
+     * empty: its blocks are not checked, see coral_page_check_free_fills). */
+    if (CORAL_SECURE) coral_page_check_free_fills(page);
     /* A large block placed on clean memory: how much of it the program
      * wrote tells the adaptive populate policy about big blocks. */
     if (page->class_idx == CORAL_CLASS_LARGE && page->is_fresh && coral_populate_adaptive())

@@ -14,6 +14,9 @@
 #define CORAL_PAGE_H
 
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h> /* the ring's check (coral_secure_ring_intact) */
+#endif
 
 #include "segment/segment.h"
 
@@ -850,13 +853,19 @@ CORAL_INLINE void coral_secure_mark_freed(const coral_page_t *page, uint8_t *blo
 }
 
 /* The fill of a block waiting in the thread's ring of freed blocks (heap
- * layer, heap.h): past the CORAL_FILL_END bytes every freed block holds,
- * up to the block's first CORAL_RING_FILL_END bytes or its mark, whichever
- * comes first (`usable`: its block size less 8, a multiple of 8). 72
- * bytes: a write at any offset from 8 to 71 of a block of 72 bytes or
- * more is found, for three stores at the free and four 16-byte loads as it
- * leaves the ring (words 1-8 read as four pairs, 16-byte vectors: SSE2 or
- * NEON); smaller blocks, up to their mark, word by word. */
+ * layer, heap.h), which the ring's put writes in place of the three words
+ * of coral_secure_fill_words: the block's bytes from 8 up to its first
+ * CORAL_RING_FILL_END bytes or its mark, whichever comes first (`usable`:
+ * its block size less 8, a multiple of 16 plus 8), as 16-byte pieces
+ * (vectors: SSE2 or NEON, no branch per word). A big block (72 usable
+ * bytes or more): the pieces at 8, 24, 40 and 56. A small one (24, 40 or
+ * 56 usable bytes): those at 8, half-way (coral_ring_mid) and
+ * usable - 16, overlapping, never the mark's word. (A 16-byte block, whose
+ * 8 usable bytes are its mark's word, has no fill and no place in the
+ * ring.) So a block in the ring holds the fill every freed block holds
+ * (its bytes 8 to 31, or up to its mark) and more: a write at any offset
+ * from 8 to 71, or up to its mark, is found as it leaves the ring. Its
+ * freed mark is written apart (coral_secure_free_fast). */
 #define CORAL_RING_FILL_END ((size_t)72)
 typedef uint64_t coral_vec2_t __attribute__((vector_size(16)));
 
@@ -866,45 +875,90 @@ CORAL_INLINE coral_vec2_t coral_vec2_load(const uint8_t *at) {
     return v;
 }
 
+/* The ring's fill vector: the fill byte 16 times. The fill's and the
+ * check's functions take it as an argument, so that a put, which fills
+ * and checks, loads it once. */
+CORAL_INLINE coral_vec2_t coral_ring_fill_vec(void) {
+    const coral_vec2_t fill = {CORAL_FILL_WORD, CORAL_FILL_WORD};
+    return fill;
+}
+
+CORAL_INLINE void coral_ring_fill_at(uint8_t *at, coral_vec2_t fill) {
+    memcpy(at, &fill, sizeof fill);
+}
+
 CORAL_INLINE size_t coral_ring_fill_end(size_t usable) {
     return usable < CORAL_RING_FILL_END ? usable : CORAL_RING_FILL_END;
 }
 
-CORAL_INLINE void coral_secure_ring_fill(uint8_t *block, size_t usable) {
-    if (coral_likely(usable >= CORAL_RING_FILL_END)) {
-        const coral_vec2_t fill = {CORAL_FILL_WORD, CORAL_FILL_WORD};
-        memcpy(block + 32, &fill, sizeof fill); /* bytes 32-71 (two overlap) */
-        memcpy(block + 48, &fill, sizeof fill);
-        memcpy(block + 56, &fill, sizeof fill);
-        return;
-    }
-    for (size_t at = CORAL_FILL_END; at < usable; at += 8)
-        *(uint64_t *)(void *)(block + at) = CORAL_FILL_WORD;
+/* The middle piece's offset in a small block (24, 40 or 56 usable bytes):
+ * half-way, usable / 2 - 4 (8, 16 or 24), so that the pieces at 8, there
+ * and at usable - 16 cover its bytes 8 to usable - 1. */
+CORAL_INLINE size_t coral_ring_mid(size_t usable) { return usable / 2 - 4; }
+
+CORAL_INLINE void coral_secure_ring_fill_big(uint8_t *block, coral_vec2_t fill) {
+    coral_ring_fill_at(block + 8, fill);
+    coral_ring_fill_at(block + 24, fill);
+    coral_ring_fill_at(block + 40, fill);
+    coral_ring_fill_at(block + 56, fill);
 }
 
-/* The same for a block below CORAL_RING_FILL_END usable bytes: its words
- * from word 1 up to its mark (none in a 16-byte block), word by word. */
-CORAL_INLINE bool coral_secure_ring_intact_small(const uint8_t *block, size_t usable) {
-    uint64_t changed = 0;
-    for (size_t at = 8; at < usable; at += 8)
-        changed |= *(const uint64_t *)(const void *)(block + at) ^ CORAL_FILL_WORD;
-    return changed == 0;
+CORAL_INLINE void coral_secure_ring_fill_small(uint8_t *block, size_t usable, coral_vec2_t fill) {
+    coral_ring_fill_at(block + 8, fill);
+    coral_ring_fill_at(block + coral_ring_mid(usable), fill);
+    coral_ring_fill_at(block + usable - 16, fill);
 }
 
-/* The same for a block of any size: up to its mark below
- * CORAL_RING_FILL_END bytes (secure.c). It reads the owner's line only
- * (segment.h). */
-bool coral_secure_ring_intact(const coral_page_t *page, const uint8_t *block);
+/* Whether a block leaving the ring holds the ring's fill: the same
+ * pieces, read, each compared with the fill byte by byte; with SSE2 the
+ * compares' results are ANDed and their bytes' top bits taken at once
+ * (pmovmskb), elsewhere the pieces' XORs with the fill are ORed. */
+#if defined(__SSE2__)
+CORAL_INLINE __m128i coral_ring_same(const uint8_t *at, coral_vec2_t fill) {
+    return _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(const void *)at), (__m128i)fill);
+}
 
-/* Whether a block of `page`, of CORAL_RING_FILL_END usable bytes or more,
- * leaving the ring holds the fill of every freed block
- * (coral_secure_fill_intact) and the ring's: its words 1-8. */
-CORAL_INLINE bool coral_secure_ring_intact_big(const uint8_t *block) {
-    const coral_vec2_t fill = {CORAL_FILL_WORD, CORAL_FILL_WORD};
+CORAL_INLINE bool coral_secure_ring_intact_big(const uint8_t *block, coral_vec2_t fill) {
+    __m128i same = _mm_and_si128(
+        _mm_and_si128(coral_ring_same(block + 8, fill), coral_ring_same(block + 24, fill)),
+        _mm_and_si128(coral_ring_same(block + 40, fill), coral_ring_same(block + 56, fill)));
+    return _mm_movemask_epi8(same) == 0xffff;
+}
+
+CORAL_INLINE bool coral_secure_ring_intact_small(const uint8_t *block, size_t usable,
+                                                 coral_vec2_t fill) {
+    __m128i same =
+        _mm_and_si128(_mm_and_si128(coral_ring_same(block + 8, fill),
+                                    coral_ring_same(block + coral_ring_mid(usable), fill)),
+                      coral_ring_same(block + usable - 16, fill));
+    return _mm_movemask_epi8(same) == 0xffff;
+}
+#else
+CORAL_INLINE coral_vec2_t coral_ring_changed(const uint8_t *at, coral_vec2_t fill) {
+    return coral_vec2_load(at) ^ fill;
+}
+
+CORAL_INLINE bool coral_secure_ring_intact_big(const uint8_t *block, coral_vec2_t fill) {
     coral_vec2_t changed =
-        (coral_vec2_load(block + 8) ^ fill) | (coral_vec2_load(block + 24) ^ fill) |
-        (coral_vec2_load(block + 40) ^ fill) | (coral_vec2_load(block + 56) ^ fill);
+        coral_ring_changed(block + 8, fill) | coral_ring_changed(block + 24, fill) |
+        coral_ring_changed(block + 40, fill) | coral_ring_changed(block + 56, fill);
     return (changed[0] | changed[1]) == 0;
+}
+
+CORAL_INLINE bool coral_secure_ring_intact_small(const uint8_t *block, size_t usable,
+                                                 coral_vec2_t fill) {
+    coral_vec2_t changed = coral_ring_changed(block + 8, fill) |
+                           coral_ring_changed(block + coral_ring_mid(usable), fill) |
+                           coral_ring_changed(block + usable - 16, fill);
+    return (changed[0] | changed[1]) == 0;
+}
+#endif
+
+/* The same for a block of either (`usable`: 24 bytes or more). */
+CORAL_INLINE bool coral_secure_ring_intact(const uint8_t *block, size_t usable) {
+    return usable >= CORAL_RING_FILL_END
+               ? coral_secure_ring_intact_big(block, coral_ring_fill_vec())
+               : coral_secure_ring_intact_small(block, usable, coral_ring_fill_vec());
 }
 
 /* Whether p, in `page` (in use, of a normal segment), looks like a live
@@ -932,22 +986,19 @@ CORAL_INLINE bool coral_secure_page_check(coral_page_t *page, void *p, bool rele
 /* The free fast path's check: p's slice descriptor `slice` is the head of
  * a page in use that the calling thread owns, with no flag (its tid_flags
  * equal the thread's id: so in a normal segment, of a size class), and p
- * looks like a live block start there: its fill and freed mark are
- * written. False: the caller takes the checked slow path
- * (coral_secure_page_check). A second free finds the mark, not the
- * canary: the check also stands for the default build's test against
- * local_free. It reads the owner's line only (segment.h). p lies in the
- * span's first slice, where the page's first block starts (segment.c), so
- * its offset from that block is its offset in the slice; at most the last
- * block's offset keeps the mark read inside the page's blocks, as
- * coral_secure_intact does. */
+ * looks like a live block start there: its freed mark is written (its
+ * fill, the caller: the ring's, coral_secure_ring_fill). False: the caller takes the checked slow
+ * path (coral_secure_page_check). A second free finds the mark, not the canary: the check also
+ * stands for the default build's test against local_free. It reads the owner's line only
+ * (segment.h). p lies in the span's first slice, where the page's first block starts (segment.c),
+ * so its offset from that block is its offset in the slice; at most the last block's offset keeps
+ * the mark read inside the page's blocks, as coral_secure_intact does. */
 CORAL_INLINE bool coral_secure_free_fast(coral_page_t *slice, void *p) {
     size_t offset = (uintptr_t)p & (CORAL_SLICE_SIZE - 1);
     if (coral_unlikely(offset > slice->owner_last_block)) return false;
     uint64_t canary = coral_owner_canary_of(slice, p);
     uint64_t *mark = (uint64_t *)(void *)((uint8_t *)p + slice->owner_usable_size);
     if (coral_unlikely(*mark != canary)) return false;
-    coral_secure_fill_words(p, slice->owner_usable_size);
     *mark = coral_freed_mark_of(canary);
     return true;
 }
@@ -1008,6 +1059,15 @@ void coral_page_each_live(coral_page_t *page, void (*fn)(coral_page_t *page, uin
  * the canary of every block still in use is checked first (a heap
  * overflow is reported, coral_misuse, as a free would). */
 void coral_page_check_live_canaries(coral_page_t *page);
+/* Owner, the secure build: every block on the page's free lists still
+ * holds its fill (and, in a block of 32 bytes or less, its freed mark),
+ * else a write after free is reported (fatal). A block freed and never
+ * handed out again is checked so when its page's span is released: its
+ * last chance. Walks the lists: O(blocks on them). (Not when a page is
+ * parked, the empty page its owner keeps: that walk, at every park, made
+ * a malloc+free of batch64 cost 20 instructions more; a parked page the
+ * purger gives back to the OS is not checked.) */
+void coral_page_check_free_fills(coral_page_t *page);
 
 /* CORAL_VALGRIND builds: a user heap frees its pages whole (destroy,
  * reset): memcheck is told every block of the page still in use is freed.

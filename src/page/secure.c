@@ -82,12 +82,6 @@ void *coral_secure_write_after_free(const coral_page_t *page, const uint8_t *blo
                 (const void *)block, page->block_size - CORAL_CANARY_SIZE, at);
 }
 
-bool coral_secure_ring_intact(const coral_page_t *page, const uint8_t *block) {
-    size_t usable = page->owner_usable_size;
-    return usable >= CORAL_RING_FILL_END ? coral_secure_ring_intact_big(block)
-                                         : coral_secure_ring_intact_small(block, usable);
-}
-
 /* ---- the slow halves of the block checks (page.h) ------------------------------- */
 
 bool coral_secure_check_slow(coral_page_t *page, void *p, bool release) {
@@ -134,6 +128,24 @@ void coral_page_check_live_canaries(coral_page_t *page) {
     /* (A page of aligned large blocks may hold its block past start.) */
     if (CORAL_SECURE && !(coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED))
         coral_page_each_live(page, check_live_canary);
+}
+
+/* The blocks of `list` (at most the page's reserved count followed), each
+ * with its fill and, in a block of 32 bytes or less, its freed mark as
+ * coral_secure_fill_intact reads them: a write after free is reported. */
+static void check_list_fills(coral_page_t *page, coral_block_t *list) {
+    size_t usable = page->block_size - CORAL_CANARY_SIZE;
+    uint32_t left = page->reserved;
+    for (coral_block_t *b = list; b != NULL && left-- != 0; b = coral_block_next(b))
+        if (coral_unlikely(
+                !coral_secure_fill_intact(usable, (uint8_t *)b, coral_canary_of(page, b))))
+            coral_secure_write_after_free(page, (uint8_t *)b);
+}
+
+void coral_page_check_free_fills(coral_page_t *page) {
+    if (!CORAL_SECURE || page->class_idx == CORAL_CLASS_LARGE) return;
+    check_list_fills(page, page->free);
+    check_list_fills(page, page->local_free);
 }
 
 /* ---- fresh blocks in a random order ------------------------------------------------

@@ -874,6 +874,27 @@ static void bulk_pqp_huge(void) { bulk_pqp(range_size[HUGE]); }
 static void waf_small_noreuse(void) { write_after_free_noreuse(128, 65, 128); }
 static void waf_small_noreuse_head(void) { write_after_free_noreuse(128, 16, 200); }
 static void waf_medium_noreuse(void) { write_after_free_noreuse(2000, 65, 2000); }
+/* A block of the secure build's small ring (a 64-byte block: 56 usable
+ * bytes), written at its last usable word. */
+static void waf_small48_noreuse(void) { write_after_free_noreuse(48, 40, 48); }
+
+/* A block freed, back on its page's free list (malloc_trim empties the
+ * secure build's ring of freed blocks, checking it), written, and never
+ * handed out again: every other block of its page is freed, and
+ * malloc_trim empties the ring again, so the page empties and is parked
+ * or released. No block of the class is allocated after the write. */
+static void write_after_free_retire(void) {
+    enum { N = 2000 };
+    static char *b[N];
+    for (int i = 0; i < N; i++) b[i] = launder(malloc(200));
+    volatile char *p = b[N / 2];
+    free((void *)p);
+    malloc_trim(0);
+    p[16] = 'a';
+    for (int i = 0; i < N; i++)
+        if (i != N / 2) free(b[i]);
+    malloc_trim(0);
+}
 static void overflow_request_small(void) { overflow_request(100, 4); }
 static void overflow_request_large(void) { overflow_request(300000, 4); }
 
@@ -1025,6 +1046,8 @@ static const misuse_case_t cases[] = {
     {"overflow-request-small", overflow_request_small},
     {"overflow-request-large", overflow_request_large},
     {"free-interior-planted-canary", free_interior_planted_canary},
+    {"write-after-free-small48-noreuse", waf_small48_noreuse},
+    {"write-after-free-retire", write_after_free_retire},
 };
 
 int main(int argc, char **argv) {

@@ -247,6 +247,10 @@ EXPECT.update({
     "free-interior-planted-canary": (("aborted", "not its start"),
                                      ("ran on", "an interior pointer is found by its canary, "
                                       "which the program can plant")),
+    "write-after-free-small48-noreuse": (("ran on", "no fill check in the default build"),
+                                         ("aborted", "write after free detected")),
+    "write-after-free-retire": (("ran on", "no fill check in the default build"),
+                                ("aborted", "write after free detected")),
 })
 BUILDS = ("default", "secure")
 # Damage found later, with no call to undo: these abort in both modes.

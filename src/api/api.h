@@ -168,22 +168,24 @@ CORAL_INLINE void coral_free_push_local(coral_page_t *page, coral_block_t *block
 }
 
 #if CORAL_SECURE
-/* block, of page, takes slot i of slots (a ring of coral_ring_tls: the
- * draw made) and the block that held it is returned, its page in *old_page. */
-CORAL_INLINE coral_block_t *coral_ring_swap(coral_ring_slots_t *slots, size_t i, coral_page_t *page,
-                                            coral_block_t *block, coral_page_t **old_page) {
-    coral_block_t *old = slots->blocks[i];
-    *old_page = slots->pages[i];
-    slots->blocks[i] = block;
-    slots->pages[i] = page;
-    return old;
-}
-
-/* The next draw: a slot's index. */
-CORAL_INLINE size_t coral_ring_draw(coral_ring_t *r) {
+/* block, of page, takes a slot of slots (a ring of r, the calling
+ * thread's: coral_ring_tls, r->busy set by coral_heap_ring_enter) drawn at
+ * random, and the block that held it is returned, its page in *old_page;
+ * r->busy is cleared after the swap, with a signal fence, so that the
+ * compiler keeps the ring's stores before it. */
+CORAL_INLINE coral_block_t *coral_ring_take(coral_ring_t *r, coral_ring_slots_t *slots,
+                                            coral_page_t *page, coral_block_t *block,
+                                            coral_page_t **old_page) {
     uint64_t draw = r->draw * CORAL_RING_MUL;
     r->draw = draw;
-    return (size_t)(draw >> (64 - CORAL_RING_SLOT_BITS));
+    size_t i = (size_t)(draw >> (64 - CORAL_RING_SLOT_BITS));
+    coral_block_t *old = slots->blocks[i];
+    *old_page = slots->pages[i];
+    coral_test_point(CORAL_TP_RING_SWAP, block);
+    slots->blocks[i] = block;
+    slots->pages[i] = page;
+    coral_heap_ring_exit(r);
+    return old;
 }
 #endif
 
@@ -196,7 +198,9 @@ CORAL_INLINE size_t coral_ring_draw(coral_ring_t *r) {
  * coral_heap_ring_out_slow takes the rest, and an empty slot's
  * coral_ring_idle, whose tid_flags are 0). Each slot is taken before its
  * old block goes back (which may retire a page and so free again on this
- * thread). A 16-byte block goes back at once. */
+ * thread). A 16-byte block goes back at once. The draw and the swap are
+ * made with the ring busy (heap.h: a free in a signal handler that
+ * interrupts them finds it so, and its block goes back at once). */
 CORAL_INLINE void coral_secure_ring_put(coral_page_t *page, coral_block_t *block, size_t usable) {
 #if CORAL_SECURE
     coral_ring_t *r = &coral_ring_tls;
@@ -210,7 +214,11 @@ CORAL_INLINE void coral_secure_ring_put(coral_page_t *page, coral_block_t *block
     if (coral_likely(usable >= CORAL_RING_FILL_END)) {
         coral_count_frees(page->class_idx, 1);
         coral_secure_ring_fill_big((uint8_t *)block, fill);
-        old = coral_ring_swap(&r->big, coral_ring_draw(r), page, block, &old_page);
+        if (coral_unlikely(coral_heap_ring_enter(r))) {
+            coral_heap_ring_bypass(page, block);
+            return;
+        }
+        old = coral_ring_take(r, &r->big, page, block, &old_page);
         if (coral_likely(coral_slice_tid_flags(old_page) == coral_thread_id()) &&
             coral_likely(coral_secure_ring_intact_big((uint8_t *)old, fill))) {
             coral_free_push_local_uncounted(old_page, old);
@@ -219,7 +227,11 @@ CORAL_INLINE void coral_secure_ring_put(coral_page_t *page, coral_block_t *block
     } else if (usable > 8) {
         coral_count_frees(page->class_idx, 1);
         coral_secure_ring_fill_small((uint8_t *)block, usable, fill);
-        old = coral_ring_swap(&r->small, coral_ring_draw(r), page, block, &old_page);
+        if (coral_unlikely(coral_heap_ring_enter(r))) {
+            coral_heap_ring_bypass(page, block);
+            return;
+        }
+        old = coral_ring_take(r, &r->small, page, block, &old_page);
         if (coral_likely(coral_slice_tid_flags(old_page) == coral_thread_id()) &&
             coral_likely(coral_secure_ring_intact_small((uint8_t *)old, old_page->owner_usable_size,
                                                         fill))) {

@@ -137,6 +137,10 @@ typedef enum coral_test_point_e {
     /* profile.c: the fork's prepare hook found one of the profiler's locks
      * held and is about to wait for it; the object is the lock */
     CORAL_TP_PROFILE_FORK_WAIT,
+    /* api.h (secure build): a free's put into the ring of freed blocks
+     * read its slot and has not written it yet (the ring busy); the object
+     * is the block put */
+    CORAL_TP_RING_SWAP,
     CORAL_TP_COUNT
 } coral_test_point_t;
 

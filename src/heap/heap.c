@@ -566,17 +566,19 @@ __thread coral_ring_t coral_ring_tls __attribute__((tls_model("initial-exec"))) 
 _Static_assert(CORAL_RING_SLOTS == 4, "RING_EMPTY names every slot");
 
 /* Every block of slots leaves it (checked, back to its page). Each slot
- * is emptied before its block goes back: that may retire the page, whose
+ * is emptied, with the ring busy (heap.h: a handler's put then leaves the
+ * ring alone), before its block goes back: that may retire the page, whose
  * release may start the purge thread and so free again on this thread (a
- * nested put finds the slot empty). */
-static void ring_slots_flush(coral_ring_slots_t *slots) {
+ * nested put finds the ring free to use and the slot empty). */
+static void ring_slots_flush(coral_ring_t *r, coral_ring_slots_t *slots) {
     for (unsigned i = 0; i < CORAL_RING_SLOTS; i++) {
+        if (coral_heap_ring_enter(r)) return; /* (in a handler, inside a change) */
         coral_block_t *block = slots->blocks[i];
         coral_page_t *page = slots->pages[i];
-        if (page == &coral_ring_idle) continue;
         slots->blocks[i] = RING_IDLE;
         slots->pages[i] = &coral_ring_idle;
-        coral_heap_ring_out_slow(page, block);
+        coral_heap_ring_exit(r);
+        if (page != &coral_ring_idle) coral_heap_ring_out_slow(page, block);
     }
 }
 
@@ -584,8 +586,8 @@ void coral_heap_ring_out_slow(coral_page_t *page, coral_block_t *block) {
     coral_ring_t *r = &coral_ring_tls;
     if (page == &coral_ring_idle) {
         if (r->closed) { /* (the block just put, alone in the ring) */
-            ring_slots_flush(&r->big);
-            ring_slots_flush(&r->small);
+            ring_slots_flush(r, &r->big);
+            ring_slots_flush(r, &r->small);
         } else if (!r->seeded) {
             r->seeded = true;
             r->draw ^= ((uint64_t)coral_secure_next_epoch() << 32 | coral_secure_next_epoch()) << 1;
@@ -597,15 +599,23 @@ void coral_heap_ring_out_slow(coral_page_t *page, coral_block_t *block) {
     coral_heap_free_local_now(page, block);
 }
 
+void coral_heap_ring_bypass(coral_page_t *page, coral_block_t *block) {
+    coral_secure_fill_words((uint8_t *)block, page->owner_usable_size);
+    coral_heap_free_local_now(page, block);
+}
+
 void coral_heap_ring_flush(bool close) {
     coral_ring_t *r = &coral_ring_tls;
     if (close) r->closed = true;
-    ring_slots_flush(&r->big);
-    ring_slots_flush(&r->small);
+    ring_slots_flush(r, &r->big);
+    ring_slots_flush(r, &r->small);
 }
 #else
 void coral_heap_ring_flush(bool close) { (void)close; }
 void coral_heap_ring_out_slow(coral_page_t *page, coral_block_t *block) {
+    coral_heap_free_local_now(page, block);
+}
+void coral_heap_ring_bypass(coral_page_t *page, coral_block_t *block) {
     coral_heap_free_local_now(page, block);
 }
 #endif

@@ -293,8 +293,24 @@ void coral_heap_free_local_now(coral_page_t *page, coral_block_t *block);
  * walked (coral_heap_visit, the profiler's walk) and on coral_collect
  * (malloc_trim). A fork needs nothing: the child's one thread keeps its
  * own ring, the other threads' blocks stay counted in use as their other
- * blocks do. A free in a signal handler that interrupts a free is not
- * supported, as for the page lists themselves.
+ * blocks do.
+ * Signal handlers: a free() in a handler (POSIX does not allow it;
+ * programs do it) may interrupt this thread's own put between its read of
+ * a slot and its write of it. A handler's put that drew the same slot
+ * would take the same block out (the interrupted put then pushes it a
+ * second time: the page's free list loops) and lose its own (overwritten).
+ * So the ring is changed only with `busy` set: by the thread
+ * (coral_heap_ring_enter, below: a test-and-set, then a signal fence, as
+ * the handler runs on this thread) before its draw and its swap of a slot
+ * (the put) or its emptying of a slot (the flush), and cleared
+ * (coral_heap_ring_exit) once the slot holds its new block, before the
+ * block that left goes back to its page (which may free again: a nested
+ * put finds the ring free to use). A put that finds `busy` set (a
+ * handler's) leaves the ring alone: its block goes back to its page at
+ * once, with the fill a page's free blocks hold (coral_heap_ring_bypass);
+ * a flush that finds it set empties nothing. A handler's
+ * free that interrupts the page push itself, after the swap, is not
+ * supported, as for the page lists of every build.
  * An empty slot holds coral_ring_idle (block and page): a page whose
  * tid_flags, 0, equal no thread's id, so that the put's one test of the
  * leaving block's page (owned by the caller, unflagged) also sends an
@@ -315,13 +331,38 @@ typedef struct coral_ring_slots_s {
 typedef struct coral_ring_s {
     uint64_t draw; /* the generator's state (odd) */
     coral_ring_slots_t big, small;
-    bool seeded; /* the state holds the secret (else the initial constant) */
-    bool closed; /* the thread's exit cleanup began: frees bypass the ring */
+    uint32_t busy; /* 1: the thread is changing the ring (above: signal handlers) */
+    bool seeded;   /* the state holds the secret (else the initial constant) */
+    bool closed;   /* the thread's exit cleanup began: frees bypass the ring */
 } coral_ring_t;
 #if CORAL_SECURE
 extern __thread coral_ring_t coral_ring_tls __attribute__((tls_model("initial-exec")));
 #endif
 extern coral_page_t coral_ring_idle;
+/* The thread starts a change of its ring r: sets r->busy and tells
+ * whether it was set already (a free in a signal handler that interrupted
+ * a change: the caller changes nothing and leaves r->busy set). On x86-64
+ * one instruction tests and sets it (bts: a handler runs wholly before it
+ * or after it); elsewhere a test, then a store (a handler between the two
+ * finds it clear, and clears it again when done). A signal fence after it
+ * keeps the change's stores after it. */
+CORAL_INLINE bool coral_heap_ring_enter(coral_ring_t *r) {
+    bool was;
+#if defined(__x86_64__) && defined(__GCC_ASM_FLAG_OUTPUTS__)
+    __asm__ volatile("btsl $0, %0" : "+m"(r->busy), "=@ccc"(was));
+#else
+    was = r->busy != 0;
+    r->busy = 1;
+#endif
+    atomic_signal_fence(memory_order_seq_cst);
+    return was;
+}
+
+/* The change of r that coral_heap_ring_enter started is over. */
+CORAL_INLINE void coral_heap_ring_exit(coral_ring_t *r) {
+    atomic_signal_fence(memory_order_seq_cst);
+    r->busy = 0;
+}
 /* Every block leaves the calling thread's ring (checked, back to its
  * page); close: later frees bypass it (the thread's exit). */
 void coral_heap_ring_flush(bool close);
@@ -333,6 +374,10 @@ void coral_heap_ring_flush(bool close);
  * draws seeded at the first), or closed (the block just put goes back at
  * once: a closed ring stays empty). */
 void coral_heap_ring_out_slow(coral_page_t *page, coral_block_t *block);
+/* A put that found the ring busy (a free in a signal handler that
+ * interrupted a change of the ring): block (freed mark written, counted)
+ * gets the fill of a page's free blocks and goes back to page at once. */
+void coral_heap_ring_bypass(coral_page_t *page, coral_block_t *block);
 
 /* A free by a thread that does not own the segment (huge blocks too). */
 void coral_heap_free_remote(coral_segment_t *seg, coral_page_t *page, void *p);

@@ -198,7 +198,8 @@ CORAL_INLINE coral_block_t *coral_ring_take(coral_ring_t *r, coral_ring_slots_t 
  * coral_heap_ring_out_slow takes the rest, and an empty slot's
  * coral_ring_idle, whose tid_flags are 0). Each slot is taken before its
  * old block goes back (which may retire a page and so free again on this
- * thread). A 16-byte block goes back at once. The draw and the swap are
+ * thread). A 16-byte block, and one of more than CORAL_RING_MAX_USABLE
+ * bytes, goes back at once. The draw and the swap are
  * made with the ring busy (heap.h: a free in a signal handler that
  * interrupts them finds it so, and its block goes back at once). */
 CORAL_INLINE void coral_secure_ring_put(coral_page_t *page, coral_block_t *block, size_t usable) {
@@ -213,6 +214,10 @@ CORAL_INLINE void coral_secure_ring_put(coral_page_t *page, coral_block_t *block
 #endif
     if (coral_likely(usable >= CORAL_RING_FILL_END)) {
         coral_count_frees(page->class_idx, 1);
+        if (coral_unlikely(usable > CORAL_RING_MAX_USABLE)) {
+            coral_heap_ring_bypass(page, block); /* (heap.h: blocks of few-block pages) */
+            return;
+        }
         coral_secure_ring_fill_big((uint8_t *)block, fill);
         if (coral_unlikely(coral_heap_ring_enter(r))) {
             coral_heap_ring_bypass(page, block);

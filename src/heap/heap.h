@@ -285,7 +285,8 @@ void coral_heap_free_local_now(coral_page_t *page, coral_block_t *block);
  * (page->used), so the page is neither retired nor released under it.
  * Bounded: 2 * CORAL_RING_SLOTS blocks (below), each of a page's head
  * slice, so at most 2 * CORAL_RING_SLOTS * CORAL_SLICE_SIZE bytes a
- * thread. 16-byte blocks (no fill: page.h) go back to their page at once.
+ * thread. 16-byte blocks (no fill: page.h) and blocks of more than
+ * CORAL_RING_MAX_USABLE bytes (below) go back to their page at once.
  * The calling thread's alone (thread-local), every block of a page it owns.
  * So it is emptied (coral_heap_ring_flush) before the thread's heaps are
  * abandoned (thread exit: closed, later frees bypass it), before a user
@@ -315,6 +316,18 @@ void coral_heap_free_local_now(coral_page_t *page, coral_block_t *block);
  * tid_flags, 0, equal no thread's id, so that the put's one test of the
  * leaving block's page (owned by the caller, unflagged) also sends an
  * empty slot to coral_heap_ring_out_slow, with no test of its own. */
+/* Blocks of more than CORAL_RING_MAX_USABLE usable bytes (those of 8 KiB
+ * and up, whose pages hold few blocks: 8 of the biggest) skip the ring and
+ * go back at once. A block waiting in the ring keeps its page in use; for a
+ * page of few blocks that moves, often and by much, the moment it empties
+ * and is parked (heap.c), and so what waits to be purged: in glibc's
+ * tst-mallocfork2 (blocks up to 70,000 bytes) the parked pages' bytes then
+ * reached the purge thread's start threshold (os/purge.c) during the test
+ * now and then, and the thread it started made the process multi-threaded
+ * (a fork in a signal handler then waited forever for glibc's atfork lock:
+ * docs/DESIGN.md, "Thread exit, adoption, fork"); without the ring, and
+ * with it up to this size, they reached it only in the test's final frees. */
+#define CORAL_RING_MAX_USABLE ((size_t)4096)
 #define CORAL_RING_SLOTS 4u
 #define CORAL_RING_SLOT_BITS 2 /* (log2 of the slots) */
 /* The draws: the top bits of a multiplicative generator modulo 2^64 (odd

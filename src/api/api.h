@@ -287,11 +287,17 @@ CORAL_INLINE void coral_free_in_segment(coral_segment_t *seg, coral_page_t *slic
  * a flagged slice, a misuse) takes the checked path. */
 CORAL_INLINE void coral_secure_free_in_segment(coral_segment_t *seg, coral_page_t *slice, void *p,
                                                size_t size, const char *call) {
-    size_t usable = slice->owner_usable_size; /* (read once, before the mark's store) */
-    if (coral_likely(coral_slice_tid_flags(slice) == coral_thread_id()) &&
-        coral_likely(size <= usable) && coral_likely(coral_secure_free_fast(slice, p))) {
-        coral_secure_ring_put(slice, p, usable);
-        return;
+    if (coral_likely(coral_slice_tid_flags(slice) == coral_thread_id())) {
+        /* Read only by the owner (its line of the descriptor, which no other
+         * thread touches: a remote free must not pull it in), and once,
+         * before the mark's store: the empty asm keeps it in a register, as
+         * the store could alias it for all the compiler knows. */
+        size_t usable = slice->owner_usable_size;
+        __asm__("" : "+r"(usable));
+        if (coral_likely(size <= usable) && coral_likely(coral_secure_free_fast(slice, p))) {
+            coral_secure_ring_put(slice, p, usable);
+            return;
+        }
     }
     if (size != 0)
         coral_free_sized_checked(p, size, call);

@@ -7,8 +7,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 mapfile -t files < <(find include src tests bench/workloads bench/witness bench/src/coralloc_bench/data \
     -name '*.c' -o -name '*.h' -o -name '*.cc' | sort)
-# The walk must have found the sources (else 0 files would "match").
-printf '%s\n' "${files[@]}" | grep -qx include/coralloc.h ||
+# The walk must have found the sources (else 0 files would "match"). grep
+# reads all of its input (no -q): with pipefail, a grep that stopped at the
+# first match could end printf with SIGPIPE and fail the pipeline.
+printf '%s\n' "${files[@]}" | grep -x include/coralloc.h >/dev/null ||
     { echo "format: include/coralloc.h not among the ${#files[@]} files found: nothing checked"; exit 1; }
 bad=()
 for f in "${files[@]}"; do

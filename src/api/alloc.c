@@ -287,11 +287,18 @@ CORAL_INLINE void free_checked(coral_segment_t *seg, coral_page_t *page, void *p
         remote_free(seg, page, p);
 }
 
-/* The free of p, a block of a page with CORAL_PAGE_SAMPLED that may have
- * a record, or that the quick push did not take: the record goes (if p has
- * one), then p is freed as any block. */
+/* The free of p, a block of a page with CORAL_PAGE_SAMPLED (profiling on).
+ * Most blocks of a flagged page have no record, which their address count
+ * says (profile.h): the owner's free of one is then the fast path's push,
+ * with no call into the profiler; a block that may have a record loses it
+ * first. Out of line and
+ * out of the library's first code window (cmake/hot-text.ld): a program
+ * that does not profile never runs it. */
 static CORAL_NOINLINE void free_in_sampled_page(coral_segment_t *seg, coral_page_t *slice,
                                                 coral_page_t *page, void *p) {
+    if (!CORAL_SECURE && page == slice && !coral_profile_may_hold(page, p) &&
+        sampled_page_free_fast(slice, p))
+        return;
     coral_profile_forget(page, p);
     if (!CORAL_SECURE && page == slice && sampled_page_free_fast(slice, p)) return;
     free_checked(seg, page, p);
@@ -300,14 +307,6 @@ static CORAL_NOINLINE void free_in_sampled_page(coral_segment_t *seg, coral_page
 void coral_free_unusual(coral_segment_t *seg, coral_page_t *slice, void *p) {
     coral_page_t *page = coral_slice_head(slice);
     if (coral_unlikely(coral_slice_flags(page) & CORAL_PAGE_SAMPLED)) {
-        /* Most blocks of a flagged page have no record, which their
-         * address count says (profile.h): the owner's free of one is then
-         * the fast path's push, here, with no call (the rest is out of
-         * line), so that a page holding a sampled block costs its other
-         * blocks' frees about 30 instructions more than the fast path's. */
-        if (!CORAL_SECURE && page == slice && !coral_profile_may_hold(page, p) &&
-            sampled_page_free_fast(slice, p))
-            return;
         free_in_sampled_page(seg, slice, page, p);
         return;
     }

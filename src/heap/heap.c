@@ -547,12 +547,12 @@ void coral_heap_free_local_now(coral_page_t *page, coral_block_t *block) {
 
 /* ---- the secure build's ring of freed blocks (heap.h) ---------------------------------- */
 
+#if CORAL_SECURE
 /* An empty slot's block and page (heap.h); never written: its tid_flags
  * stay 0. */
 coral_page_t coral_ring_idle;
 #define RING_IDLE ((coral_block_t *)(void *)&coral_ring_idle)
 
-#if CORAL_SECURE
 #define RING_EMPTY                                                                                 \
     {                                                                                              \
         .blocks = {RING_IDLE, RING_IDLE, RING_IDLE, RING_IDLE},                                    \
@@ -611,13 +611,7 @@ void coral_heap_ring_flush(bool close) {
     ring_slots_flush(r, &r->small);
 }
 #else
-void coral_heap_ring_flush(bool close) { (void)close; }
-void coral_heap_ring_out_slow(coral_page_t *page, coral_block_t *block) {
-    coral_heap_free_local_now(page, block);
-}
-void coral_heap_ring_bypass(coral_page_t *page, coral_block_t *block) {
-    coral_heap_free_local_now(page, block);
-}
+void coral_heap_ring_flush(bool close) { (void)close; } /* (no ring) */
 #endif
 
 void coral_heap_free_remote(coral_segment_t *seg, coral_page_t *page, void *p) {

@@ -350,8 +350,8 @@ typedef struct coral_ring_s {
 } coral_ring_t;
 #if CORAL_SECURE
 extern __thread coral_ring_t coral_ring_tls __attribute__((tls_model("initial-exec")));
-#endif
 extern coral_page_t coral_ring_idle;
+#endif
 /* The thread starts a change of its ring r: sets r->busy and tells
  * whether it was set already (a free in a signal handler that interrupted
  * a change: the caller changes nothing and leaves r->busy set). On x86-64
@@ -379,6 +379,7 @@ CORAL_INLINE void coral_heap_ring_exit(coral_ring_t *r) {
 /* Every block leaves the calling thread's ring (checked, back to its
  * page); close: later frees bypass it (the thread's exit). */
 void coral_heap_ring_flush(bool close);
+#if CORAL_SECURE
 /* A block that left the ring's slot of the last draw and that the inline
  * path did not take (its page flagged now, full say; its fill changed; or
  * coral_ring_idle, an empty slot): a changed fill is reported (a write
@@ -391,6 +392,7 @@ void coral_heap_ring_out_slow(coral_page_t *page, coral_block_t *block);
  * interrupted a change of the ring): block (freed mark written, counted)
  * gets the fill of a page's free blocks and goes back to page at once. */
 void coral_heap_ring_bypass(coral_page_t *page, coral_block_t *block);
+#endif
 
 /* A free by a thread that does not own the segment (huge blocks too). */
 void coral_heap_free_remote(coral_segment_t *seg, coral_page_t *page, void *p);

@@ -2440,6 +2440,55 @@ static void case_remote_run_heap_signal(void) {
     CHECK_EQ(coral_test_check(), 0);
 }
 
+/* ---- a signal handler's malloc while its thread sets up its heap ---------------------
+ * window_thread_setup_signal: a thread's first malloc sets up its heap,
+ * taking the heap pool's lock; a signal raised there
+ * (CORAL_TP_HEAP_POOL_LOCKED, on that thread) runs a handler that mallocs.
+ * Before, the handler's malloc set the thread up again and waited for the
+ * pool's lock its own thread held, for good (the alarm ended the test); now
+ * it gets NULL (ENOMEM) and the thread's own malloc goes on. */
+static __thread bool ts_first;
+static volatile int ts_handled, ts_errno;
+static void *volatile ts_handler_block = (void *)1;
+
+static void ts_handler(int sig) {
+    (void)sig;
+    int saved = errno;
+    ts_handled++;
+    errno = 0;
+    ts_handler_block = coral_malloc(100);
+    ts_errno = errno;
+    errno = saved;
+}
+
+static void ts_hook(int point, const void *object) {
+    (void)object;
+    if (point == CORAL_TP_HEAP_POOL_LOCKED && ts_first && ts_handled == 0) raise(SIGUSR1);
+}
+
+static void *ts_first_malloc(void *arg) {
+    (void)arg;
+    ts_first = true;
+    void *p = coral_malloc(24);
+    ts_first = false;
+    CHECK(p != NULL);
+    coral_free(p);
+    void *q = coral_malloc(100); /* after the setup: served */
+    CHECK(q != NULL);
+    coral_free(q);
+    return NULL;
+}
+
+static void case_thread_setup_signal(void) {
+    alarm(60);
+    run_freer_signalled(ts_handler, ts_hook, ts_first_malloc);
+    alarm(0);
+    CHECK_EQ(ts_handled, 1);
+    CHECK(ts_handler_block == NULL);
+    CHECK_EQ(ts_errno, ENOMEM);
+    CHECK_EQ(coral_test_check(), 0);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_windows CASE\n");
@@ -2450,6 +2499,7 @@ int main(int argc, char **argv) {
         void (*run)(void);
     } cases[] = {
         {"orphan_destroy", case_orphan_destroy},
+        {"thread_setup_signal", case_thread_setup_signal},
         {"notify_retire", case_notify_retire},
         {"large_only", case_large_only},
         {"huge_free_vs_exit", case_huge_free_vs_exit},

@@ -143,7 +143,8 @@ extern __thread coral_heap_t *coral_tls_heap __attribute__((tls_model("initial-e
 extern coral_heap_t coral_heap_empty;
 
 /* Set up the calling thread (and the process on its first call); its heap,
- * or NULL when the OS has no memory or the thread's exit has begun. */
+ * or NULL when the OS has no memory, the thread's exit has begun, or a
+ * signal handler interrupted the thread's own setup (thread.c). */
 coral_heap_t *coral_thread_init(void);
 /* From its first user heap on, the calling thread watches for the start
  * of its exit, which says whether its exit cleanup may wait a key

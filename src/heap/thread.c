@@ -607,8 +607,16 @@ static void thread_clean_dead(coral_heap_t *dead) {
     coral_tls_exiting = false;
 }
 
-coral_heap_t *coral_thread_init(void) {
-    if (coral_tls_exiting) return NULL; /* the exit heap serves it */
+/* The calling thread is setting up its heap (in coral_thread_init), with
+ * the heap pool's lock held at times and its state half made: a malloc in
+ * a signal handler that interrupted it there (POSIX does not allow one;
+ * programs do it) gets NULL, ENOMEM: setting the thread up again would
+ * wait for good for the lock its own thread holds, or for the process's
+ * setup it interrupted. Written by its own thread only, ordered
+ * against the handler that interrupts it by a signal fence. */
+static __thread bool coral_tls_setting_up __attribute__((tls_model("initial-exec")));
+
+static coral_heap_t *thread_set_up(void) {
     coral_process_init();
     coral_heap_t *heap = coral_heap_pool_get();
     if (heap == NULL) return NULL;
@@ -627,6 +635,17 @@ coral_heap_t *coral_thread_init(void) {
     pthread_setspecific(thread_key, heap);
     coral_count_gauge(&coral_counters.threads, &coral_counters.threads_peak, 1);
     process_init_late();
+    return heap;
+}
+
+coral_heap_t *coral_thread_init(void) {
+    if (coral_tls_exiting) return NULL;    /* the exit heap serves it */
+    if (coral_tls_setting_up) return NULL; /* a signal handler's, nested */
+    coral_tls_setting_up = true;
+    atomic_signal_fence(memory_order_seq_cst);
+    coral_heap_t *heap = thread_set_up();
+    atomic_signal_fence(memory_order_seq_cst);
+    coral_tls_setting_up = false;
     return heap;
 }
 

@@ -302,9 +302,9 @@ void coral_heap_free_local_now(coral_page_t *page, coral_block_t *block);
  * would take the same block out (the interrupted put then pushes it a
  * second time: the page's free list loops) and lose its own (overwritten).
  * So the ring is changed only with `busy` set: by the thread
- * (coral_heap_ring_enter, below: a test-and-set, then a signal fence, as
- * the handler runs on this thread) before its draw and its swap of a slot
- * (the put) or its emptying of a slot (the flush), and cleared
+ * (coral_heap_ring_enter, below: a test, then a store, then a signal
+ * fence, as the handler runs on this thread) before its draw and its swap
+ * of a slot (the put) or its emptying of a slot (the flush), and cleared
  * (coral_heap_ring_exit) once the slot holds its new block, before the
  * block that left goes back to its page (which may free again: a nested
  * put finds the ring free to use). A put that finds `busy` set (a
@@ -355,19 +355,17 @@ extern coral_page_t coral_ring_idle;
 #endif
 /* The thread starts a change of its ring r: sets r->busy and tells
  * whether it was set already (a free in a signal handler that interrupted
- * a change: the caller changes nothing and leaves r->busy set). On x86-64
- * one instruction tests and sets it (bts: a handler runs wholly before it
- * or after it); elsewhere a test, then a store (a handler between the two
- * finds it clear, and clears it again when done). A signal fence after it
- * keeps the change's stores after it. */
+ * a change: the caller changes nothing and leaves r->busy set). A test,
+ * then a store, not one atomic test-and-set: a handler runs wholly on this
+ * thread between two of its instructions and leaves `busy` as it found it
+ * (it sets it only if it found it clear, and clears it again when done),
+ * so one between the test and the store finds it clear, as the test did,
+ * and its change is over before the store. (For the same reason the
+ * compiler may take the value this thread stored last for the test.)
+ * A signal fence after the store keeps the change's accesses after it. */
 CORAL_INLINE bool coral_heap_ring_enter(coral_ring_t *r) {
-    bool was;
-#if defined(__x86_64__) && defined(__GCC_ASM_FLAG_OUTPUTS__)
-    __asm__ volatile("btsl $0, %0" : "+m"(r->busy), "=@ccc"(was));
-#else
-    was = r->busy != 0;
+    bool was = r->busy != 0;
     r->busy = 1;
-#endif
     atomic_signal_fence(memory_order_seq_cst);
     return was;
 }

@@ -961,13 +961,13 @@ CORAL_INLINE bool coral_secure_ring_intact(const uint8_t *block, size_t usable) 
                : coral_secure_ring_intact_small(block, usable, coral_ring_fill_vec());
 }
 
-/* Whether p, in `page` (in use, of a normal segment), looks like a live
- * block start: its mark word, which lies inside the page's blocks, holds
- * its canary. No division: an interior pointer never finds its own canary
- * a block size after it. */
+/* Whether p, in `page` (in use, of a normal segment), is a live block
+ * start: a block start (a division: the slow path's), whose mark word,
+ * which lies inside the page's blocks, holds its canary. */
 CORAL_INLINE bool coral_secure_intact(const coral_page_t *page, uint8_t *block, uint64_t canary) {
     size_t blocks_end = (size_t)page->reserved * page->block_size; /* (the mark read is in it) */
-    return (size_t)(block - page->start) + page->block_size <= blocks_end &&
+    size_t offset = (size_t)(block - page->start);
+    return offset + page->block_size <= blocks_end && offset % page->block_size == 0 &&
            *coral_mark_word(page, block) == canary;
 }
 
@@ -992,12 +992,19 @@ CORAL_INLINE bool coral_secure_page_check(coral_page_t *page, void *p, bool rele
  * stands for the default build's test against local_free. It reads the owner's line only
  * (segment.h). p lies in the span's first slice, where the page's first block starts (segment.c),
  * so its offset from that block is its offset in the slice; at most the last block's offset keeps
- * the mark read inside the page's blocks, as coral_secure_intact does. */
+ * the mark read inside the page's blocks, as coral_secure_intact does, and a multiple of the block
+ * size makes it a block start: the canary alone lets an interior pointer through where the
+ * program planted the canary its address computes to (misuse free-interior-planted-canary). The
+ * test is a 32-bit division (the owner's line has no room left for the default build's
+ * multiplier and bound): one instruction, its latency off the path the branch predicts. */
 CORAL_INLINE bool coral_secure_free_fast(coral_page_t *slice, void *p) {
-    size_t offset = (uintptr_t)p & (CORAL_SLICE_SIZE - 1);
-    if (coral_unlikely(offset > slice->owner_last_block)) return false;
+    uint32_t offset = (uint32_t)((uintptr_t)p & (CORAL_SLICE_SIZE - 1));
+    uint32_t usable = slice->owner_usable_size;
+    if (coral_unlikely(offset > slice->owner_last_block) ||
+        coral_unlikely(offset % (usable + (uint32_t)CORAL_CANARY_SIZE) != 0))
+        return false;
     uint64_t canary = coral_owner_canary_of(slice, p);
-    uint64_t *mark = (uint64_t *)(void *)((uint8_t *)p + slice->owner_usable_size);
+    uint64_t *mark = (uint64_t *)(void *)((uint8_t *)p + usable);
     if (coral_unlikely(*mark != canary)) return false;
     *mark = coral_freed_mark_of(canary);
     return true;

@@ -46,7 +46,8 @@ static void fresh_ranks(size_t size, unsigned n, unsigned rank[BLOCKS]) {
         if (addr[t] < lo) lo = addr[t];
         if (addr[t] > hi) hi = addr[t];
     }
-    size_t stride = coral_malloc_usable_size((void *)addr[0]) + 8; /* + the canary */
+    /* (usable size: the request; its class's usable bytes, + the canary) */
+    size_t stride = coral_good_size(coral_malloc_usable_size((void *)addr[0])) + 8;
     CHECK_GE((size_t)(hi - lo), (size_t)(n - 1) * stride);
     CHECK_LE((size_t)(hi - lo), (size_t)(n - 1 + WINDOW - 1) * stride);
     CHECK_EQ((size_t)(hi - lo) % stride, (size_t)0);

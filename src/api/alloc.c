@@ -49,8 +49,7 @@ CORAL_INLINE void *page_pop(coral_heap_t *heap, coral_page_t *page, unsigned cls
     page->free = coral_block_next(block);
     page->used++;
     coral_heap_count(heap, allocs, cls, 1);
-    if (CORAL_SECURE)
-        return coral_secure_small_out(page, block, zero ? size - CORAL_CANARY_SIZE : 0);
+    if (CORAL_SECURE) return coral_secure_small_out(page, block, size - CORAL_CANARY_SIZE, zero);
     if (zero) {
         if (coral_block_is_zero(page, block))
             block->next = NULL;
@@ -321,15 +320,26 @@ static size_t usable_size_of(coral_segment_t *seg, const void *p) {
     if (page->slice_count == 0) return 0;
     uint8_t *block = (uint8_t *)p;
     if (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED) block = coral_page_block_start(page, p);
-    return (size_t)(block + page->block_size - CORAL_CANARY_SIZE - (const uint8_t *)p);
+    size_t usable = (size_t)(block + page->block_size - CORAL_CANARY_SIZE - (const uint8_t *)p);
+    /* The secure build: the request, from its canary word (checked before:
+     * block_problem), as glibc's MALLOC_CHECK_ reports it. */
+    if (CORAL_SECURE)
+        return coral_secure_request_of(usable, *coral_mark_word(page, block),
+                                       coral_canary_of(page, block));
+    return usable;
 }
 
 /* The secure build: a block start whose mark word holds its freed mark is
  * free (any thread can tell: page.h), one that holds neither the mark nor
  * its canary was overflowed. */
 static const char *secure_block_problem(coral_page_t *page, const void *p) {
-    uint64_t canary = coral_canary_of(page, p), mark = *coral_mark_word(page, (void *)p);
-    if (coral_likely(mark == canary)) return NULL;
+    uint8_t *block = (uint8_t *)p;
+    if (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED) block = coral_page_block_start(page, p);
+    uint64_t canary = coral_canary_of(page, block), *word = coral_mark_word(page, block);
+    uint64_t mark = *word;
+    if (coral_likely(coral_secure_canaries_intact(p, (size_t)((uint8_t *)word - (const uint8_t *)p),
+                                                  mark, canary)))
+        return NULL;
     if (mark == coral_freed_mark_of(canary)) return "a freed block";
     return "its canary was overwritten: a heap overflow";
 }
@@ -449,7 +459,7 @@ void *coral_secure_alloc_zero(coral_heap_t *heap) {
 }
 
 /* Whether a block of page that passed its checks (coral_secure_page_check:
- * its canary stands for the block-start test, page.h) is another thread's
+ * the block-start test among them, page.h) is another thread's
  * block of a size class that can be pushed at once: no aligned block in
  * the page (whose free gives back another pointer), not sampled by the
  * profiler (whose free forgets it first). */
@@ -478,8 +488,8 @@ void coral_secure_free_checked(coral_segment_t *seg, coral_page_t *slice, void *
         if (page->slice_count != 0) {
             if (!coral_secure_page_check(page, p, true)) return;
             /* Another thread's block: pushed on its page's remote list
-             * (which checks the count and the page's state), without the
-             * division of the unchecked path's block-start test. */
+             * (which checks the count and the page's state); the check
+             * made the block-start test. */
             if (coral_likely(secure_plain_remote(seg, page))) {
                 coral_count_frees(page->class_idx, 1);
                 coral_page_free_remote_checked(page, p);
@@ -669,6 +679,31 @@ static void *huge_realloc(coral_heap_t *heap, coral_segment_t *seg, void *p, siz
     return q;
 }
 
+/* The secure build: the canary word of the block p starts, in page (an
+ * aligned large block's usable bytes end there too), and the canary of
+ * the block that word ends. */
+static uint64_t *secure_word_of(coral_page_t *page, const void *p, uint64_t *canary) {
+    uint8_t *block = (uint8_t *)p;
+    if (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED) block = coral_page_block_start(page, p);
+    *canary = coral_canary_of(page, block);
+    return coral_mark_word(page, block);
+}
+
+/* The bytes of the block p starts in page (a live block), less the
+ * canary's: `usable` in the default build, which has no request canary. */
+static size_t block_usable(coral_page_t *page, const void *p, size_t usable) {
+    if (!CORAL_SECURE) return usable;
+    uint64_t canary;
+    return (size_t)((uint8_t *)secure_word_of(page, p, &canary) - (const uint8_t *)p);
+}
+
+/* The secure build: p's canaries (page.h) for a request of size bytes, at
+ * most its block's usable bytes. */
+static void secure_request_moved(coral_page_t *page, void *p, size_t size) {
+    uint64_t canary, *word = secure_word_of(page, p, &canary);
+    coral_secure_canaries_out(p, (size_t)((uint8_t *)word - (uint8_t *)p), size, canary);
+}
+
 CORAL_INLINE void *realloc_in(coral_heap_t *heap, void *p, size_t size, bool any_heap) {
     if (p == NULL) return coral_heap_alloc_inline(heap, size, false);
     if (size == 0) { /* glibc's behaviour: free and return NULL */
@@ -704,8 +739,12 @@ CORAL_INLINE void *realloc_in(coral_heap_t *heap, void *p, size_t size, bool any
         size <= CORAL_LARGE_MAX_SIZE) {
         void *q = coral_realloc_large_in_place(page, p, size);
         if (q != NULL) return valgrind_resized(p, usable, q);
-    } else if (same && size <= usable && size >= usable / 2) {
-        return valgrind_resized(p, usable, p); /* shrinking by less than half: keep the block */
+    } else if (same && size <= block_usable(page, p, usable) &&
+               size >= block_usable(page, p, usable) / 2) {
+        /* Shrinking by less than half, or growing within the block: kept;
+         * the secure build's canaries move to the new request's end. */
+        if (CORAL_SECURE) secure_request_moved(page, p, size);
+        return valgrind_resized(p, usable, p);
     }
     return realloc_move(heap, p, usable, size);
 }

@@ -114,8 +114,7 @@ CORAL_INLINE void *coral_heap_alloc_inline(coral_heap_t *heap, size_t size, bool
         coral_block_t *block = coral_pop_direct(heap, size + CORAL_CANARY_SIZE, &page);
         if (coral_unlikely(block == NULL))
             return coral_malloc_refill(size + CORAL_CANARY_SIZE, heap, zero);
-        return coral_secure_small_out(page, block,
-                                      zero ? size : 0); /* a direct[] page: of a class */
+        return coral_secure_small_out(page, block, size, zero); /* a direct[] page: a class's */
     }
     if (coral_unlikely(size == 0)) return coral_secure_alloc_zero(heap);
     return coral_malloc_generic(coral_secure_inner_size(size), heap, zero);

@@ -115,7 +115,7 @@ void *coral_heap_malloc_large(coral_heap_t *heap, size_t size, size_t alignment,
         }
     }
     if (zero && !page->is_fresh) memset(p, 0, size);
-    if (CORAL_SECURE) coral_secure_large_out(page);
+    if (CORAL_SECURE) coral_secure_large_out(page, p, size - CORAL_CANARY_SIZE);
     /* Clean memory: populated if the program writes its big blocks (and
      * measured at its free: populate.c). */
     if (page->is_fresh && coral_populate_adaptive()) coral_populate_big_block(p, size, false);
@@ -140,7 +140,7 @@ void *coral_realloc_large_in_place(coral_page_t *page, void *p, size_t size) {
     page->block_size = slices * CORAL_SLICE_SIZE - CORAL_GUARD_SIZE;
     if (CORAL_SECURE) {
         (void)coral_os_protect(page->start + page->block_size, CORAL_GUARD_SIZE, false);
-        coral_secure_large_out(page);
+        coral_secure_large_out(page, p, size);
     }
     if (coral_populate_adaptive()) coral_populate_growth(p, old_usable, size);
     return p;

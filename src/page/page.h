@@ -645,11 +645,10 @@ CORAL_INLINE bool coral_page_free_remote_quick(coral_page_t *page, void *p, uint
 }
 
 /* The secure build's push of p, a block start of page (a size class, no
- * aligned block: its canary check passed, which stands for the
- * block-start test), by a thread that does not own it: the quick push
- * when it may, else the full one (which checks the count and the page's
- * state). The secure build has no remote freed mark to write (its mark,
- * in the block, was written by the check). */
+ * aligned block: its checks passed, the block-start test among them), by a thread that does not own
+ * it: the quick push when it may, else the full one (which checks the count and the page's state).
+ * The secure build has no remote freed mark to write (its mark, in the block, was written by the
+ * check). */
 CORAL_INLINE void coral_page_free_remote_checked(coral_page_t *page, void *p) {
     uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_acquire);
     if (coral_likely(coral_tf_quick_push_ok(page, tf, p)) &&
@@ -661,12 +660,14 @@ CORAL_INLINE void coral_page_free_remote_checked(coral_page_t *page, void *p) {
 /* ---- the secure build (secure.c) ----------------------------------------------------
  * What CORAL_SECURE adds to every block, and the checks it makes:
  *   - the last 8 bytes of every block of a size class and of every large
- *     block are not the program's (malloc_usable_size stops before them):
- *     while the block is live they hold its canary, once it is freed its
- *     freed mark, both keyed by the secret key, the page's epoch (a random
- *     value drawn at every page init) and the block's address. A free finds
- *     the mark (a double free, however many frees came between) or anything
- *     but the canary (an overflow past the usable size).
+ *     block are not the program's: while the block is live they hold its
+ *     canary with its slack folded in, and the 8 bytes at the request's end
+ *     the canary too (the request canary, below; malloc_usable_size says
+ *     the request), once it is freed its freed mark, both keyed by the
+ *     secret key, the page's epoch (a random value drawn at every page init)
+ *     and the block's address. A free finds the mark (a double free, however
+ *     many frees came between) or anything but the canaries (an overflow
+ *     past the request).
  *   - a freed block of a size class is filled with CORAL_FILL_BYTE past its
  *     link, up to the block's first CORAL_FILL_END bytes (or its mark);
  *     malloc finds a block whose fill changed (a write after free). A block
@@ -789,6 +790,72 @@ CORAL_INLINE uint64_t coral_owner_canary_of(const coral_page_t *page, const void
  * byte written) turns a freed block back into a live one, and its bytes
  * keep a canary's form (0x80..0xfe, even: no ASCII, NUL or fill byte). */
 CORAL_INLINE uint64_t coral_freed_mark_of(uint64_t canary) { return canary ^ CORAL_CANARY_VARY; }
+
+/* The request canary. A live block's canary word (at its usable size, the
+ * end of the block) holds its canary with its slack, the usable bytes past
+ * the program's request (usable - request, below 2^24: a large block's
+ * span ends within a slice and its alignment of the request's end, and a
+ * large block is at most CORAL_LARGE_MAX_SIZE), folded into bits 1-6 of
+ * its four low bytes: 24 of the 48 bits that vary (so a live block's word
+ * keeps a canary's form, and stays 24 bits from its freed mark). The 8
+ * bytes at the request's end (unaligned) hold the canary too, except
+ * where they reach into the canary word (a slack below 8), which keeps
+ * the word's bytes. So a write at the request's end, and anywhere in the
+ * 8 bytes after it, is found at the block's free as a heap overflow, and
+ * a slack of 0 is the canary word of the block's end alone. A block handed
+ * out with no request known (an aligned block inside a block: its page's
+ * blocks are checked at the usable size) gets the plain canary, slack 0. */
+#define CORAL_SLACK_BITS 0x7e7e7e7eull
+
+/* (The four 6-bit fields spread in two steps: halves, then pairs.) */
+CORAL_INLINE uint64_t coral_slack_code(size_t slack) {
+    uint64_t x = ((uint64_t)slack & 0xfff) | (((uint64_t)slack & 0xfff000) << 4);
+    x = (x & 0x003f003f) | ((x & 0x0fc00fc0) << 2);
+    return x << 1;
+}
+
+/* (The four 6-bit fields gathered in two steps: pairs, then halves.) */
+CORAL_INLINE size_t coral_slack_of(uint64_t code) {
+    uint64_t x = (code >> 1) & 0x3f3f3f3f;
+    x = (x & 0x003f003f) | ((x >> 2) & 0x0fc00fc0);
+    return (size_t)((x & 0xfff) | ((x >> 4) & 0xfff000));
+}
+
+/* The canaries of a live block of `usable` bytes (its canary word at
+ * block + usable) for a request of `request` bytes (at most usable): the
+ * request's end first, then the word, which takes the bytes of the first
+ * that reach into it. */
+CORAL_INLINE void coral_secure_canaries_out(uint8_t *block, size_t usable, size_t request,
+                                            uint64_t canary) {
+    memcpy(block + request, &canary, sizeof canary);
+    *(uint64_t *)(void *)(block + usable) = canary ^ coral_slack_code(usable - request);
+}
+
+/* Whether `word`, the canary word of a block of `usable` bytes whose
+ * canary is `canary`, is a live block's (its slack at most usable), and
+ * the first min(slack, 8) bytes at its request's end are the canary's, as
+ * coral_secure_canaries_out left them (the bytes after them are the
+ * word's, checked as the word). No branch on the slack: the shift that
+ * drops the other bytes, by 8 * (8 - min(slack, 8)), is made in two
+ * halves (a shift by 64 is undefined). */
+CORAL_INLINE bool coral_secure_canaries_intact(const uint8_t *block, size_t usable, uint64_t word,
+                                               uint64_t canary) {
+    uint64_t code = word ^ canary;
+    size_t slack = coral_slack_of(code);
+    if ((code & ~CORAL_SLACK_BITS) != 0 || slack > usable) return false;
+    unsigned half = (unsigned)(8 - (slack < 8 ? slack : 8)) * 4;
+    uint64_t at_end;
+    memcpy(&at_end, block + usable - slack, sizeof at_end);
+    return (((at_end ^ canary) << half) << half) == 0;
+}
+
+/* The bytes of a live block the program may use (its request), from its
+ * canary word (usable when the word's slack is out of bounds: not a live
+ * block's word, which its free reports). */
+CORAL_INLINE size_t coral_secure_request_of(size_t usable, uint64_t word, uint64_t canary) {
+    size_t slack = coral_slack_of(word ^ canary);
+    return slack <= usable ? usable - slack : usable;
+}
 
 /* The word after the usable bytes of the block at `block`. */
 CORAL_INLINE uint64_t *coral_mark_word(const coral_page_t *page, void *block) {
@@ -962,13 +1029,14 @@ CORAL_INLINE bool coral_secure_ring_intact(const uint8_t *block, size_t usable) 
 }
 
 /* Whether p, in `page` (in use, of a normal segment), is a live block
- * start: a block start (a division: the slow path's), whose mark word,
- * which lies inside the page's blocks, holds its canary. */
+ * start: a block start (a division, the slow path's) whose mark word,
+ * which lies inside the page's blocks, holds its canary and slack, and
+ * the bytes at its request's end their canary (above). */
 CORAL_INLINE bool coral_secure_intact(const coral_page_t *page, uint8_t *block, uint64_t canary) {
     size_t blocks_end = (size_t)page->reserved * page->block_size; /* (the mark read is in it) */
-    size_t offset = (size_t)(block - page->start);
+    size_t offset = (size_t)(block - page->start), usable = page->block_size - CORAL_CANARY_SIZE;
     return offset + page->block_size <= blocks_end && offset % page->block_size == 0 &&
-           *coral_mark_word(page, block) == canary;
+           coral_secure_canaries_intact(block, usable, *coral_mark_word(page, block), canary);
 }
 
 /* The checks a free (`release`: then the freed mark and the fill are
@@ -1005,7 +1073,7 @@ CORAL_INLINE bool coral_secure_free_fast(coral_page_t *slice, void *p) {
         return false;
     uint64_t canary = coral_owner_canary_of(slice, p);
     uint64_t *mark = (uint64_t *)(void *)((uint8_t *)p + usable);
-    if (coral_unlikely(*mark != canary)) return false;
+    if (coral_unlikely(!coral_secure_canaries_intact(p, usable, *mark, canary))) return false;
     *mark = coral_freed_mark_of(canary);
     return true;
 }
@@ -1024,8 +1092,9 @@ CORAL_INLINE uint32_t coral_block_offset_in_page(const coral_page_t *page, const
 /* A block of a size class just popped off `page`'s free list by its
  * owner: a block outside the page (a link forged or overwritten: the
  * decode kept it in the segment only) or a write after free is reported
- * (fatal), the canary written over
- * the mark, the first `zero` bytes cleared. Every block on a free list has
+ * (fatal), its canaries for a request of `request` bytes (at most its
+ * usable size) written, the mark's word among them, and with `zero` its
+ * first `request` bytes cleared. Every block on a free list has
  * its fill (free and the carve write it, and a page's memory is returned
  * to the OS only once its lists are gone), so the check reads the
  * block's first 32 bytes alone (its fill, and a 32-byte block's mark): a
@@ -1033,22 +1102,25 @@ CORAL_INLINE uint32_t coral_block_offset_in_page(const coral_page_t *page, const
  * (segment.h), never the one remote frees write. Returns the block; the
  * report is a tail call that returns nothing (the malloc fast path then
  * keeps no stack frame for it). */
-CORAL_INLINE void *coral_secure_small_out(coral_page_t *page, void *p, size_t zero) {
+CORAL_INLINE void *coral_secure_small_out(coral_page_t *page, void *p, size_t request, bool zero) {
     size_t usable = page->owner_usable_size;
     uint64_t canary = coral_owner_canary_of(page, p);
     uint32_t offset = coral_block_offset_in_page(page, p);
     if (coral_unlikely(offset > page->owner_last_block) ||
         coral_unlikely(!coral_secure_fill_intact(usable, p, canary)))
         return coral_secure_write_after_free(page, p);
-    *(uint64_t *)(void *)((uint8_t *)p + usable) = canary;
-    if (zero != 0) memset(p, 0, zero);
+    coral_secure_canaries_out(p, usable, request, canary);
+    if (zero) memset(p, 0, request);
     return p;
 }
 
-/* A large block whose size was set (malloc, realloc in place): its canary
- * after its usable bytes. */
-CORAL_INLINE void coral_secure_large_out(coral_page_t *page) {
-    *coral_mark_word(page, page->start) = coral_canary_of(page, page->start);
+/* A large block at p whose size was set (malloc, realloc in place) for a
+ * request of `request` bytes: its canaries (above), at the request's end
+ * and after its usable bytes. */
+CORAL_INLINE void coral_secure_large_out(coral_page_t *page, uint8_t *p, size_t request) {
+    uint64_t *word = coral_mark_word(page, page->start);
+    coral_secure_canaries_out(p, (size_t)((uint8_t *)word - p), request,
+                              coral_canary_of(page, page->start));
 }
 
 /* Owner: which blocks of the page are in use, as bits (block i: bit i % 64

@@ -95,6 +95,8 @@ bool coral_secure_check_slow(coral_page_t *page, void *p, bool release) {
     }
     uint64_t canary = coral_canary_of(page, block), *mark = coral_mark_word(page, block);
     uint64_t freed = coral_freed_mark_of(canary);
+    /* (p's usable bytes end at the mark: an aligned large block starts past block) */
+    size_t from_p = (size_t)((uint8_t *)mark - (uint8_t *)p);
     if (*mark == freed) {
         coral_misuse("double free detected: block %p of %zu bytes was already free", p, usable);
         return false;
@@ -108,9 +110,13 @@ bool coral_secure_check_slow(coral_page_t *page, void *p, bool release) {
                      p, usable);
         return false;
     }
-    if (*mark != canary) {
+    if (!coral_secure_canaries_intact(p, from_p, *mark, canary)) {
+        /* (the request when the word still holds a slack, else the usable size) */
+        size_t request = (*mark ^ canary) & ~CORAL_SLACK_BITS
+                             ? from_p
+                             : coral_secure_request_of(from_p, *mark, canary);
         coral_misuse("heap overflow detected: block %p of %zu bytes was written past its end", p,
-                     usable);
+                     request);
         return false;
     }
     if (release) coral_secure_mark_freed(page, block, canary);
@@ -118,7 +124,9 @@ bool coral_secure_check_slow(coral_page_t *page, void *p, bool release) {
 }
 
 static void check_live_canary(coral_page_t *page, uint8_t *block) {
-    if (*coral_mark_word(page, block) == coral_canary_of(page, block)) return;
+    if (coral_secure_canaries_intact(block, page->block_size - CORAL_CANARY_SIZE,
+                                     *coral_mark_word(page, block), coral_canary_of(page, block)))
+        return;
     coral_misuse("heap overflow detected: block %p of %zu bytes was written past its end (found "
                  "when its heap was destroyed or reset)",
                  (void *)block, page->block_size - CORAL_CANARY_SIZE);

@@ -826,7 +826,9 @@ static void overflow_request(size_t size, size_t by) {
 static void free_interior_planted_canary(void) {
     const uintptr_t vary = 0x7e7e7e7e7e7e7e7eull;
     char *b[32];
-    for (int i = 0; i < 32; i++) b[i] = malloc(48);
+    /* (56 bytes: a 64-byte block's usable bytes, so the secure build's
+     * canary word is at the request's end, with no slack folded in) */
+    for (int i = 0; i < 32; i++) b[i] = malloc(56);
     size_t usable = malloc_usable_size(b[0]);
     for (int i = 0; i < 32; i++)
         for (int k = 0; k < 32; k++) {
@@ -897,6 +899,32 @@ static void write_after_free_retire(void) {
 }
 static void overflow_request_small(void) { overflow_request(100, 4); }
 static void overflow_request_large(void) { overflow_request(300000, 4); }
+/* One byte past the request, in each size range. */
+static void overflow_request1_small(void) { overflow_request(100, 1); }
+static void overflow_request1_medium(void) { overflow_request(2000, 1); }
+static void overflow_request1_large(void) { overflow_request(300000, 1); }
+/* Past a request whose slack is below 8 bytes (malloc(20): a 32-byte
+ * block, 24 usable bytes). */
+static void overflow_request1_slack4(void) { overflow_request(20, 1); }
+
+static void overflow_request_calloc(void) {
+    char *p = launder(calloc(1, 100));
+    p[100] = 'a';
+    free(p);
+}
+
+/* realloc keeps the block (growing within it, shrinking by less than
+ * half), then one byte is written past the new request. */
+static void overflow_realloc(size_t from, size_t to) {
+    char *p = launder(malloc(from));
+    char *q = launder(realloc(p, to));
+    if (q != p) exit(1); /* not in place: the case needs the same block */
+    q[to] = 'a';
+    free(q);
+}
+static void overflow_realloc_grown(void) { overflow_realloc(100, 102); }
+static void overflow_realloc_shrunk(void) { overflow_realloc(100, 90); }
+static void overflow_realloc_large_shrunk(void) { overflow_realloc(300000, 290000); }
 
 typedef struct misuse_case_s {
     const char *name;
@@ -1046,6 +1074,14 @@ static const misuse_case_t cases[] = {
     {"overflow-request-small", overflow_request_small},
     {"overflow-request-large", overflow_request_large},
     {"free-interior-planted-canary", free_interior_planted_canary},
+    {"overflow-request1-small", overflow_request1_small},
+    {"overflow-request1-medium", overflow_request1_medium},
+    {"overflow-request1-large", overflow_request1_large},
+    {"overflow-request1-slack4", overflow_request1_slack4},
+    {"overflow-request-calloc", overflow_request_calloc},
+    {"overflow-realloc-grown", overflow_realloc_grown},
+    {"overflow-realloc-shrunk", overflow_realloc_shrunk},
+    {"overflow-realloc-large-shrunk", overflow_realloc_large_shrunk},
     {"write-after-free-small48-noreuse", waf_small48_noreuse},
     {"write-after-free-retire", write_after_free_retire},
 };

@@ -835,15 +835,19 @@ CORAL_INLINE void coral_secure_canaries_out(uint8_t *block, size_t usable, size_
  * canary is `canary`, is a live block's (its slack at most usable), and
  * the first min(slack, 8) bytes at its request's end are the canary's, as
  * coral_secure_canaries_out left them (the bytes after them are the
- * word's, checked as the word). No branch on the slack: the shift that
- * drops the other bytes, by 8 * (8 - min(slack, 8)), is made in two
- * halves (a shift by 64 is undefined). */
+ * word's, checked as the word). No branch on the slack (random sizes make
+ * it random: GCC's branch for min(slack, 8) made larson-128 1.48x the time
+ * of the build without the request canary, 1.17x without the branch): the
+ * shift that drops the other bytes, by 64 - 8 * slack or 0,
+ * is a saturating subtraction (its sign, no compare) made in two halves (a
+ * shift by 64 is undefined). */
 CORAL_INLINE bool coral_secure_canaries_intact(const uint8_t *block, size_t usable, uint64_t word,
                                                uint64_t canary) {
     uint64_t code = word ^ canary;
     size_t slack = coral_slack_of(code);
     if ((code & ~CORAL_SLACK_BITS) != 0 || slack > usable) return false;
-    unsigned half = (unsigned)(8 - (slack < 8 ? slack : 8)) * 4;
+    int64_t drop = 64 - (int64_t)slack * 8;
+    unsigned half = (unsigned)(drop & ~(drop >> 63)) / 2;
     uint64_t at_end;
     memcpy(&at_end, block + usable - slack, sizeof at_end);
     return (((at_end ^ canary) << half) << half) == 0;

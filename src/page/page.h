@@ -674,7 +674,8 @@ CORAL_INLINE void coral_page_free_remote_checked(coral_page_t *page, void *p) {
  *     carved onto a free list gets them too (page.c): every block on a free
  *     list looks freed, so malloc checks the fill of every block it takes
  *     without reading its mark.
- *   - large blocks end at a guard page (the last OS page of their span),
+ *   - large blocks end at a guard page (the OS page after their request and
+ *     canary word: heap/large.c, secure_large_end),
  *     huge blocks too (the page after the block), normal segments with a
  *     guard slice (segment.h); a freed huge block is made inaccessible
  *     (or unmapped) at once (heap/large.c).

@@ -49,7 +49,8 @@ CORAL_INLINE void *page_pop(coral_heap_t *heap, coral_page_t *page, unsigned cls
     page->free = coral_block_next(block);
     page->used++;
     coral_heap_count(heap, allocs, cls, 1);
-    if (CORAL_SECURE) return coral_secure_small_out(page, block, size - CORAL_CANARY_SIZE, zero);
+    if (CORAL_SECURE)
+        return coral_secure_small_out(page, block, size - CORAL_CANARY_SIZE, 0x3f, zero);
     if (zero) {
         if (coral_block_is_zero(page, block))
             block->next = NULL;

@@ -114,7 +114,9 @@ CORAL_INLINE void *coral_heap_alloc_inline(coral_heap_t *heap, size_t size, bool
         coral_block_t *block = coral_pop_direct(heap, size + CORAL_CANARY_SIZE, &page);
         if (coral_unlikely(block == NULL))
             return coral_malloc_refill(size + CORAL_CANARY_SIZE, heap, zero);
-        return coral_secure_small_out(page, block, size, zero); /* a direct[] page: a class's */
+        /* A direct[] page: a class of at most CORAL_DIRECT_MAX_SIZE bytes,
+         * whose spacing (page.h) leaves a slack below 64: no mask. */
+        return coral_secure_small_out(page, block, size, SIZE_MAX, zero);
     }
     if (coral_unlikely(size == 0)) return coral_secure_alloc_zero(heap);
     return coral_malloc_generic(coral_secure_inner_size(size), heap, zero);

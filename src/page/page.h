@@ -661,9 +661,9 @@ CORAL_INLINE void coral_page_free_remote_checked(coral_page_t *page, void *p) {
  * What CORAL_SECURE adds to every block, and the checks it makes:
  *   - the last 8 bytes of every block of a size class and of every large
  *     block are not the program's: while the block is live they hold its
- *     canary with its slack folded in, and the 8 bytes at the request's end
- *     the canary too (the request canary, below; malloc_usable_size says
- *     the request), once it is freed its freed mark, both keyed by the
+ *     canary with its slack folded in, and the byte at the request's end
+ *     the canary's byte 0 (the request canary, below; malloc_usable_size
+ *     says the request), once it is freed its freed mark, both keyed by the
  *     secret key, the page's epoch (a random value drawn at every page init)
  *     and the block's address. A free finds the mark (a double free, however
  *     many frees came between) or anything but the canaries (an overflow
@@ -794,69 +794,69 @@ CORAL_INLINE uint64_t coral_freed_mark_of(uint64_t canary) { return canary ^ COR
 
 /* The request canary. A live block's canary word (at its usable size, the
  * end of the block) holds its canary with its slack, the usable bytes past
- * the program's request (usable - request, below 2^24: a large block's
- * span ends within a slice and its alignment of the request's end, and a
- * large block is at most CORAL_LARGE_MAX_SIZE), folded into bits 1-6 of
- * its four low bytes: 24 of the 48 bits that vary (so a live block's word
- * keeps a canary's form, and stays 24 bits from its freed mark). The 8
- * bytes at the request's end (unaligned) hold the canary too, except
- * where they reach into the canary word (a slack below 8), which keeps
- * the word's bytes. So a write at the request's end, and anywhere in the
- * 8 bytes after it, is found at the block's free as a heap overflow, and
- * a slack of 0 is the canary word of the block's end alone. A block handed
- * out with no request known (an aligned block inside a block: its page's
- * blocks are checked at the usable size) gets the plain canary, slack 0. */
-#define CORAL_SLACK_BITS 0x7e7e7e7eull
+ * the program's request (usable - request), folded in two 6-bit fields:
+ * bits 1-6 of its byte 0 (the slack's bits 0-5) and of its byte 1 (bits
+ * 6-11), so the word keeps a canary's form and stays 36 bits from its
+ * freed mark. One byte is checked at the request's end: the byte at
+ * block + usable - slack holds the canary's byte 0 (with a slack of 0 that
+ * is the word's byte 0, whose field is 0), so a write of the byte just
+ * past the request is found at the block's free as a heap overflow (a
+ * write of that byte's value is not: it is the canary's, random, never
+ * ASCII or NUL; a write that skips the byte is found at the word only).
+ * The slack a word holds is bounded:
+ *   - a malloc of a size class (coral_secure_small_out) writes its low 6
+ *     bits alone (slack & 63, branch-free; malloc's fast path, classes up
+ *     to 1 KiB, needs no `and`: their spacing is at most 64 bytes): the
+ *     slack itself for every request of a class up to 1 KiB, and for a
+ *     class above, whose slack may be wider, a byte at the request's end
+ *     + 64 * k, the last such byte before the word;
+ *   - the other writers (large blocks, whose slack is below an OS page:
+ *     heap/large.c, and realloc within a block) write both fields, the
+ *     slack up to 4095 bytes (a slack above: 4095).
+ * The free fast path (coral_secure_free_fast) decodes the first field
+ * alone and leaves a word whose second field is set to the checked path,
+ * which decodes both. A block handed out with no request known (an
+ * aligned block inside a block: its page's blocks are checked at the
+ * usable size) gets the plain canary, slack 0. */
+#define CORAL_SLACK_LOW 0x7eull    /* the field the fast paths use */
+#define CORAL_SLACK_BITS 0x7e7eull /* both fields */
+#define CORAL_SLACK_MAX ((size_t)4095)
 
-/* (The four 6-bit fields spread in two steps: halves, then pairs.) */
+/* The code of a slack (both fields, the slack at most CORAL_SLACK_MAX). */
 CORAL_INLINE uint64_t coral_slack_code(size_t slack) {
-    uint64_t x = ((uint64_t)slack & 0xfff) | (((uint64_t)slack & 0xfff000) << 4);
-    x = (x & 0x003f003f) | ((x & 0x0fc00fc0) << 2);
-    return x << 1;
+    uint64_t s = slack < CORAL_SLACK_MAX ? slack : CORAL_SLACK_MAX;
+    return ((s & 0x3f) | ((s & 0xfc0) << 2)) << 1;
 }
 
-/* (The four 6-bit fields gathered in two steps: pairs, then halves.) */
+/* The slack of a code (both fields; the bits outside them ignored). */
 CORAL_INLINE size_t coral_slack_of(uint64_t code) {
-    uint64_t x = (code >> 1) & 0x3f3f3f3f;
-    x = (x & 0x003f003f) | ((x >> 2) & 0x0fc00fc0);
-    return (size_t)((x & 0xfff) | ((x >> 4) & 0xfff000));
+    return (size_t)(((code >> 1) & 0x3f) | ((code >> 3) & 0xfc0));
 }
 
 /* The canaries of a live block of `usable` bytes (its canary word at
  * block + usable) for a request of `request` bytes (at most usable): the
- * request's end first, then the word, which takes the bytes of the first
- * that reach into it. */
+ * checked byte (above), then the word. */
 CORAL_INLINE void coral_secure_canaries_out(uint8_t *block, size_t usable, size_t request,
                                             uint64_t canary) {
-    memcpy(block + request, &canary, sizeof canary);
-    *(uint64_t *)(void *)(block + usable) = canary ^ coral_slack_code(usable - request);
+    uint64_t code = coral_slack_code(usable - request);
+    block[usable - coral_slack_of(code)] = (uint8_t)canary;
+    *(uint64_t *)(void *)(block + usable) = canary ^ code;
 }
 
 /* Whether `word`, the canary word of a block of `usable` bytes whose
  * canary is `canary`, is a live block's (its slack at most usable), and
- * the first min(slack, 8) bytes at its request's end are the canary's, as
- * coral_secure_canaries_out left them (the bytes after them are the
- * word's, checked as the word). No branch on the slack (random sizes make
- * it random: GCC's branch for min(slack, 8) made larson-128 1.48x the time
- * of the build without the request canary, 1.17x without the branch): the
- * shift that drops the other bytes, by 64 - 8 * slack or 0,
- * is a saturating subtraction (its sign, no compare) made in two halves (a
- * shift by 64 is undefined). */
+ * the byte at its request's end the canary's (above). */
 CORAL_INLINE bool coral_secure_canaries_intact(const uint8_t *block, size_t usable, uint64_t word,
                                                uint64_t canary) {
     uint64_t code = word ^ canary;
     size_t slack = coral_slack_of(code);
     if ((code & ~CORAL_SLACK_BITS) != 0 || slack > usable) return false;
-    int64_t drop = 64 - (int64_t)slack * 8;
-    unsigned half = (unsigned)(drop & ~(drop >> 63)) / 2;
-    uint64_t at_end;
-    memcpy(&at_end, block + usable - slack, sizeof at_end);
-    return (((at_end ^ canary) << half) << half) == 0;
+    return block[usable - slack] == (uint8_t)canary;
 }
 
-/* The bytes of a live block the program may use (its request), from its
- * canary word (usable when the word's slack is out of bounds: not a live
- * block's word, which its free reports). */
+/* The bytes of a live block the program may use (its request, or more:
+ * above), from its canary word (usable when the word's slack is out of
+ * bounds: not a live block's word, which its free reports). */
 CORAL_INLINE size_t coral_secure_request_of(size_t usable, uint64_t word, uint64_t canary) {
     size_t slack = coral_slack_of(word ^ canary);
     return slack <= usable ? usable - slack : usable;
@@ -1078,7 +1078,16 @@ CORAL_INLINE bool coral_secure_free_fast(coral_page_t *slice, void *p) {
         return false;
     uint64_t canary = coral_owner_canary_of(slice, p);
     uint64_t *mark = (uint64_t *)(void *)((uint8_t *)p + usable);
-    if (coral_unlikely(!coral_secure_canaries_intact(p, usable, *mark, canary))) return false;
+    /* The request canary, its first field alone (a word with the second
+     * set: the checked path's). The slack is not compared with the usable
+     * size: every writer writes at most the usable size, and a word that
+     * passes the field test holds the canary, which a program does not
+     * know (an overwrite passes it once in 2^58), so the byte read lies
+     * in the block, or for a forged word at most 63 bytes before its word. */
+    uint64_t code = *mark ^ canary;
+    if (coral_unlikely((code & ~CORAL_SLACK_LOW) != 0) ||
+        coral_unlikely(((uint8_t *)mark)[-(ptrdiff_t)(code >> 1)] != (uint8_t)canary))
+        return false;
     *mark = coral_freed_mark_of(canary);
     return true;
 }
@@ -1107,14 +1116,19 @@ CORAL_INLINE uint32_t coral_block_offset_in_page(const coral_page_t *page, const
  * (segment.h), never the one remote frees write. Returns the block; the
  * report is a tail call that returns nothing (the malloc fast path then
  * keeps no stack frame for it). */
-CORAL_INLINE void *coral_secure_small_out(coral_page_t *page, void *p, size_t request, bool zero) {
+CORAL_INLINE void *coral_secure_small_out(coral_page_t *page, void *p, size_t request,
+                                          size_t slack_mask, bool zero) {
     size_t usable = page->owner_usable_size;
     uint64_t canary = coral_owner_canary_of(page, p);
     uint32_t offset = coral_block_offset_in_page(page, p);
     if (coral_unlikely(offset > page->owner_last_block) ||
         coral_unlikely(!coral_secure_fill_intact(usable, p, canary)))
         return coral_secure_write_after_free(page, p);
-    coral_secure_canaries_out(p, usable, request, canary);
+    /* The request canary (above): the slack's low field alone, no branch
+     * (slack_mask: 0x3f, or SIZE_MAX where the class's slack is below 64). */
+    size_t slack = (usable - request) & slack_mask;
+    ((uint8_t *)p)[usable - slack] = (uint8_t)canary;
+    *(uint64_t *)(void *)((uint8_t *)p + usable) = canary ^ (slack << 1);
     if (zero) memset(p, 0, request);
     return p;
 }

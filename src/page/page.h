@@ -849,9 +849,14 @@ CORAL_INLINE void coral_secure_canaries_out(uint8_t *block, size_t usable, size_
 CORAL_INLINE bool coral_secure_canaries_intact(const uint8_t *block, size_t usable, uint64_t word,
                                                uint64_t canary) {
     uint64_t code = word ^ canary;
-    size_t slack = coral_slack_of(code);
-    if ((code & ~CORAL_SLACK_BITS) != 0 || slack > usable) return false;
-    return block[usable - slack] == (uint8_t)canary;
+    size_t slack = (size_t)(code >> 1);
+    if (coral_unlikely((code & ~CORAL_SLACK_LOW) != 0)) {
+        /* (the second field set: a large block, a block realloc kept; or
+         * not a live block's word) */
+        if ((code & ~CORAL_SLACK_BITS) != 0) return false;
+        slack = coral_slack_of(code);
+    }
+    return slack <= usable && block[usable - slack] == (uint8_t)canary;
 }
 
 /* The bytes of a live block the program may use (its request, or more:

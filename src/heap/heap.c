@@ -702,11 +702,18 @@ void coral_heap_abandon(coral_heap_t *heap) {
         heap->queues[q].first = heap->queues[q].last = NULL;
     }
     for (size_t w = 0; w < CORAL_DIRECT_COUNT; w++) heap->direct[w] = &coral_page_empty;
-    /* The heap's huge blocks outlive it: they stop pointing at it. */
+    /* The heap's huge blocks outlive it: they stop pointing at it. Each
+     * block's link is read before its owner is cleared: a free that finds
+     * the owner NULL releases the segment without the lock (large.c), so
+     * the segment may be another thread's from that store on. The store
+     * releases (the free's load acquires) so that these reads come before
+     * the segment's reuse. */
     coral_huge_lists_lock();
-    for (coral_link_t *l = heap->huge_blocks.first; l != NULL; l = l->next)
+    for (coral_link_t *l = heap->huge_blocks.first, *next; l != NULL; l = next) {
+        next = l->next;
         atomic_store_explicit(&coral_container_of(l, coral_segment_t, link)->pages[0].owner, NULL,
-                              memory_order_relaxed);
+                              memory_order_release);
+    }
     heap->huge_blocks.first = heap->huge_blocks.last = NULL;
     coral_huge_lists_unlock();
 }

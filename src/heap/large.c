@@ -406,11 +406,13 @@ static void huge_free(coral_segment_t *seg) {
         return;
     }
     /* A block still listed by its heap: off its list. (An owner found NULL without the
-     * lock stays NULL: it is set only before the block is handed out.) The
+     * lock stays NULL: it is set only before the block is handed out; the
+     * load acquires what the abandoning thread read of the block before it
+     * cleared the owner, heap.c.) The
      * owner is read again under the lock:
      * the heap's thread may be exiting (which detaches its blocks under
      * it), and its struct then made another heap. */
-    if (atomic_load_explicit(&page->owner, memory_order_relaxed) != NULL) {
+    if (atomic_load_explicit(&page->owner, memory_order_acquire) != NULL) {
         coral_test_point(CORAL_TP_HUGE_FREE_UNLOCKED, seg);
         coral_huge_lists_lock();
         coral_test_point(CORAL_TP_HUGE_LIST_LOCKED, seg);

@@ -330,13 +330,21 @@ static size_t usable_size_of(coral_segment_t *seg, const void *p) {
     return usable;
 }
 
+/* The secure build: the canary word of the block p starts, in page (an
+ * aligned large block's usable bytes end there too), and the canary of
+ * the block that word ends. */
+static uint64_t *secure_word_of(coral_page_t *page, const void *p, uint64_t *canary) {
+    uint8_t *block = (uint8_t *)p;
+    if (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED) block = coral_page_block_start(page, p);
+    *canary = coral_canary_of(page, block);
+    return coral_mark_word(page, block);
+}
+
 /* The secure build: a block start whose mark word holds its freed mark is
  * free (any thread can tell: page.h), one that holds neither the mark nor
  * its canary was overflowed. */
 static const char *secure_block_problem(coral_page_t *page, const void *p) {
-    uint8_t *block = (uint8_t *)p;
-    if (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED) block = coral_page_block_start(page, p);
-    uint64_t canary = coral_canary_of(page, block), *word = coral_mark_word(page, block);
+    uint64_t canary, *word = secure_word_of(page, p, &canary);
     uint64_t mark = *word;
     if (coral_likely(coral_secure_canaries_intact(p, (size_t)((uint8_t *)word - (const uint8_t *)p),
                                                   mark, canary)))
@@ -680,16 +688,6 @@ static void *huge_realloc(coral_heap_t *heap, coral_segment_t *seg, void *p, siz
     return q;
 }
 
-/* The secure build: the canary word of the block p starts, in page (an
- * aligned large block's usable bytes end there too), and the canary of
- * the block that word ends. */
-static uint64_t *secure_word_of(coral_page_t *page, const void *p, uint64_t *canary) {
-    uint8_t *block = (uint8_t *)p;
-    if (coral_slice_flags(page) & CORAL_PAGE_HAS_ALIGNED) block = coral_page_block_start(page, p);
-    *canary = coral_canary_of(page, block);
-    return coral_mark_word(page, block);
-}
-
 /* The bytes of the block p starts in page (a live block), less the
  * canary's: `usable` in the default build, which has no request canary. */
 static size_t block_usable(coral_page_t *page, const void *p, size_t usable) {
@@ -736,12 +734,12 @@ CORAL_INLINE void *realloc_in(coral_heap_t *heap, void *p, size_t size, bool any
     }
     bool same = any_heap || coral_page_heap(page) == heap;
     bool owner = atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == coral_thread_id();
+    size_t room; /* the block's bytes (the secure build's usable is the request) */
     if (page->class_idx == CORAL_CLASS_LARGE && owner && same && size > CORAL_CLASS_SERVED_MAX &&
         size <= CORAL_LARGE_MAX_SIZE) {
         void *q = coral_realloc_large_in_place(page, p, size);
         if (q != NULL) return valgrind_resized(p, usable, q);
-    } else if (same && size <= block_usable(page, p, usable) &&
-               size >= block_usable(page, p, usable) / 2) {
+    } else if (same && size <= (room = block_usable(page, p, usable)) && size >= room / 2) {
         /* Shrinking by less than half, or growing within the block: kept;
          * the secure build's canaries move to the new request's end. */
         if (CORAL_SECURE) secure_request_moved(page, p, size);

@@ -79,10 +79,9 @@ static size_t huge_pages_dense(size_t end) {
  * boundary after them, not at its span's end: so the request canary at
  * the request's end and the canary word at the block's end lie on the
  * same OS page or on neighbours, and a malloc that writes both faults in
- * no page the program leaves untouched far from its request's end (at
- * the span's end, up to 64 KiB after it, that cost an extra fault per
- * fresh block: large-window 2.13x). The span's bytes past the guard page
- * stay unused. */
+ * no page the program leaves untouched far from its request's end (the
+ * span's end may lie up to 64 KiB after it). The span's bytes past the
+ * guard page stay unused. */
 static size_t secure_large_end(const coral_page_t *page, const uint8_t *p, size_t inner) {
     return align_up((size_t)(p - page->start) + inner, CORAL_OS_PAGE_SIZE);
 }

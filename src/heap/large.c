@@ -451,7 +451,9 @@ static void huge_shrink(coral_segment_t *seg, size_t total) {
  * address: it is relinked under the heap's lock, which a free of another of
  * its blocks takes to unlink that one. */
 static coral_segment_t *huge_move(coral_segment_t *seg, coral_segment_t *to, size_t old) {
-    bool tracked = atomic_load_explicit(&seg->pages[0].owner, memory_order_relaxed) != NULL;
+    /* (Acquire: as huge_free's, what an abandoning thread read of the
+     * segment comes before the move, heap.c.) */
+    bool tracked = atomic_load_explicit(&seg->pages[0].owner, memory_order_acquire) != NULL;
     if (tracked) coral_huge_lists_lock();
     coral_segment_map_set(seg, old, false);
     coral_os_move(seg, to, old, true, CORAL_SEGMENT_SIZE);

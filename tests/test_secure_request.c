@@ -10,7 +10,11 @@
  *   - large blocks: exactly the request;
  *   - realloc within a block: exactly the new request.
  * It fails without the request canary (the class's usable size) and when
- * a field loses a bit. */
+ * a field loses a bit. And sized frees (free_sized, free_aligned_sized,
+ * checked against the request: docs/SECURITY.md) pass with the request
+ * and with what malloc_usable_size reports, for blocks of every origin;
+ * an aligned block of a size class reports its request too (it reported
+ * the size rounded up to the alignment). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +22,45 @@
 #include "check.h"
 #include "coralloc.h"
 
+/* Sized frees given the request, or malloc_usable_size's answer (every
+ * other call: the same for an exact request), pass (a size the secure
+ * build refused would abort). */
+static void sized_frees(void) {
+    for (size_t n = 1; n <= 70 * 1024; n += n < 2048 ? 1 : 61) {
+        void *p = coral_malloc(n), *q = coral_calloc(3, n);
+        CHECK_NOT_NULL(p);
+        CHECK_NOT_NULL(q);
+        coral_free_sized(p, n % 2 ? n : coral_malloc_usable_size(p));
+        coral_free_sized(q, 3 * n);
+    }
+    for (size_t al = 32; al <= 64 * 1024; al *= 2) {
+        for (size_t n = 1; n < 3 * al; n += al / 3 + 7) {
+            void *p = coral_aligned_alloc(al, n);
+            CHECK_NOT_NULL(p);
+            CHECK_MSG(coral_malloc_usable_size(p) == n, "aligned_alloc(%zu, %zu): usable size %zu",
+                      al, n, coral_malloc_usable_size(p));
+            coral_free_aligned_sized(p, al, n);
+        }
+    }
+    /* realloc in place (shrunk, grown within the block, a large block
+     * grown) and moved */
+    static const size_t from[] = {3000, 100, 1000, 300000, 50};
+    static const size_t to[] = {2000, 110, 30000, 400000, 600000};
+    for (size_t i = 0; i < sizeof from / sizeof from[0]; i++) {
+        void *p = coral_realloc(coral_malloc(from[i]), to[i]);
+        CHECK_NOT_NULL(p);
+        coral_free_sized(p, to[i]);
+    }
+    /* a shrink in place past the word's 4095 bytes of slack */
+    void *p = coral_malloc(200 * 1024);
+    CHECK_NOT_NULL(p);
+    void *q = coral_realloc(p, 110 * 1024);
+    CHECK_NOT_NULL(q);
+    coral_free_sized(q, 110 * 1024);
+}
+
 int main(void) {
+    sized_frees();
     for (size_t n = 1; n <= 1016; n++) {
         void *p = coral_malloc(n), *q = coral_calloc(1, n);
         CHECK_NOT_NULL(p);

@@ -340,6 +340,13 @@ static uint64_t *secure_word_of(coral_page_t *page, const void *p, uint64_t *can
     return coral_mark_word(page, block);
 }
 
+/* The secure build: p's canaries (page.h) for a request of size bytes, at
+ * most its block's usable bytes. */
+static void secure_request_moved(coral_page_t *page, void *p, size_t size) {
+    uint64_t canary, *word = secure_word_of(page, p, &canary);
+    coral_secure_canaries_out(p, (size_t)((uint8_t *)word - (uint8_t *)p), size, canary);
+}
+
 /* The secure build: a block start whose mark word holds its freed mark is
  * free (any thread can tell: page.h), one that holds neither the mark nor
  * its canary was overflowed. */
@@ -428,7 +435,27 @@ void *coral_calloc(size_t n, size_t size) {
     return coral_heap_calloc_inline(coral_tls_heap, n, size);
 }
 
-/* Whether size fits the block p (NULL fits any); call names the call. A
+/* The secure build: whether n, a sized free's size, names the live block
+ * p (checked_usable_size checked it and reported `request`): n is its
+ * request, which malloc_usable_size reports, or one its canary word
+ * stands for where it holds less than the slack (page.h,
+ * coral_secure_request_may_be), or 0, no size (C++'s unsized aligned
+ * deletes pass it; free_sized(p, 0) is free(p)). A huge block has no
+ * canary word: any size up to its usable bytes. */
+static bool secure_size_names(const void *p, size_t n, size_t request) {
+    if (n == request || n == 0) return true;
+    coral_segment_t *seg = coral_segment_of_any(p);
+    if (seg == NULL) return false; /* a malloc(0) slot: 0 bytes */
+    if (seg->kind == CORAL_SEGMENT_HUGE) return n <= request;
+    coral_page_t *page = coral_segment_page_of(seg, p);
+    uint64_t canary, *word = secure_word_of(page, p, &canary);
+    return coral_secure_request_may_be((size_t)((uint8_t *)word - (const uint8_t *)p), *word,
+                                       canary, n, page->class_idx != CORAL_CLASS_LARGE);
+}
+
+/* Whether size fits the block p (NULL fits any); call names the call: at
+ * most its usable size, in the secure build its request (above; C23's
+ * free_sized and C++'s sized deletes are given the size asked for). A
  * pointer checked_usable_size reported is refused whatever the size (an
  * unsized aligned delete asks with 0): under CORALLOC_ON_ERROR=warn the
  * call then does nothing, where free() would report it a second time. */
@@ -436,6 +463,12 @@ static bool sized_free_fits(void *p, size_t size, const char *call) {
     if (p == NULL) return true;
     size_t usable = checked_usable_size(p, call);
     if (usable == 0 && !coral_is_zero_slot(p)) return false; /* reported */
+    if (CORAL_SECURE) {
+        if (coral_likely(secure_size_names(p, size, usable))) return true;
+        coral_misuse("%s(%p, %zu): not the size the block was allocated with (%zu bytes)", call, p,
+                     size, usable);
+        return false;
+    }
     if (coral_likely(size <= usable)) return true;
     coral_misuse("%s(%p, %zu): the block has only %zu bytes", call, p, size, usable);
     return false;
@@ -566,7 +599,17 @@ static void *aligned_checked(coral_heap_t *heap, size_t size, size_t alignment, 
     }
     /* (Checked and given its canary where its block was taken: page.h.) */
     void *p = aligned_plain(heap, coral_secure_inner_size(size), alignment, false);
-    if (p != NULL && zero) memset(p, 0, size);
+    if (p == NULL) return NULL;
+    /* A block of a size class got the canaries of the size rounded up to
+     * the alignment: they move to the request's end, so that
+     * malloc_usable_size and free_aligned_sized see the request (a large
+     * block's are there already). */
+    coral_segment_t *seg = coral_segment_of_any(p);
+    if (seg->kind != CORAL_SEGMENT_HUGE) {
+        coral_page_t *page = coral_segment_page_of(seg, p);
+        if (page->class_idx != CORAL_CLASS_LARGE) secure_request_moved(page, p, size);
+    }
+    if (zero) memset(p, 0, size);
     return p;
 }
 
@@ -694,13 +737,6 @@ static size_t block_usable(coral_page_t *page, const void *p, size_t usable) {
     if (!CORAL_SECURE) return usable;
     uint64_t canary;
     return (size_t)((uint8_t *)secure_word_of(page, p, &canary) - (const uint8_t *)p);
-}
-
-/* The secure build: p's canaries (page.h) for a request of size bytes, at
- * most its block's usable bytes. */
-static void secure_request_moved(coral_page_t *page, void *p, size_t size) {
-    uint64_t canary, *word = secure_word_of(page, p, &canary);
-    coral_secure_canaries_out(p, (size_t)((uint8_t *)word - (uint8_t *)p), size, canary);
 }
 
 CORAL_INLINE void *realloc_in(coral_heap_t *heap, void *p, size_t size, bool any_heap) {

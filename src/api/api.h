@@ -284,8 +284,9 @@ CORAL_INLINE void coral_free_in_segment(coral_segment_t *seg, coral_page_t *slic
 }
 
 /* The same in the secure build: the owner's free of a block whose checks
- * pass (page.h) is pushed at once; every other free (another thread's,
- * a flagged slice, a misuse) takes the checked path. */
+ * pass (page.h; a sized free's size > 0: the block's request) is pushed
+ * at once; every other free (another thread's, a flagged slice, a misuse)
+ * takes the checked path. */
 CORAL_INLINE void coral_secure_free_in_segment(coral_segment_t *seg, coral_page_t *slice, void *p,
                                                size_t size, const char *call) {
     if (coral_likely(coral_slice_tid_flags(slice) == coral_thread_id())) {
@@ -295,7 +296,7 @@ CORAL_INLINE void coral_secure_free_in_segment(coral_segment_t *seg, coral_page_
          * the store could alias it for all the compiler knows. */
         size_t usable = slice->owner_usable_size;
         __asm__("" : "+r"(usable));
-        if (coral_likely(size <= usable) && coral_likely(coral_secure_free_fast(slice, p))) {
+        if (coral_likely(coral_secure_free_fast(slice, p, size))) {
             coral_secure_ring_put(slice, p, usable);
             return;
         }

@@ -794,10 +794,11 @@ CORAL_INLINE uint64_t coral_freed_mark_of(uint64_t canary) { return canary ^ COR
 
 /* The request canary. A live block's canary word (at its usable size, the
  * end of the block) holds its canary with its slack, the usable bytes past
- * the program's request (usable - request), folded in two 6-bit fields:
- * bits 1-6 of its byte 0 (the slack's bits 0-5) and of its byte 1 (bits
- * 6-11), so the word keeps a canary's form and stays 36 bits from its
- * freed mark. One byte is checked at the request's end: the byte at
+ * the program's request (usable - request), folded in three 6-bit fields:
+ * bits 1-6 of its byte 0 (the slack's bits 0-5), of its byte 1 (bits
+ * 6-11) and of its byte 2 (bits 12-17), so the word keeps a canary's form
+ * and stays 30 bits from its freed mark. One byte is checked at the
+ * request's end: the byte at
  * block + usable - slack holds the canary's byte 0 (with a slack of 0 that
  * is the word's byte 0, whose field is 0), so a write of the byte just
  * past the request is found at the block's free as a heap overflow (a
@@ -811,26 +812,29 @@ CORAL_INLINE uint64_t coral_freed_mark_of(uint64_t canary) { return canary ^ COR
  *     class above, whose slack may be wider, a byte at the request's end
  *     + 64 * k, the last such byte before the word;
  *   - the other writers (large blocks, whose slack is below an OS page:
- *     heap/large.c, and realloc within a block) write both fields, the
- *     slack up to 4095 bytes (a slack above: 4095).
+ *     heap/large.c; realloc within a block; an aligned block of a size
+ *     class, api/alloc.c) write every field: the slack itself (every
+ *     block's usable size is below CORAL_SLACK_MAX: the static assert).
  * The free fast path (coral_secure_free_fast) decodes the first field
- * alone and leaves a word whose second field is set to the checked path,
- * which decodes both. A block handed out with no request known (an
- * aligned block inside a block: its page's blocks are checked at the
- * usable size) gets the plain canary, slack 0. */
-#define CORAL_SLACK_LOW 0x7eull    /* the field the fast paths use */
-#define CORAL_SLACK_BITS 0x7e7eull /* both fields */
-#define CORAL_SLACK_MAX ((size_t)4095)
+ * alone and leaves a word with another field set to the checked path,
+ * which decodes all three. */
+#define CORAL_SLACK_LOW 0x7eull      /* the field the fast paths use */
+#define CORAL_SLACK_BITS 0x7e7e7eull /* the three fields */
+#define CORAL_SLACK_MAX (((size_t)1 << 18) - 1)
+/* (the largest block of a size class: CORAL_CLASS_SERVED_MAX bytes) */
+_Static_assert(!CORAL_SECURE || CORAL_CLASS_SERVED_MAX - CORAL_CANARY_SIZE <= CORAL_SLACK_MAX,
+               "a class block's slack fits the word");
 
-/* The code of a slack (both fields, the slack at most CORAL_SLACK_MAX). */
+/* The code of a slack (the three fields; a slack above CORAL_SLACK_MAX,
+ * which no block has, would be cut to it). */
 CORAL_INLINE uint64_t coral_slack_code(size_t slack) {
     uint64_t s = slack < CORAL_SLACK_MAX ? slack : CORAL_SLACK_MAX;
-    return ((s & 0x3f) | ((s & 0xfc0) << 2)) << 1;
+    return ((s & 0x3f) | ((s & 0xfc0) << 2) | ((s & 0x3f000) << 4)) << 1;
 }
 
 /* The slack of a code (both fields; the bits outside them ignored). */
 CORAL_INLINE size_t coral_slack_of(uint64_t code) {
-    return (size_t)(((code >> 1) & 0x3f) | ((code >> 3) & 0xfc0));
+    return (size_t)(((code >> 1) & 0x3f) | ((code >> 3) & 0xfc0) | ((code >> 5) & 0x3f000));
 }
 
 /* The canaries of a live block of `usable` bytes (its canary word at
@@ -851,8 +855,8 @@ CORAL_INLINE bool coral_secure_canaries_intact(const uint8_t *block, size_t usab
     uint64_t code = word ^ canary;
     size_t slack = (size_t)(code >> 1);
     if (coral_unlikely((code & ~CORAL_SLACK_LOW) != 0)) {
-        /* (the second field set: a large block, a block realloc kept; or
-         * not a live block's word) */
+        /* (the second or third field set: a large block, a block realloc
+         * kept, an aligned block; or not a live block's word) */
         if ((code & ~CORAL_SLACK_BITS) != 0) return false;
         slack = coral_slack_of(code);
     }
@@ -865,6 +869,20 @@ CORAL_INLINE bool coral_secure_canaries_intact(const uint8_t *block, size_t usab
 CORAL_INLINE size_t coral_secure_request_of(size_t usable, uint64_t word, uint64_t canary) {
     size_t slack = coral_slack_of(word ^ canary);
     return slack <= usable ? usable - slack : usable;
+}
+
+/* Whether n may be the request of a live block of `usable` bytes whose
+ * canary word is `word` (its canary `canary`; checked before): the request
+ * the word holds (coral_secure_request_of), or in a block of a size class
+ * (`class_block`), whose malloc may write the first field alone (above),
+ * a request 64 * k bytes below it when the word holds that field alone. */
+CORAL_INLINE bool coral_secure_request_may_be(size_t usable, uint64_t word, uint64_t canary,
+                                              size_t n, bool class_block) {
+    uint64_t code = word ^ canary;
+    size_t slack = coral_slack_of(code);
+    if (slack > usable || n > usable - slack) return false;
+    size_t below = usable - slack - n;
+    return below == 0 || (class_block && (code & ~CORAL_SLACK_LOW) == 0 && below % 64 == 0);
 }
 
 /* The word after the usable bytes of the block at `block`. */
@@ -1064,7 +1082,8 @@ CORAL_INLINE bool coral_secure_page_check(coral_page_t *page, void *p, bool rele
 /* The free fast path's check: p's slice descriptor `slice` is the head of
  * a page in use that the calling thread owns, with no flag (its tid_flags
  * equal the thread's id: so in a normal segment, of a size class), and p
- * looks like a live block start there: its freed mark is written (its
+ * looks like a live block start there, allocated with `size` bytes when
+ * size > 0 (a sized free): its freed mark is written (its
  * fill, the caller: the ring's, coral_secure_ring_fill). False: the caller takes the checked slow
  * path (coral_secure_page_check). A second free finds the mark, not the canary: the check also
  * stands for the default build's test against local_free. It reads the owner's line only
@@ -1075,7 +1094,7 @@ CORAL_INLINE bool coral_secure_page_check(coral_page_t *page, void *p, bool rele
  * program planted the canary its address computes to (misuse free-interior-planted-canary). The
  * test is a 32-bit division (the owner's line has no room left for the default build's
  * multiplier and bound): one instruction, its latency off the path the branch predicts. */
-CORAL_INLINE bool coral_secure_free_fast(coral_page_t *slice, void *p) {
+CORAL_INLINE bool coral_secure_free_fast(coral_page_t *slice, void *p, size_t size) {
     uint32_t offset = (uint32_t)((uintptr_t)p & (CORAL_SLICE_SIZE - 1));
     uint32_t usable = slice->owner_usable_size;
     if (coral_unlikely(offset > slice->owner_last_block) ||
@@ -1083,8 +1102,8 @@ CORAL_INLINE bool coral_secure_free_fast(coral_page_t *slice, void *p) {
         return false;
     uint64_t canary = coral_owner_canary_of(slice, p);
     uint64_t *mark = (uint64_t *)(void *)((uint8_t *)p + usable);
-    /* The request canary, its first field alone (a word with the second
-     * set: the checked path's). The slack is not compared with the usable
+    /* The request canary, its first field alone (a word with another
+     * field set: the checked path's). The slack is not compared with the usable
      * size: every writer writes at most the usable size, and a word that
      * passes the field test holds the canary, which a program does not
      * know (an overwrite passes it once in 2^58), so the byte read lies
@@ -1093,6 +1112,11 @@ CORAL_INLINE bool coral_secure_free_fast(coral_page_t *slice, void *p) {
     if (coral_unlikely((code & ~CORAL_SLACK_LOW) != 0) ||
         coral_unlikely(((uint8_t *)mark)[-(ptrdiff_t)(code >> 1)] != (uint8_t)canary))
         return false;
+    /* A sized free (size > 0): the request the field says (a request 64 * k
+     * below it, which a class above 1 KiB may have, and a wrong size: the
+     * checked path's, coral_secure_request_may_be). free's size is the
+     * constant 0: the test folds away. */
+    if (coral_unlikely(size != 0 && size != usable - (size_t)(code >> 1))) return false;
     *mark = coral_freed_mark_of(canary);
     return true;
 }

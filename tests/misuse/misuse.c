@@ -897,6 +897,36 @@ static void write_after_free_retire(void) {
         if (i != N / 2) free(b[i]);
     malloc_trim(0);
 }
+/* A sized free of a block of `size` bytes told `told` bytes (at most its
+ * usable size: only the request tells them apart). */
+static void free_sized_wrong(size_t size, size_t told) {
+    void (*free_sized)(void *, size_t) = (void (*)(void *, size_t))c23_call("free_sized");
+    free_sized(launder(malloc(size)), told);
+}
+static void free_sized_plus1_small(void) { free_sized_wrong(20, 21); }
+static void free_sized_minus1_medium(void) { free_sized_wrong(2000, 1999); }
+static void free_sized_minus1_large(void) { free_sized_wrong(300000, 299999); }
+/* calloc's request is the product. */
+static void free_sized_calloc_wrong(void) {
+    void (*free_sized)(void *, size_t) = (void (*)(void *, size_t))c23_call("free_sized");
+    free_sized(launder(calloc(10, 10)), 10);
+}
+static void free_aligned_sized_plus1(void) {
+    void (*free_aligned_sized)(void *, size_t, size_t) =
+        (void (*)(void *, size_t, size_t))c23_call("free_aligned_sized");
+    free_aligned_sized(launder(aligned_alloc(64, 100)), 64, 101);
+}
+/* C++: an object of 40 bytes deleted as one of 32 (a delete through a
+ * pointer to a smaller base without a virtual destructor). */
+static void cxx_sized_delete_wrong_size(void) {
+    void (*sized_delete)(void *, size_t) = (void (*)(void *, size_t))cxx_call("_ZdlPvm");
+    sized_delete(launder(malloc(40)), 32);
+}
+static void cxx_aligned_sized_delete_wrong_size(void) {
+    void (*aligned_delete)(void *, size_t, size_t) =
+        (void (*)(void *, size_t, size_t))cxx_call("_ZdlPvmSt11align_val_t");
+    aligned_delete(launder(aligned_alloc(64, 100)), 96, 64);
+}
 static void overflow_request_small(void) { overflow_request(100, 4); }
 static void overflow_request_large(void) { overflow_request(300000, 4); }
 /* One byte past the request, in each size range. */
@@ -1084,6 +1114,13 @@ static const misuse_case_t cases[] = {
     {"overflow-realloc-large-shrunk", overflow_realloc_large_shrunk},
     {"write-after-free-small48-noreuse", waf_small48_noreuse},
     {"write-after-free-retire", write_after_free_retire},
+    {"free-sized-plus1-small", free_sized_plus1_small},
+    {"free-sized-minus1-medium", free_sized_minus1_medium},
+    {"free-sized-minus1-large", free_sized_minus1_large},
+    {"free-sized-calloc-wrong", free_sized_calloc_wrong},
+    {"free-aligned-sized-plus1", free_aligned_sized_plus1},
+    {"cxx-sized-delete-wrong-size", cxx_sized_delete_wrong_size},
+    {"cxx-aligned-sized-delete-wrong-size", cxx_aligned_sized_delete_wrong_size},
 };
 
 int main(int argc, char **argv) {

@@ -7,7 +7,7 @@
  *   - requests of a class above 1 KiB: the request + 64 * k, the last
  *     such size within the class's usable size (the slack's low 6 bits
  *     alone: at most 63 bytes before the canary word);
- *   - large blocks: exactly the request;
+ *   - large and huge blocks: exactly the request;
  *   - realloc within a block: exactly the new request.
  * It fails without the request canary (the class's usable size) and when
  * a field loses a bit. And sized frees (free_sized, free_aligned_sized,
@@ -33,7 +33,7 @@ static void sized_frees(void) {
         coral_free_sized(p, n % 2 ? n : coral_malloc_usable_size(p));
         coral_free_sized(q, 3 * n);
     }
-    for (size_t al = 32; al <= 64 * 1024; al *= 2) {
+    for (size_t al = 32; al <= 1024 * 1024; al *= 2) {
         for (size_t n = 1; n < 3 * al; n += al / 3 + 7) {
             void *p = coral_aligned_alloc(al, n);
             CHECK_NOT_NULL(p);
@@ -44,8 +44,8 @@ static void sized_frees(void) {
     }
     /* realloc in place (shrunk, grown within the block, a large block
      * grown) and moved */
-    static const size_t from[] = {3000, 100, 1000, 300000, 50};
-    static const size_t to[] = {2000, 110, 30000, 400000, 600000};
+    static const size_t from[] = {3000, 100, 1000, 300000, 50, 5000000, 9000000, 300000};
+    static const size_t to[] = {2000, 110, 30000, 400000, 600000, 5000001, 20000000, 7000000};
     for (size_t i = 0; i < sizeof from / sizeof from[0]; i++) {
         void *p = coral_realloc(coral_malloc(from[i]), to[i]);
         CHECK_NOT_NULL(p);
@@ -80,7 +80,8 @@ int main(void) {
                   "malloc(%zu): usable size %zu", n, usable);
         coral_free(p);
     }
-    static const size_t large[] = {300000, 300001, 400007, 1000000};
+    /* and huge blocks (their segment keeps the request) */
+    static const size_t large[] = {300000, 300001, 400007, 1000000, 5000000, 8388608, 9000001};
     for (size_t i = 0; i < sizeof large / sizeof large[0]; i++) {
         void *p = coral_malloc(large[i]);
         CHECK_NOT_NULL(p);

@@ -440,13 +440,12 @@ void *coral_calloc(size_t n, size_t size) {
  * request, which malloc_usable_size reports, or one its canary word
  * stands for where it holds less than the slack (page.h,
  * coral_secure_request_may_be), or 0, no size (C++'s unsized aligned
- * deletes pass it; free_sized(p, 0) is free(p)). A huge block has no
- * canary word: any size up to its usable bytes. */
+ * deletes pass it; free_sized(p, 0) is free(p)). A huge block's request
+ * is exact (its segment keeps it). */
 static bool secure_size_names(const void *p, size_t n, size_t request) {
     if (n == request || n == 0) return true;
     coral_segment_t *seg = coral_segment_of_any(p);
-    if (seg == NULL) return false; /* a malloc(0) slot: 0 bytes */
-    if (seg->kind == CORAL_SEGMENT_HUGE) return n <= request;
+    if (seg == NULL || seg->kind == CORAL_SEGMENT_HUGE) return false; /* (a malloc(0) slot: 0) */
     coral_page_t *page = coral_segment_page_of(seg, p);
     uint64_t canary, *word = secure_word_of(page, p, &canary);
     return coral_secure_request_may_be((size_t)((uint8_t *)word - (const uint8_t *)p), *word,

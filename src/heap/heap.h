@@ -410,6 +410,8 @@ void *coral_realloc_large_in_place(coral_page_t *page, void *p, size_t size);
 void *coral_huge_realloc(coral_segment_t *seg, void *p, size_t size);
 /* The secure build: p was a huge block, lately freed (its mapping gone or inaccessible). */
 bool coral_huge_was_freed(const void *p);
+/* What malloc_usable_size says of the huge block p: its usable bytes; in
+ * the secure build its request. */
 size_t coral_huge_usable(coral_segment_t *seg, const void *p);
 /* Where a huge block starting offset bytes into its segment ends for a
  * request of size bytes (its usable size is the difference). */

@@ -275,6 +275,7 @@ static void *huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool 
     coral_page_t *page = &seg->pages[0];
     page->start = coral_segment_base(seg) + offset;
     page->block_size = end - offset;
+    seg->huge_request = size - CORAL_CANARY_SIZE; /* (the secure build asked for a canary's room) */
     if (CORAL_SECURE) { /* accessible again at the free, to move (huge_retire_secure) */
         seg->huge_guard = huge_guard_now();
         (void)coral_os_protect(coral_segment_base(seg) + end, seg->huge_guard, false);
@@ -425,6 +426,7 @@ static void huge_free(coral_segment_t *seg) {
 }
 
 size_t coral_huge_usable(coral_segment_t *seg, const void *p) {
+    if (CORAL_SECURE) return seg->huge_request;
     coral_page_t *page = &seg->pages[0];
     return (size_t)(page->start + page->block_size - (const uint8_t *)p);
 }
@@ -501,7 +503,10 @@ void *coral_huge_realloc(coral_segment_t *seg, void *p, size_t size) {
     size_t total = align_up(end + HUGE_GUARD_SIZE, CORAL_SEGMENT_SIZE);
     /* The secure build: the same end (within the slack) leaves the block as
      * it is; otherwise its guard region moves to the block's new end. */
-    if (CORAL_SECURE && end - offset == seg->pages[0].block_size) return p;
+    if (CORAL_SECURE && end - offset == seg->pages[0].block_size) {
+        seg->huge_request = size;
+        return p;
+    }
     uint8_t *old_guard = seg->pages[0].start + seg->pages[0].block_size;
     if (CORAL_SECURE) (void)coral_os_protect(old_guard, seg->huge_guard, true);
     if (total > seg->size) {
@@ -525,6 +530,7 @@ void *coral_huge_realloc(coral_segment_t *seg, void *p, size_t size) {
     if (end > seg->huge_dirty) seg->huge_dirty = end;
     seg->pages[0].start = coral_segment_base(seg) + offset;
     seg->pages[0].block_size = end - offset;
+    seg->huge_request = size;
     if (coral_populate_adaptive())
         coral_populate_growth(seg->pages[0].start, old_size, end - offset);
     return seg->pages[0].start;

@@ -268,6 +268,12 @@ typedef struct coral_segment_s {
     /* Huge segments, secure build, owner only: bytes made inaccessible
      * right after the block (its guard: heap/large.c). */
     size_t huge_guard;
+    /* Huge segments, owner only (any thread reads it at the block's free
+     * and malloc_usable_size, after the program handed the block over):
+     * the program's request, which the secure build's malloc_usable_size
+     * reports and its sized frees must name (heap/large.c: written at the
+     * allocation and at every realloc). */
+    size_t huge_request;
     /* A hint for adopters: bit (cls % 128) set when the exiting owner left
      * a page of class cls with free blocks here. Written by the owner
      * before it publishes the segment on the abandoned list, read under

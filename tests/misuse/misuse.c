@@ -906,6 +906,16 @@ static void free_sized_wrong(size_t size, size_t told) {
 static void free_sized_plus1_small(void) { free_sized_wrong(20, 21); }
 static void free_sized_minus1_medium(void) { free_sized_wrong(2000, 1999); }
 static void free_sized_minus1_large(void) { free_sized_wrong(300000, 299999); }
+static void free_sized_plus1_huge(void) { free_sized_wrong(8 * MiB + 100, 8 * MiB + 101); }
+/* The first byte past a huge block's request rounded up to 2 MiB (the
+ * secure build's huge blocks end there). */
+static void overflow_huge_rounding(void) {
+    char *p = launder(malloc(16 * MiB));
+    volatile char *end =
+        (char *)(((uintptr_t)p + 16 * MiB + 2 * MiB - 1) & ~(uintptr_t)(2 * MiB - 1));
+    *end = 0x5a;
+    free(p);
+}
 /* calloc's request is the product. */
 static void free_sized_calloc_wrong(void) {
     void (*free_sized)(void *, size_t) = (void (*)(void *, size_t))c23_call("free_sized");
@@ -1117,6 +1127,8 @@ static const misuse_case_t cases[] = {
     {"free-sized-plus1-small", free_sized_plus1_small},
     {"free-sized-minus1-medium", free_sized_minus1_medium},
     {"free-sized-minus1-large", free_sized_minus1_large},
+    {"free-sized-plus1-huge", free_sized_plus1_huge},
+    {"overflow-huge-rounding", overflow_huge_rounding},
     {"free-sized-calloc-wrong", free_sized_calloc_wrong},
     {"free-aligned-sized-plus1", free_aligned_sized_plus1},
     {"cxx-sized-delete-wrong-size", cxx_sized_delete_wrong_size},

@@ -49,14 +49,26 @@ CORAL_API CORAL_MALLOC_ATTR void *coral_memalign(size_t alignment, size_t size);
 CORAL_API CORAL_MALLOC_ATTR void *coral_aligned_calloc(size_t alignment, size_t n, size_t size);
 CORAL_API CORAL_MALLOC_ATTR void *coral_valloc(size_t size);
 CORAL_API CORAL_MALLOC_ATTR void *coral_pvalloc(size_t size);
+/* The bytes of the block p the program may use: its usable size (the
+ * request rounded up to the block's size). The secure build,
+ * libcoralloc-secure.so, says the request instead (malloc's, calloc's
+ * product, realloc's, aligned_alloc's size): a canary lies right after it
+ * (for a block of a size class above 1 KiB the request + 64 * k, the
+ * canary's place, within 63 bytes of the usable size; docs/SECURITY.md). */
 CORAL_API size_t coral_malloc_usable_size(const void *p);
 /* Free with the size (or alignment) the block was allocated with: the hint
- * is checked against the block, not trusted. */
+ * is checked against the block, not trusted. The default build accepts
+ * any size up to the usable size; the secure build the request
+ * (coral_malloc_usable_size's answer), or 0. */
 CORAL_API void coral_free_sized(void *p, size_t size);
 CORAL_API void coral_free_aligned_sized(void *p, size_t alignment, size_t size);
 
 /* The usable size malloc(size) would give, without allocating (like
- * jemalloc's nallocx). 0 when size is too large to allocate. */
+ * jemalloc's nallocx). 0 when size is too large to allocate. The secure
+ * build's coral_malloc_usable_size says the request instead: this is then
+ * the usable bytes of the block malloc(size) gets, before its canary word
+ * (a huge block's before its guard region), as coral_heap_visit reports
+ * them; the request is at most that. */
 CORAL_API size_t coral_good_size(size_t size);
 
 /* ---- bulk ------------------------------------------------------------------
@@ -108,7 +120,11 @@ CORAL_API void coral_heap_free(coral_heap_t *heap, void *p);
  * calling thread's, as for coral_heap_malloc): block is what malloc
  * returned (an allocation aligned to more than 64 KiB: the start of the
  * span it lies in), block_size the bytes it takes in the heap, usable what
- * malloc_usable_size says of it. The blocks are the ones in use when the
+ * malloc_usable_size says of it in the default build; in the secure build,
+ * whose malloc_usable_size says the request, the block's bytes before its
+ * canary word (a huge block's before its guard region: its usable size),
+ * which the request is at most (the walk reads no block's memory: a block
+ * may be freed while it runs). The blocks are the ones in use when the
  * call starts, all noted before fn is first called (in memory of coralloc's
  * own, not from malloc), so fn may call anything, coralloc's functions too:
  * allocate (a block fn allocates is not visited), free, realloc or write
@@ -126,8 +142,7 @@ CORAL_API void coral_heap_free(coral_heap_t *heap, void *p);
 typedef int (*coral_block_visit_fn)(void *block, size_t block_size, size_t usable, void *arg);
 CORAL_API int coral_heap_visit(coral_heap_t *heap, coral_block_visit_fn fn, void *arg);
 
-/* True when p points into memory coralloc manages. */ /* True when p points into memory coralloc
-                                                          manages. */
+/* True when p points into memory coralloc manages. */
 CORAL_API int coral_owns(const void *p);
 
 /* Return memory the process is not using to the OS: pending purges are done

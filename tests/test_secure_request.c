@@ -59,8 +59,44 @@ static void sized_frees(void) {
     coral_free_sized(q, 110 * 1024);
 }
 
+/* One truth for sizes (coralloc.h): coral_good_size(n) is the usable
+ * bytes coral_heap_visit reports of malloc(n)'s block, and at least the
+ * request malloc_usable_size reports, in every size range (fails before:
+ * a large block's good size was its span's, up to 60 KiB more than its
+ * bytes before the guard page that follows its request). */
+enum { SIZES = 120 };
+static void *blocks[SIZES];
+static size_t requests[SIZES];
+
+static int note_usable(void *block, size_t block_size, size_t usable, void *arg) {
+    (void)block_size;
+    for (int i = 0; i < SIZES; i++) {
+        if (blocks[i] != block) continue;
+        size_t g = coral_good_size(requests[i]);
+        CHECK_MSG(usable == g && coral_malloc_usable_size(block) <= g,
+                  "malloc(%zu): visit says usable %zu, good_size %zu, malloc_usable_size %zu",
+                  requests[i], usable, g, coral_malloc_usable_size(block));
+        ++*(int *)arg;
+    }
+    return 0;
+}
+
+static void good_sizes(void) {
+    int n = 0;
+    for (size_t size = 1; n < SIZES && size <= 40 * 1024 * 1024; size += size / 5 + 1, n++) {
+        requests[n] = size;
+        blocks[n] = coral_malloc(size);
+        CHECK_NOT_NULL(blocks[n]);
+    }
+    int seen = 0;
+    CHECK_EQ(coral_heap_visit(NULL, note_usable, &seen), 0);
+    CHECK_EQ(seen, n);
+    for (int i = 0; i < n; i++) coral_free(blocks[i]);
+}
+
 int main(void) {
     sized_frees();
+    good_sizes();
     for (size_t n = 1; n <= 1016; n++) {
         void *p = coral_malloc(n), *q = coral_calloc(1, n);
         CHECK_NOT_NULL(p);

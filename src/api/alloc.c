@@ -412,17 +412,20 @@ int coral_owns(const void *p) {
     return p != NULL && (coral_segment_of_any(p) != NULL || coral_is_zero_slot(p));
 }
 
-/* In the secure build a block keeps CORAL_CANARY_SIZE bytes after what the
- * program may use, and a large span a guard page (page.h). */
+/* The usable bytes of the block malloc(size) gets (coralloc.h). In the
+ * secure build a block keeps CORAL_CANARY_SIZE bytes after them, and a
+ * large block ends at the OS page after its canary, where its guard page
+ * starts (heap/large.c, secure_large_end; page.h). */
 size_t coral_good_size(size_t size) {
     if (CORAL_SECURE && size == 0) return 0; /* an inaccessible slot */
     size_t inner = coral_secure_inner_size(size);
     if (inner <= CORAL_CLASS_SERVED_MAX)
         return coral_class_size(coral_size_class(inner)) - CORAL_CANARY_SIZE;
     if (inner > CORAL_MAX_REQUEST) return 0;
-    if (inner + CORAL_GUARD_SIZE <= CORAL_LARGE_MAX_SIZE)
-        return ((inner + CORAL_GUARD_SIZE + CORAL_SLICE_SIZE - 1) & ~(CORAL_SLICE_SIZE - 1)) -
-               CORAL_GUARD_SIZE - CORAL_CANARY_SIZE;
+    if (inner + CORAL_GUARD_SIZE <= CORAL_LARGE_MAX_SIZE) {
+        size_t end = CORAL_SECURE ? CORAL_OS_PAGE_SIZE : CORAL_SLICE_SIZE;
+        return ((inner + end - 1) & ~(end - 1)) - CORAL_CANARY_SIZE;
+    }
     /* huge: the block starts after the 64 KiB header */
     return coral_huge_block_end(CORAL_SLICE_SIZE, inner) - CORAL_SLICE_SIZE;
 }

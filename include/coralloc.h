@@ -53,8 +53,7 @@ CORAL_API CORAL_MALLOC_ATTR void *coral_pvalloc(size_t size);
  * request rounded up to the block's size). The secure build,
  * libcoralloc-secure.so, says the request instead (malloc's, calloc's
  * product, realloc's, aligned_alloc's size): a canary lies right after it
- * (for a block of a size class above 1 KiB the request + 64 * k, the
- * canary's place, within 63 bytes of the usable size; docs/SECURITY.md). */
+ * (but for a huge block, docs/SECURITY.md). */
 CORAL_API size_t coral_malloc_usable_size(const void *p);
 /* Free with the size (or alignment) the block was allocated with: the hint
  * is checked against the block, not trusted. The default build accepts

@@ -49,8 +49,7 @@ CORAL_INLINE void *page_pop(coral_heap_t *heap, coral_page_t *page, unsigned cls
     page->free = coral_block_next(block);
     page->used++;
     coral_heap_count(heap, allocs, cls, 1);
-    if (CORAL_SECURE)
-        return coral_secure_small_out(page, block, size - CORAL_CANARY_SIZE, 0x3f, zero);
+    if (CORAL_SECURE) return coral_secure_small_out(page, block, size - CORAL_CANARY_SIZE, 0, zero);
     if (zero) {
         if (coral_block_is_zero(page, block))
             block->next = NULL;
@@ -438,26 +437,12 @@ void *coral_calloc(size_t n, size_t size) {
     return coral_heap_calloc_inline(coral_tls_heap, n, size);
 }
 
-/* The secure build: whether n, a sized free's size, names the live block
- * p (checked_usable_size checked it and reported `request`): n is its
- * request, which malloc_usable_size reports, or one its canary word
- * stands for where it holds less than the slack (page.h,
- * coral_secure_request_may_be), or 0, no size (C++'s unsized aligned
- * deletes pass it; free_sized(p, 0) is free(p)). A huge block's request
- * is exact (its segment keeps it). */
-static bool secure_size_names(const void *p, size_t n, size_t request) {
-    if (n == request || n == 0) return true;
-    coral_segment_t *seg = coral_segment_of_any(p);
-    if (seg == NULL || seg->kind == CORAL_SEGMENT_HUGE) return false; /* (a malloc(0) slot: 0) */
-    coral_page_t *page = coral_segment_page_of(seg, p);
-    uint64_t canary, *word = secure_word_of(page, p, &canary);
-    return coral_secure_request_may_be((size_t)((uint8_t *)word - (const uint8_t *)p), *word,
-                                       canary, n, page->class_idx != CORAL_CLASS_LARGE);
-}
-
 /* Whether size fits the block p (NULL fits any); call names the call: at
- * most its usable size, in the secure build its request (above; C23's
- * free_sized and C++'s sized deletes are given the size asked for). A
+ * most its usable size; in the secure build its request, which
+ * checked_usable_size reports there (the canary word or a huge block's
+ * segment holds it exactly; C23's free_sized and C++'s sized deletes are
+ * given the size asked for), or 0, no size (C++'s unsized aligned deletes
+ * pass it; free_sized(p, 0) is free(p)). A
  * pointer checked_usable_size reported is refused whatever the size (an
  * unsized aligned delete asks with 0): under CORALLOC_ON_ERROR=warn the
  * call then does nothing, where free() would report it a second time. */
@@ -466,7 +451,7 @@ static bool sized_free_fits(void *p, size_t size, const char *call) {
     size_t usable = checked_usable_size(p, call);
     if (usable == 0 && !coral_is_zero_slot(p)) return false; /* reported */
     if (CORAL_SECURE) {
-        if (coral_likely(secure_size_names(p, size, usable))) return true;
+        if (coral_likely(size == usable || size == 0)) return true;
         coral_misuse("%s(%p, %zu): not the size the block was allocated with (%zu bytes)", call, p,
                      size, usable);
         return false;
@@ -476,7 +461,28 @@ static bool sized_free_fits(void *p, size_t size, const char *call) {
     return false;
 }
 
+/* The secure build: the owner's free of a block of its unflagged page
+ * (slice, the page's head) whose canary word holds a slack of 64 or more,
+ * which the free fast path leaves here (page.h): checked as that path
+ * checks, every field decoded, and put in the ring of freed blocks as it
+ * puts the others. False: not such a free (nothing done). */
+CORAL_INLINE bool secure_free_wide(coral_page_t *slice, void *p, size_t size) {
+    if (coral_slice_tid_flags(slice) != coral_thread_id() ||
+        !coral_secure_free_fast_wide(slice, p, size))
+        return false;
+    coral_secure_ring_put(slice, p, slice->owner_usable_size);
+    return true;
+}
+
 void coral_free_sized_checked(void *p, size_t size, const char *call) {
+    if (CORAL_SECURE) {
+        /* (a block with a slack of 64 or more freed by its owner: as free
+         * takes it, with its size checked) */
+        coral_segment_t *seg = coral_segment_of_any(p);
+        if (seg != NULL && seg->kind == CORAL_SEGMENT_NORMAL &&
+            secure_free_wide(coral_segment_slice_of(seg, p), p, size))
+            return;
+    }
     if (sized_free_fits(p, size, call)) coral_free_inline(p);
 }
 
@@ -513,7 +519,8 @@ CORAL_INLINE bool secure_plain_remote(const coral_segment_t *seg, const coral_pa
            atomic_load_explicit(&seg->thread_id, memory_order_relaxed) != coral_thread_id();
 }
 
-void coral_secure_free_checked(coral_segment_t *seg, coral_page_t *slice, void *p) {
+/* The checks that name the misuse, then the free. */
+static CORAL_NOINLINE void secure_free_named(coral_segment_t *seg, coral_page_t *slice, void *p) {
     if (seg->kind == CORAL_SEGMENT_NORMAL) {
         coral_page_t *page = coral_slice_head(slice);
         /* A large page in use with no block in use waits in its heap's
@@ -542,6 +549,12 @@ void coral_secure_free_checked(coral_segment_t *seg, coral_page_t *slice, void *
         }
     }
     coral_free_in_segment(seg, slice, p, 0, NULL);
+}
+
+/* (The wide free first, with no stack frame: the rest is a tail call.) */
+void coral_secure_free_checked(coral_segment_t *seg, coral_page_t *slice, void *p) {
+    if (secure_free_wide(slice, p, 0)) return;
+    secure_free_named(seg, slice, p);
 }
 
 /* ---- CORAL_VALGRIND builds ------------------------------------------------------------- */

@@ -804,20 +804,17 @@ CORAL_INLINE uint64_t coral_freed_mark_of(uint64_t canary) { return canary ^ COR
  * past the request is found at the block's free as a heap overflow (a
  * write of that byte's value is not: it is the canary's, random, never
  * ASCII or NUL; a write that skips the byte is found at the word only).
- * The slack a word holds is bounded:
- *   - a malloc of a size class (coral_secure_small_out) writes its low 6
- *     bits alone (slack & 63, branch-free; malloc's fast path, classes up
- *     to 1 KiB, needs no `and`: their spacing is at most 64 bytes): the
- *     slack itself for every request of a class up to 1 KiB, and for a
- *     class above, whose slack may be wider, a byte at the request's end
- *     + 64 * k, the last such byte before the word;
- *   - the other writers (large blocks, whose slack is below an OS page:
- *     heap/large.c; realloc within a block; an aligned block of a size
- *     class, api/alloc.c) write every field: the slack itself (every
- *     block's usable size is below CORAL_SLACK_MAX: the static assert).
- * The free fast path (coral_secure_free_fast) decodes the first field
- * alone and leaves a word with another field set to the checked path,
- * which decodes all three. */
+ * Every writer writes the slack itself (every block's usable size is
+ * below CORAL_SLACK_MAX: the static assert): malloc's fast path (classes
+ * up to 1 KiB, whose spacing is at most 64 bytes: a slack below 64) the
+ * first field alone, with no `and`; the others (malloc's slow path,
+ * page_pop, for every class; large blocks, whose slack is below an OS
+ * page: heap/large.c; realloc within a block; an aligned block of a size
+ * class, api/alloc.c) every field (coral_slack_code). The free fast path
+ * (coral_secure_free_fast) decodes the first field alone and leaves a word
+ * with another field set (a slack of 64 or more) to the checked path,
+ * which decodes all three (coral_secure_free_fast_wide first: such a
+ * block freed by its owner still goes to the ring). */
 #define CORAL_SLACK_LOW 0x7eull      /* the field the fast paths use */
 #define CORAL_SLACK_BITS 0x7e7e7eull /* the three fields */
 #define CORAL_SLACK_MAX (((size_t)1 << 18) - 1)
@@ -863,26 +860,12 @@ CORAL_INLINE bool coral_secure_canaries_intact(const uint8_t *block, size_t usab
     return slack <= usable && block[usable - slack] == (uint8_t)canary;
 }
 
-/* The bytes of a live block the program may use (its request, or more:
- * above), from its canary word (usable when the word's slack is out of
- * bounds: not a live block's word, which its free reports). */
+/* The bytes of a live block the program may use (its request: above),
+ * from its canary word (usable when the word's slack is out of bounds:
+ * not a live block's word, which its free reports). */
 CORAL_INLINE size_t coral_secure_request_of(size_t usable, uint64_t word, uint64_t canary) {
     size_t slack = coral_slack_of(word ^ canary);
     return slack <= usable ? usable - slack : usable;
-}
-
-/* Whether n may be the request of a live block of `usable` bytes whose
- * canary word is `word` (its canary `canary`; checked before): the request
- * the word holds (coral_secure_request_of), or in a block of a size class
- * (`class_block`), whose malloc may write the first field alone (above),
- * a request 64 * k bytes below it when the word holds that field alone. */
-CORAL_INLINE bool coral_secure_request_may_be(size_t usable, uint64_t word, uint64_t canary,
-                                              size_t n, bool class_block) {
-    uint64_t code = word ^ canary;
-    size_t slack = coral_slack_of(code);
-    if (slack > usable || n > usable - slack) return false;
-    size_t below = usable - slack - n;
-    return below == 0 || (class_block && (code & ~CORAL_SLACK_LOW) == 0 && below % 64 == 0);
 }
 
 /* The word after the usable bytes of the block at `block`. */
@@ -1093,8 +1076,11 @@ CORAL_INLINE bool coral_secure_page_check(coral_page_t *page, void *p, bool rele
  * size makes it a block start: the canary alone lets an interior pointer through where the
  * program planted the canary its address computes to (misuse free-interior-planted-canary). The
  * test is a 32-bit division (the owner's line has no room left for the default build's
- * multiplier and bound): one instruction, its latency off the path the branch predicts. */
-CORAL_INLINE bool coral_secure_free_fast(coral_page_t *slice, void *p, size_t size) {
+ * multiplier and bound): one instruction, its latency off the path the branch predicts.
+ * `wide` (a constant): false on the free fast path, which decodes the
+ * canary word's first field alone; true out of it
+ * (coral_secure_free_fast_wide), for a word whose other fields are set. */
+CORAL_INLINE bool coral_secure_free_check(coral_page_t *slice, void *p, size_t size, bool wide) {
     uint32_t offset = (uint32_t)((uintptr_t)p & (CORAL_SLICE_SIZE - 1));
     uint32_t usable = slice->owner_usable_size;
     if (coral_unlikely(offset > slice->owner_last_block) ||
@@ -1102,23 +1088,43 @@ CORAL_INLINE bool coral_secure_free_fast(coral_page_t *slice, void *p, size_t si
         return false;
     uint64_t canary = coral_owner_canary_of(slice, p);
     uint64_t *mark = (uint64_t *)(void *)((uint8_t *)p + usable);
-    /* The request canary, its first field alone (a word with another
-     * field set: the checked path's). The slack is not compared with the usable
-     * size: every writer writes at most the usable size, and a word that
-     * passes the field test holds the canary, which a program does not
-     * know (an overwrite passes it once in 2^58), so the byte read lies
-     * in the block, or for a forged word at most 63 bytes before its word. */
+    /* The request canary, its first field alone on the fast path (a word
+     * with another field set: a slack of 64 or more, the wide check's). The
+     * fast path does not compare the slack with the usable size: every
+     * writer writes at most the usable size, and a word that passes the
+     * field test holds the canary, which a program does not know (an
+     * overwrite passes it once in 2^58), so the byte read lies in the
+     * block, or for a forged word at most 63 bytes before its word. */
     uint64_t code = *mark ^ canary;
-    if (coral_unlikely((code & ~CORAL_SLACK_LOW) != 0) ||
-        coral_unlikely(((uint8_t *)mark)[-(ptrdiff_t)(code >> 1)] != (uint8_t)canary))
-        return false;
-    /* A sized free (size > 0): the request the field says (a request 64 * k
-     * below it, which a class above 1 KiB may have, and a wrong size: the
-     * checked path's, coral_secure_request_may_be). free's size is the
-     * constant 0: the test folds away. */
-    if (coral_unlikely(size != 0 && size != usable - (size_t)(code >> 1))) return false;
+    size_t slack;
+    if (wide) {
+        slack = coral_slack_of(code);
+        if (coral_unlikely((code & ~CORAL_SLACK_BITS) != 0) || coral_unlikely(slack > usable))
+            return false;
+    } else {
+        if (coral_unlikely((code & ~CORAL_SLACK_LOW) != 0)) return false;
+        slack = (size_t)(code >> 1);
+    }
+    if (coral_unlikely(((uint8_t *)mark)[-(ptrdiff_t)slack] != (uint8_t)canary)) return false;
+    /* A sized free (size > 0): the request the word says (else a wrong
+     * size: the checked path names it). free's size is the constant 0: the
+     * test folds away. */
+    if (coral_unlikely(size != 0 && size != usable - slack)) return false;
     *mark = coral_freed_mark_of(canary);
     return true;
+}
+
+CORAL_INLINE bool coral_secure_free_fast(coral_page_t *slice, void *p, size_t size) {
+    return coral_secure_free_check(slice, p, size, false);
+}
+
+/* The same check of a block whose canary word holds a slack of 64 or more
+ * (its other fields set: a class above 1 KiB, a block realloc kept, an
+ * aligned one), which the free fast path leaves to the checked path
+ * (api/alloc.c): every field decoded, the slack bounded by the usable
+ * size. */
+CORAL_INLINE bool coral_secure_free_fast_wide(coral_page_t *slice, void *p, size_t size) {
+    return coral_secure_free_check(slice, p, size, true);
 }
 
 /* The offset of p from the first block of `page` (a page of a size class:
@@ -1146,18 +1152,20 @@ CORAL_INLINE uint32_t coral_block_offset_in_page(const coral_page_t *page, const
  * report is a tail call that returns nothing (the malloc fast path then
  * keeps no stack frame for it). */
 CORAL_INLINE void *coral_secure_small_out(coral_page_t *page, void *p, size_t request,
-                                          size_t slack_mask, bool zero) {
+                                          size_t narrow, bool zero) {
     size_t usable = page->owner_usable_size;
     uint64_t canary = coral_owner_canary_of(page, p);
     uint32_t offset = coral_block_offset_in_page(page, p);
     if (coral_unlikely(offset > page->owner_last_block) ||
         coral_unlikely(!coral_secure_fill_intact(usable, p, canary)))
         return coral_secure_write_after_free(page, p);
-    /* The request canary (above): the slack's low field alone, no branch
-     * (slack_mask: 0x3f, or SIZE_MAX where the class's slack is below 64). */
-    size_t slack = (usable - request) & slack_mask;
+    /* The request canary (above), no branch: `narrow` SIZE_MAX where the
+     * class's slack is below 64 (malloc's fast path: the first field,
+     * written as is), 0 for any class (every field: coral_slack_code). */
+    size_t slack = usable - request;
     ((uint8_t *)p)[usable - slack] = (uint8_t)canary;
-    *(uint64_t *)(void *)((uint8_t *)p + usable) = canary ^ (slack << 1);
+    *(uint64_t *)(void *)((uint8_t *)p + usable) =
+        canary ^ (narrow ? (uint64_t)slack << 1 : coral_slack_code(slack));
     if (zero) memset(p, 0, request);
     return p;
 }

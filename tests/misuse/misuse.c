@@ -907,6 +907,8 @@ static void free_sized_plus1_small(void) { free_sized_wrong(20, 21); }
 static void free_sized_minus1_medium(void) { free_sized_wrong(2000, 1999); }
 static void free_sized_minus1_large(void) { free_sized_wrong(300000, 299999); }
 static void free_sized_plus1_huge(void) { free_sized_wrong(8 * MiB + 100, 8 * MiB + 101); }
+/* 64 bytes short, in a class above 1 KiB with a slack of 64 or more. */
+static void free_sized_minus64_wide(void) { free_sized_wrong(1050, 986); }
 /* The first byte past a huge block's request rounded up to 2 MiB (the
  * secure build's huge blocks end there). */
 static void overflow_huge_rounding(void) {
@@ -946,6 +948,8 @@ static void overflow_request1_large(void) { overflow_request(300000, 1); }
 /* Past a request whose slack is below 8 bytes (malloc(20): a 32-byte
  * block, 24 usable bytes). */
 static void overflow_request1_slack4(void) { overflow_request(20, 1); }
+/* A class above 1 KiB with a slack of 64 or more (1050 bytes: 94). */
+static void overflow_request1_wide(void) { overflow_request(1050, 1); }
 
 static void overflow_request_calloc(void) {
     char *p = launder(calloc(1, 100));
@@ -1129,6 +1133,8 @@ static const misuse_case_t cases[] = {
     {"free-sized-minus1-large", free_sized_minus1_large},
     {"free-sized-plus1-huge", free_sized_plus1_huge},
     {"overflow-huge-rounding", overflow_huge_rounding},
+    {"overflow-request1-wide", overflow_request1_wide},
+    {"free-sized-minus64-wide", free_sized_minus64_wide},
     {"free-sized-calloc-wrong", free_sized_calloc_wrong},
     {"free-aligned-sized-plus1", free_aligned_sized_plus1},
     {"cxx-sized-delete-wrong-size", cxx_sized_delete_wrong_size},

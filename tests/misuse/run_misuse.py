@@ -273,6 +273,12 @@ EXPECT.update({
 })
 EXPECT["overflow-huge-rounding"] = (("ran on", "no guard page in the default build"),
                                     ("crashed", "the guard region after the 2 MiB rounding"))
+# Exact above 1 KiB: a class whose slack is 64 or more (malloc(1050): 94).
+EXPECT["overflow-request1-wide"] = (("ran on", "no canary in the default build"),
+                                    ("aborted", "heap overflow detected"))
+EXPECT["free-sized-minus64-wide"] = (
+    ("ran on", "the default build checks a sized free against the usable size"),
+    ("aborted", "not the size the block was allocated with"))
 BUILDS = ("default", "secure")
 # Damage found later, with no call to undo: these abort in both modes.
 AFTER_THE_FACT = ("free list corrupted", "write after free detected",

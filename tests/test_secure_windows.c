@@ -64,9 +64,11 @@ static void case_huge_quarantine_neighbour(void) {
  * handed out once by the mallocs that follow (a looping list hands one
  * out twice, or the pop's check of the freed mark reports it), and none of
  * the freed ones may be left in use (coral_heap_visit empties the ring
- * first). */
+ * first). Three sizes: 16-byte blocks (their ring fill lies in the ring's
+ * spare), 32-byte ones (the handler's block goes back at once: the fill
+ * of a page's free blocks must keep its mark, the word the fill's third
+ * store shares with it) and larger ones. */
 #define RING_FREES 64
-#define RING_BLOCK 128
 static void *ring_handler_block;
 static int ring_interrupt_armed;
 
@@ -93,7 +95,7 @@ static int ring_count_ours(void *block, size_t block_size, size_t usable, void *
     return 0;
 }
 
-static void case_ring_put_signal(void) {
+static void ring_put_signal(size_t size) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = ring_handler;
@@ -101,7 +103,7 @@ static void case_ring_put_signal(void) {
     CHECK_EQ(sigaction(SIGUSR1, &sa, NULL), 0);
     static void *blocks[2 * RING_FREES]; /* each put's, then each handler's */
     for (size_t i = 0; i < 2 * RING_FREES; i++)
-        CHECK((blocks[i] = coral_malloc(RING_BLOCK)) != NULL);
+        CHECK((blocks[i] = coral_malloc(size)) != NULL);
     coral_test_point_set(ring_hook);
     for (size_t i = 0; i < RING_FREES; i++) {
         ring_handler_block = blocks[RING_FREES + i];
@@ -116,11 +118,17 @@ static void case_ring_put_signal(void) {
     static void *again[2 * RING_FREES + 64];
     size_t n = sizeof again / sizeof again[0];
     for (size_t i = 0; i < n; i++) {
-        CHECK((again[i] = coral_malloc(RING_BLOCK)) != NULL);
+        CHECK((again[i] = coral_malloc(size)) != NULL);
         for (size_t j = 0; j < i; j++)
             CHECK_MSG(again[j] != again[i], "block %p handed out twice", again[i]);
     }
     for (size_t i = 0; i < n; i++) coral_free(again[i]);
+}
+
+static void case_ring_put_signal(void) {
+    ring_put_signal(8);
+    ring_put_signal(24);
+    ring_put_signal(128);
 }
 
 int main(int argc, char **argv) {

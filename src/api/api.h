@@ -169,22 +169,21 @@ CORAL_INLINE void coral_free_push_local(coral_page_t *page, coral_block_t *block
 }
 
 #if CORAL_SECURE
-/* block, of page, takes a slot of slots (a ring of r, the calling
- * thread's: coral_ring_tls, r->busy set by coral_heap_ring_enter) drawn at
- * random, and the block that held it is returned, its page in *old_page;
- * r->busy is cleared after the swap, with a signal fence, so that the
- * compiler keeps the ring's stores before it. */
-CORAL_INLINE coral_block_t *coral_ring_take(coral_ring_t *r, coral_ring_slots_t *slots,
-                                            coral_page_t *page, coral_block_t *block,
-                                            coral_page_t **old_page) {
+/* block, of page, takes a slot of the ring r (the calling thread's:
+ * coral_ring_tls, r->busy set by coral_heap_ring_enter) drawn at random,
+ * and the block that held it is returned, its page in *old_page; r->busy
+ * is cleared after the swap, with a signal fence, so that the compiler
+ * keeps the ring's stores before it. */
+CORAL_INLINE coral_block_t *coral_ring_take(coral_ring_t *r, coral_page_t *page,
+                                            coral_block_t *block, coral_page_t **old_page) {
     uint64_t draw = r->draw * CORAL_RING_MUL;
     r->draw = draw;
     size_t i = (size_t)(draw >> (64 - CORAL_RING_SLOT_BITS));
-    coral_block_t *old = slots->blocks[i];
-    *old_page = slots->pages[i];
+    coral_block_t *old = r->blocks[i];
+    *old_page = r->pages[i];
     coral_test_point(CORAL_TP_RING_SWAP, block);
-    slots->blocks[i] = block;
-    slots->pages[i] = page;
+    r->blocks[i] = block;
+    r->pages[i] = page;
     coral_heap_ring_exit(r);
     return old;
 }
@@ -193,16 +192,17 @@ CORAL_INLINE coral_block_t *coral_ring_take(coral_ring_t *r, coral_ring_slots_t 
 /* The secure build's fast free of block, of page (checked, its freed mark
  * written; counted here, where the program freed it; `usable`: the page's
  * owner_usable_size): it gets the ring's fill (page.h) and takes a slot,
- * drawn at random, of the thread's ring for its size (heap.h); the block
- * that held the slot goes back to its page, its fill checked, here when
- * its page is still the caller's and unflagged (not full, say:
+ * drawn at random, of the thread's ring (heap.h); the block that held the
+ * slot goes back to its page, its fill checked, here when its page is
+ * still the caller's and unflagged (not full, say:
  * coral_heap_ring_out_slow takes the rest, and an empty slot's
  * coral_ring_idle, whose tid_flags are 0). Each slot is taken before its
  * old block goes back (which may retire a page and so free again on this
- * thread). A 16-byte block, and one of more than CORAL_RING_MAX_USABLE
- * bytes, goes back at once. The draw and the swap are
- * made with the ring busy (heap.h: a free in a signal handler that
- * interrupts them finds it so, and its block goes back at once). */
+ * thread). A block of more than CORAL_RING_MAX_USABLE bytes goes back at
+ * once. The draw and the swap are made with the ring busy (heap.h: a free
+ * in a signal handler that interrupts them finds it so, and its block
+ * goes back at once). No branch depends on the block's size below
+ * CORAL_RING_MAX_USABLE (page.h: the fill's offsets are selects). */
 CORAL_INLINE void coral_secure_ring_put(coral_page_t *page, coral_block_t *block, size_t usable) {
 #if CORAL_SECURE
     coral_ring_t *r = &coral_ring_tls;
@@ -213,39 +213,20 @@ CORAL_INLINE void coral_secure_ring_put(coral_page_t *page, coral_block_t *block
     /* (Kept in its register for the check: GCC would load it again.) */
     __asm__("" : "+x"(fill));
 #endif
-    if (coral_likely(usable >= CORAL_RING_FILL_END)) {
-        coral_count_frees(page->class_idx, 1);
-        if (coral_unlikely(usable > CORAL_RING_MAX_USABLE)) {
-            coral_heap_ring_bypass(page, block); /* (heap.h: blocks of few-block pages) */
-            return;
-        }
-        coral_secure_ring_fill_big((uint8_t *)block, fill);
-        if (coral_unlikely(coral_heap_ring_enter(r))) {
-            coral_heap_ring_bypass(page, block);
-            return;
-        }
-        old = coral_ring_take(r, &r->big, page, block, &old_page);
-        if (coral_likely(coral_slice_tid_flags(old_page) == coral_thread_id()) &&
-            coral_likely(coral_secure_ring_intact_big((uint8_t *)old, fill))) {
-            coral_free_push_local_uncounted(old_page, old);
-            return;
-        }
-    } else if (usable > 8) {
-        coral_count_frees(page->class_idx, 1);
-        coral_secure_ring_fill_small((uint8_t *)block, usable, fill);
-        if (coral_unlikely(coral_heap_ring_enter(r))) {
-            coral_heap_ring_bypass(page, block);
-            return;
-        }
-        old = coral_ring_take(r, &r->small, page, block, &old_page);
-        if (coral_likely(coral_slice_tid_flags(old_page) == coral_thread_id()) &&
-            coral_likely(coral_secure_ring_intact_small((uint8_t *)old, old_page->owner_usable_size,
-                                                        fill))) {
-            coral_free_push_local_uncounted(old_page, old);
-            return;
-        }
-    } else {
-        coral_free_push_local(page, block); /* (a 16-byte block: no fill, no slot) */
+    coral_count_frees(page->class_idx, 1);
+    if (coral_unlikely(usable > CORAL_RING_MAX_USABLE)) {
+        coral_heap_ring_bypass(page, block); /* (heap.h: blocks of few-block pages) */
+        return;
+    }
+    coral_secure_ring_fill(page, (uint8_t *)block, usable, fill);
+    if (coral_unlikely(coral_heap_ring_enter(r))) {
+        coral_heap_ring_bypass(page, block);
+        return;
+    }
+    old = coral_ring_take(r, page, block, &old_page);
+    if (coral_likely(coral_slice_tid_flags(old_page) == coral_thread_id()) &&
+        coral_likely(coral_secure_ring_intact(old_page, (uint8_t *)old, fill))) {
+        coral_free_push_local_uncounted(old_page, old);
         return;
     }
     coral_heap_ring_out_slow(old_page, old);

@@ -553,30 +553,25 @@ void coral_heap_free_local_now(coral_page_t *page, coral_block_t *block) {
 coral_page_t coral_ring_idle;
 #define RING_IDLE ((coral_block_t *)(void *)&coral_ring_idle)
 
-#define RING_EMPTY                                                                                 \
-    {                                                                                              \
-        .blocks = {RING_IDLE, RING_IDLE, RING_IDLE, RING_IDLE},                                    \
-        .pages = {&coral_ring_idle, &coral_ring_idle, &coral_ring_idle, &coral_ring_idle},         \
-    }
 __thread coral_ring_t coral_ring_tls __attribute__((tls_model("initial-exec"))) = {
     .draw = 0x9e3779b97f4a7c15ull,
-    .big = RING_EMPTY,
-    .small = RING_EMPTY,
+    .blocks = {RING_IDLE, RING_IDLE, RING_IDLE, RING_IDLE},
+    .pages = {&coral_ring_idle, &coral_ring_idle, &coral_ring_idle, &coral_ring_idle},
 };
-_Static_assert(CORAL_RING_SLOTS == 4, "RING_EMPTY names every slot");
+_Static_assert(CORAL_RING_SLOTS == 4, "coral_ring_tls names every slot");
 
-/* Every block of slots leaves it (checked, back to its page). Each slot
- * is emptied, with the ring busy (heap.h: a handler's put then leaves the
- * ring alone), before its block goes back: that may retire the page, whose
- * release may start the purge thread and so free again on this thread (a
- * nested put finds the ring free to use and the slot empty). */
-static void ring_slots_flush(coral_ring_t *r, coral_ring_slots_t *slots) {
+/* Every block of the ring r leaves it (checked, back to its page). Each
+ * slot is emptied, with the ring busy (heap.h: a handler's put then leaves
+ * the ring alone), before its block goes back: that may retire the page,
+ * whose release may start the purge thread and so free again on this
+ * thread (a nested put finds the ring free to use and the slot empty). */
+static void ring_flush(coral_ring_t *r) {
     for (unsigned i = 0; i < CORAL_RING_SLOTS; i++) {
         if (coral_heap_ring_enter(r)) return; /* (in a handler, inside a change) */
-        coral_block_t *block = slots->blocks[i];
-        coral_page_t *page = slots->pages[i];
-        slots->blocks[i] = RING_IDLE;
-        slots->pages[i] = &coral_ring_idle;
+        coral_block_t *block = r->blocks[i];
+        coral_page_t *page = r->pages[i];
+        r->blocks[i] = RING_IDLE;
+        r->pages[i] = &coral_ring_idle;
         coral_heap_ring_exit(r);
         if (page != &coral_ring_idle) coral_heap_ring_out_slow(page, block);
     }
@@ -586,29 +581,31 @@ void coral_heap_ring_out_slow(coral_page_t *page, coral_block_t *block) {
     coral_ring_t *r = &coral_ring_tls;
     if (page == &coral_ring_idle) {
         if (r->closed) { /* (the block just put, alone in the ring) */
-            ring_slots_flush(r, &r->big);
-            ring_slots_flush(r, &r->small);
+            ring_flush(r);
         } else if (!r->seeded) {
             r->seeded = true;
             r->draw ^= ((uint64_t)coral_secure_next_epoch() << 32 | coral_secure_next_epoch()) << 1;
         }
         return;
     }
-    if (!coral_secure_ring_intact((uint8_t *)block, page->owner_usable_size))
-        coral_secure_write_after_free(page, (uint8_t *)block);
+    if (!coral_secure_ring_intact(page, (uint8_t *)block, coral_ring_fill_vec()))
+        coral_secure_ring_write_after_free(page, (uint8_t *)block);
     coral_heap_free_local_now(page, block);
 }
 
 void coral_heap_ring_bypass(coral_page_t *page, coral_block_t *block) {
+    /* The fill's third word is the mark's in a 32-byte block, all three in
+     * a 16-byte one (page.h): the mark, written already, is kept. */
+    uint64_t *mark = coral_mark_word(page, block), freed = *mark;
     coral_secure_fill_words((uint8_t *)block, page->owner_usable_size);
+    *mark = freed;
     coral_heap_free_local_now(page, block);
 }
 
 void coral_heap_ring_flush(bool close) {
     coral_ring_t *r = &coral_ring_tls;
     if (close) r->closed = true;
-    ring_slots_flush(r, &r->big);
-    ring_slots_flush(r, &r->small);
+    ring_flush(r);
 }
 #else
 void coral_heap_ring_flush(bool close) { (void)close; } /* (no ring) */

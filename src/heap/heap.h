@@ -281,13 +281,13 @@ void coral_heap_free_local_now(coral_page_t *page, coral_block_t *block);
  * checked; with it every block's fill is checked within a few frees (each
  * free takes a given block out with probability 1/CORAL_RING_SLOTS).
  * While a block waits it holds the ring's fill (page.h:
- * coral_secure_ring_fill: its bytes 8 to 71, or up to its mark) and its
- * freed mark, not yet its link; its page still counts it in use
+ * coral_secure_ring_fill: its bytes 8 to 71, or from 0 up to its mark in
+ * a smaller block) and its freed mark, not yet its link; its page still counts it in use
  * (page->used), so the page is neither retired nor released under it.
- * Bounded: 2 * CORAL_RING_SLOTS blocks (below), each of a page's head
- * slice, so at most 2 * CORAL_RING_SLOTS * CORAL_SLICE_SIZE bytes a
- * thread. 16-byte blocks (no fill: page.h) and blocks of more than
- * CORAL_RING_MAX_USABLE bytes (below) go back to their page at once.
+ * Bounded: CORAL_RING_SLOTS blocks (below), each of a page's head
+ * slice, so at most CORAL_RING_SLOTS * CORAL_SLICE_SIZE bytes a thread.
+ * Blocks of more than CORAL_RING_MAX_USABLE bytes (below) go back to
+ * their page at once.
  * The calling thread's alone (thread-local), every block of a page it owns.
  * So it is emptied (coral_heap_ring_flush) before the thread's heaps are
  * abandoned (thread exit: closed, later frees bypass it), before a user
@@ -335,16 +335,14 @@ void coral_heap_free_local_now(coral_page_t *page, coral_block_t *block);
  * state; an odd multiplier of 32 bits, an immediate operand), seeded from
  * a secret at the first put of the thread (coral_heap_ring_out_slow). */
 #define CORAL_RING_MUL 0x2c9277b5u
-typedef struct coral_ring_slots_s {
+/* The ring: its slots and its draws. One ring for every size: the put's
+ * fill and the leaving block's check take their offsets from a table by
+ * the block's class (page.h: coral_ring_shape_of), so that a free has no
+ * branch on the size (page.h, coral_fill_step). */
+typedef struct coral_ring_s {
+    uint64_t draw;                                /* the generator's state (odd) */
     coral_block_t *blocks[CORAL_RING_SLOTS];      /* coral_ring_idle: an empty slot */
     struct coral_page_s *pages[CORAL_RING_SLOTS]; /* each block's page */
-} coral_ring_slots_t;
-/* Two rings of slots, one draw: big blocks' (page.h: 72 usable bytes or
- * more) and small ones' (24 to 56), so that the put, which tells them
- * apart for the fill, also knows which check the leaving block needs. */
-typedef struct coral_ring_s {
-    uint64_t draw; /* the generator's state (odd) */
-    coral_ring_slots_t big, small;
     uint32_t busy; /* 1: the thread is changing the ring (above: signal handlers) */
     bool seeded;   /* the state holds the secret (else the initial constant) */
     bool closed;   /* the thread's exit cleanup began: frees bypass the ring */

@@ -733,6 +733,9 @@ bool coral_secure_check_slow(coral_page_t *page, void *p, bool release);
  * a write after free (fatal): never returns, though not declared so, so
  * that the malloc fast path can reach it by a tail call. */
 CORAL_COLD void *coral_secure_write_after_free(const coral_page_t *page, const uint8_t *block);
+/* A block leaving the ring of freed blocks (heap.h) whose ring fill
+ * changed: reported (fatal), with the offset of the first byte written. */
+CORAL_COLD void coral_secure_ring_write_after_free(const coral_page_t *page, const uint8_t *block);
 
 #if CORAL_SECURE
 /* Written once by coral_secure_init; read-only afterwards. Every byte of
@@ -932,20 +935,38 @@ CORAL_INLINE void coral_secure_mark_freed(const coral_page_t *page, uint8_t *blo
 
 /* The fill of a block waiting in the thread's ring of freed blocks (heap
  * layer, heap.h), which the ring's put writes in place of the three words
- * of coral_secure_fill_words: the block's bytes from 8 up to its first
- * CORAL_RING_FILL_END bytes or its mark, whichever comes first (`usable`:
- * its block size less 8, a multiple of 16 plus 8), as 16-byte pieces
- * (vectors: SSE2 or NEON, no branch per word). A big block (72 usable
- * bytes or more): the pieces at 8, 24, 40 and 56. A small one (24, 40 or
- * 56 usable bytes): those at 8, half-way (coral_ring_mid) and
- * usable - 16, overlapping, never the mark's word. (A 16-byte block, whose
- * 8 usable bytes are its mark's word, has no fill and no place in the
- * ring.) So a block in the ring holds the fill every freed block holds
- * (its bytes 8 to 31, or up to its mark) and more: a write at any offset
- * from 8 to 71, or up to its mark, is found as it leaves the ring. Its
- * freed mark is written apart (coral_secure_free_fast). */
+ * of coral_secure_fill_words: four 16-byte pieces (vectors: SSE2 or NEON)
+ * at offsets its class's shape gives (coral_ring_shapes): 8, 24, 40 and 56
+ * in a block of 72 usable bytes or more (its bytes 8 to 71); from 0 up to
+ * its mark, overlapping, in one of 24 to 56 (a block in the ring is on no
+ * list: its word 0, the link, is written as it leaves); all four at 0 in a
+ * 16-byte block, whose 8 usable bytes lie before its mark's word: they
+ * cover the mark, which the put writes again after them, and its check
+ * compares their first 8 bytes alone (the shape's `want`). So the put and
+ * the check of the block that leaves have no branch on the size
+ * (coral_fill_step: the sizes a program frees follow no pattern a
+ * predictor could learn), and a block in the ring holds the fill every
+ * freed block holds (its bytes 8 to 31, or up to its mark) and more: a
+ * write at any offset the pieces cover is found as it leaves the ring.
+ * Its freed mark is written apart (coral_secure_free_fast). */
 #define CORAL_RING_FILL_END ((size_t)72)
 typedef uint64_t coral_vec2_t __attribute__((vector_size(16)));
+
+/* Where a ring fill's four pieces lie in a block (`at`: offsets); `want`:
+ * the bytes of each piece the check compares (a bit each). */
+typedef struct coral_ring_shape_s {
+    uint8_t at[4];
+    uint32_t want;
+} coral_ring_shape_t;
+/* The shape of each size class's blocks (the twins' too), by class index:
+ * written by coral_secure_init (secure.c), before the first block;
+ * read-only afterwards. A table, not arithmetic on the size: one load of
+ * the page's class, which the free fast path's line holds already. */
+extern coral_ring_shape_t coral_ring_shapes[CORAL_CLASS_LARGE];
+
+CORAL_INLINE const coral_ring_shape_t *coral_ring_shape_of(const coral_page_t *page) {
+    return &coral_ring_shapes[page->class_idx];
+}
 
 CORAL_INLINE coral_vec2_t coral_vec2_load(const uint8_t *at) {
     coral_vec2_t v;
@@ -969,75 +990,57 @@ CORAL_INLINE size_t coral_ring_fill_end(size_t usable) {
     return usable < CORAL_RING_FILL_END ? usable : CORAL_RING_FILL_END;
 }
 
-/* The middle piece's offset in a small block (24, 40 or 56 usable bytes):
- * half-way, usable / 2 - 4 (8, 16 or 24), so that the pieces at 8, there
- * and at usable - 16 cover its bytes 8 to usable - 1. */
-CORAL_INLINE size_t coral_ring_mid(size_t usable) { return usable / 2 - 4; }
-
-CORAL_INLINE void coral_secure_ring_fill_big(uint8_t *block, coral_vec2_t fill) {
-    coral_ring_fill_at(block + 8, fill);
-    coral_ring_fill_at(block + 24, fill);
-    coral_ring_fill_at(block + 40, fill);
-    coral_ring_fill_at(block + 56, fill);
-}
-
-CORAL_INLINE void coral_secure_ring_fill_small(uint8_t *block, size_t usable, coral_vec2_t fill) {
-    coral_ring_fill_at(block + 8, fill);
-    coral_ring_fill_at(block + coral_ring_mid(usable), fill);
-    coral_ring_fill_at(block + usable - 16, fill);
+/* The put's fill of block, of page (of a size class; `usable`: its
+ * usable bytes): its four pieces, then its mark's word as it was (a
+ * 16-byte block's pieces cover it). */
+CORAL_INLINE void coral_secure_ring_fill(const coral_page_t *page, uint8_t *block, size_t usable,
+                                         coral_vec2_t fill) {
+    const coral_ring_shape_t *shape = coral_ring_shape_of(page);
+    uint64_t *mark = (uint64_t *)(void *)(block + usable), freed = *mark;
+    coral_ring_fill_at(block + shape->at[0], fill);
+    coral_ring_fill_at(block + shape->at[1], fill);
+    coral_ring_fill_at(block + shape->at[2], fill);
+    coral_ring_fill_at(block + shape->at[3], fill);
+    *mark = freed;
 }
 
 /* Whether a block leaving the ring holds the ring's fill: the same
- * pieces, read, each compared with the fill byte by byte; with SSE2 the
- * compares' results are ANDed and their bytes' top bits taken at once
- * (pmovmskb), elsewhere the pieces' XORs with the fill are ORed. */
+ * pieces, read, each compared with the fill byte by byte, the bytes its
+ * shape wants alone; with SSE2 the compares' results are ANDed and their
+ * bytes' top bits taken at once (pmovmskb), elsewhere the pieces' XORs
+ * with the fill are ORed, their bytes that count kept. */
 #if defined(__SSE2__)
 CORAL_INLINE __m128i coral_ring_same(const uint8_t *at, coral_vec2_t fill) {
     return _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(const void *)at), (__m128i)fill);
 }
 
-CORAL_INLINE bool coral_secure_ring_intact_big(const uint8_t *block, coral_vec2_t fill) {
-    __m128i same = _mm_and_si128(
-        _mm_and_si128(coral_ring_same(block + 8, fill), coral_ring_same(block + 24, fill)),
-        _mm_and_si128(coral_ring_same(block + 40, fill), coral_ring_same(block + 56, fill)));
-    return _mm_movemask_epi8(same) == 0xffff;
-}
-
-CORAL_INLINE bool coral_secure_ring_intact_small(const uint8_t *block, size_t usable,
-                                                 coral_vec2_t fill) {
-    __m128i same =
-        _mm_and_si128(_mm_and_si128(coral_ring_same(block + 8, fill),
-                                    coral_ring_same(block + coral_ring_mid(usable), fill)),
-                      coral_ring_same(block + usable - 16, fill));
-    return _mm_movemask_epi8(same) == 0xffff;
+CORAL_INLINE bool coral_secure_ring_intact(const coral_page_t *page, const uint8_t *block,
+                                           coral_vec2_t fill) {
+    const coral_ring_shape_t *shape = coral_ring_shape_of(page);
+    __m128i same = _mm_and_si128(_mm_and_si128(coral_ring_same(block + shape->at[0], fill),
+                                               coral_ring_same(block + shape->at[1], fill)),
+                                 _mm_and_si128(coral_ring_same(block + shape->at[2], fill),
+                                               coral_ring_same(block + shape->at[3], fill)));
+    uint32_t want = shape->want;
+    return ((uint32_t)_mm_movemask_epi8(same) & want) == want;
 }
 #else
 CORAL_INLINE coral_vec2_t coral_ring_changed(const uint8_t *at, coral_vec2_t fill) {
     return coral_vec2_load(at) ^ fill;
 }
 
-CORAL_INLINE bool coral_secure_ring_intact_big(const uint8_t *block, coral_vec2_t fill) {
-    coral_vec2_t changed =
-        coral_ring_changed(block + 8, fill) | coral_ring_changed(block + 24, fill) |
-        coral_ring_changed(block + 40, fill) | coral_ring_changed(block + 56, fill);
-    return (changed[0] | changed[1]) == 0;
-}
-
-CORAL_INLINE bool coral_secure_ring_intact_small(const uint8_t *block, size_t usable,
-                                                 coral_vec2_t fill) {
-    coral_vec2_t changed = coral_ring_changed(block + 8, fill) |
-                           coral_ring_changed(block + coral_ring_mid(usable), fill) |
-                           coral_ring_changed(block + usable - 16, fill);
-    return (changed[0] | changed[1]) == 0;
+CORAL_INLINE bool coral_secure_ring_intact(const coral_page_t *page, const uint8_t *block,
+                                           coral_vec2_t fill) {
+    const coral_ring_shape_t *shape = coral_ring_shape_of(page);
+    coral_vec2_t changed = coral_ring_changed(block + shape->at[0], fill) |
+                           coral_ring_changed(block + shape->at[1], fill) |
+                           coral_ring_changed(block + shape->at[2], fill) |
+                           coral_ring_changed(block + shape->at[3], fill);
+    /* (want: all 16 bytes, or the first 8: the low word's) */
+    uint64_t high = shape->want > 0xff ? changed[1] : 0;
+    return (changed[0] | high) == 0;
 }
 #endif
-
-/* The same for a block of either (`usable`: 24 bytes or more). */
-CORAL_INLINE bool coral_secure_ring_intact(const uint8_t *block, size_t usable) {
-    return usable >= CORAL_RING_FILL_END
-               ? coral_secure_ring_intact_big(block, coral_ring_fill_vec())
-               : coral_secure_ring_intact_small(block, usable, coral_ring_fill_vec());
-}
 
 /* Whether p, in `page` (in use, of a normal segment), is a live block
  * start: a block start (a division, the slow path's) whose mark word,

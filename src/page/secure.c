@@ -18,6 +18,23 @@ uint64_t coral_page_key;
  * default build at its first page). */
 static _Atomic(uint64_t) epoch_key;
 
+coral_ring_shape_t coral_ring_shapes[CORAL_CLASS_LARGE];
+
+/* The ring fill's shape for blocks of `usable` bytes (page.h): pieces
+ * from `first` (0, or 8 in a block of 72 usable bytes or more) to `end`
+ * (its usable size, at most 72), the last ending there, the middle two 16
+ * and 32 bytes after the first or at the last; a 16-byte block's all at
+ * 0, their first 8 bytes compared. */
+static coral_ring_shape_t ring_shape_for(size_t usable) {
+    if (usable <= 8) return (coral_ring_shape_t){{0, 0, 0, 0}, 0x00ff};
+    size_t first = usable < CORAL_RING_FILL_END ? 0 : 8;
+    size_t last = coral_ring_fill_end(usable) - 16;
+    size_t second = first + 16 < last ? first + 16 : last,
+           third = first + 32 < last ? first + 32 : last;
+    return (coral_ring_shape_t){{(uint8_t)first, (uint8_t)second, (uint8_t)third, (uint8_t)last},
+                                0xffff};
+}
+
 void coral_secure_init(void) {
     uint64_t keys[4];
     coral_os_random(keys, sizeof keys);
@@ -25,6 +42,8 @@ void coral_secure_init(void) {
     coral_canary_key = (keys[1] | CORAL_CANARY_HIGH) & CORAL_CANARY_EVEN; /* (page.h) */
     atomic_store_explicit(&epoch_key, keys[2] | 1, memory_order_relaxed);
     coral_page_key = keys[3];
+    for (unsigned cls = 1; cls < CORAL_CLASS_LARGE; cls++)
+        coral_ring_shapes[cls] = ring_shape_for(coral_class_size(cls) - CORAL_CANARY_SIZE);
 }
 
 /* The secret, drawn by the first caller (two threads racing keep the
@@ -67,19 +86,29 @@ void coral_bad_link(const coral_block_t *block, uintptr_t next) {
                 (const void *)block, (void *)next);
 }
 
+/* The first byte of block from `from` up to its ring fill's end (its
+ * first byte off the fill lies below it) that is not the fill, reported. */
+__attribute__((noreturn)) static void write_after_free_at(const coral_page_t *page,
+                                                          const uint8_t *block, size_t from) {
+    size_t usable = page->block_size - CORAL_CANARY_SIZE, end = coral_ring_fill_end(usable);
+    size_t at = from;
+    while (at < end && block[at] == CORAL_FILL_BYTE) at++;
+    coral_fatal("write after free detected: block %p of %zu bytes was written at offset %zu after "
+                "it was freed",
+                (const void *)block, usable, at);
+}
+
 void *coral_secure_write_after_free(const coral_page_t *page, const uint8_t *block) {
     if ((size_t)(block - coral_page_start_of(page)) > page->owner_last_block)
         coral_fatal("free list corrupted: a page of %zu-byte blocks was to hand out %p, outside "
                     "it (a link forged or overwritten after a free)",
                     page->block_size, (const void *)block);
-    /* (a block popped off a free list: its first byte off the fill lies
-     * below CORAL_FILL_END; one leaving the ring: below its ring fill's end) */
-    size_t end = coral_ring_fill_end(page->block_size - CORAL_CANARY_SIZE);
-    size_t at = sizeof(coral_block_t);
-    while (at < end && block[at] == CORAL_FILL_BYTE) at++;
-    coral_fatal("write after free detected: block %p of %zu bytes was written at offset %zu after "
-                "it was freed",
-                (const void *)block, page->block_size - CORAL_CANARY_SIZE, at);
+    write_after_free_at(page, block, sizeof(coral_block_t)); /* (word 0: its link) */
+    return NULL;
+}
+
+void coral_secure_ring_write_after_free(const coral_page_t *page, const uint8_t *block) {
+    write_after_free_at(page, block, coral_ring_shape_of(page)->at[0]);
 }
 
 /* ---- the slow halves of the block checks (page.h) ------------------------------- */

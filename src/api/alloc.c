@@ -467,10 +467,11 @@ static bool sized_free_fits(void *p, size_t size, const char *call) {
  * checks, every field decoded, and put in the ring of freed blocks as it
  * puts the others. False: not such a free (nothing done). */
 CORAL_INLINE bool secure_free_wide(coral_page_t *slice, void *p, size_t size) {
+    uint64_t freed;
     if (coral_slice_tid_flags(slice) != coral_thread_id() ||
-        !coral_secure_free_fast_wide(slice, p, size))
+        !coral_secure_free_fast_wide(slice, p, size, &freed))
         return false;
-    coral_secure_ring_put(slice, p, slice->owner_usable_size);
+    coral_secure_ring_put(slice, p, slice->owner_usable_size, freed);
     return true;
 }
 

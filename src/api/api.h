@@ -189,9 +189,11 @@ CORAL_INLINE coral_block_t *coral_ring_take(coral_ring_t *r, coral_page_t *page,
 }
 #endif
 
-/* The secure build's fast free of block, of page (checked, its freed mark
- * written; counted here, where the program freed it; `usable`: the page's
- * owner_usable_size): it gets the ring's fill (page.h) and takes a slot,
+/* The secure build's fast free of block, of page (checked; counted here,
+ * where the program freed it; `usable`: the page's owner_usable_size;
+ * `freed`: its freed mark, written here, after the ring's fill, which
+ * covers a 16-byte block's mark word): it gets the ring's fill (page.h),
+ * and takes a slot,
  * drawn at random, of the thread's ring (heap.h); the block that held the
  * slot goes back to its page, its fill checked, here when its page is
  * still the caller's and unflagged (not full, say:
@@ -203,7 +205,8 @@ CORAL_INLINE coral_block_t *coral_ring_take(coral_ring_t *r, coral_page_t *page,
  * in a signal handler that interrupts them finds it so, and its block
  * goes back at once). No branch depends on the block's size below
  * CORAL_RING_MAX_USABLE (page.h: the fill's offsets are selects). */
-CORAL_INLINE void coral_secure_ring_put(coral_page_t *page, coral_block_t *block, size_t usable) {
+CORAL_INLINE void coral_secure_ring_put(coral_page_t *page, coral_block_t *block, size_t usable,
+                                        uint64_t freed) {
 #if CORAL_SECURE
     coral_ring_t *r = &coral_ring_tls;
     coral_page_t *old_page;
@@ -215,10 +218,11 @@ CORAL_INLINE void coral_secure_ring_put(coral_page_t *page, coral_block_t *block
 #endif
     coral_count_frees(page->class_idx, 1);
     if (coral_unlikely(usable > CORAL_RING_MAX_USABLE)) {
+        *(uint64_t *)(void *)((uint8_t *)block + usable) = freed;
         coral_heap_ring_bypass(page, block); /* (heap.h: blocks of few-block pages) */
         return;
     }
-    coral_secure_ring_fill(page, (uint8_t *)block, usable, fill);
+    coral_secure_ring_fill(page, (uint8_t *)block, usable, freed, fill);
     if (coral_unlikely(coral_heap_ring_enter(r))) {
         coral_heap_ring_bypass(page, block);
         return;
@@ -231,7 +235,7 @@ CORAL_INLINE void coral_secure_ring_put(coral_page_t *page, coral_block_t *block
     }
     coral_heap_ring_out_slow(old_page, old);
 #else
-    (void)usable;
+    (void)usable, (void)freed;
     coral_free_push_local(page, block);
 #endif
 }
@@ -277,8 +281,9 @@ CORAL_INLINE void coral_secure_free_in_segment(coral_segment_t *seg, coral_page_
          * the store could alias it for all the compiler knows. */
         size_t usable = slice->owner_usable_size;
         __asm__("" : "+r"(usable));
-        if (coral_likely(coral_secure_free_fast(slice, p, size))) {
-            coral_secure_ring_put(slice, p, usable);
+        uint64_t freed;
+        if (coral_likely(coral_secure_free_fast(slice, p, size, &freed))) {
+            coral_secure_ring_put(slice, p, usable, freed);
             return;
         }
     }

@@ -948,7 +948,7 @@ CORAL_INLINE void coral_secure_mark_freed(const coral_page_t *page, uint8_t *blo
  * predictor could learn), and a block in the ring holds the fill every
  * freed block holds (its bytes 8 to 31, or up to its mark) and more: a
  * write at any offset the pieces cover is found as it leaves the ring.
- * Its freed mark is written apart (coral_secure_free_fast). */
+ * Its freed mark is written after them (coral_secure_free_fast gives it). */
 #define CORAL_RING_FILL_END ((size_t)72)
 typedef uint64_t coral_vec2_t __attribute__((vector_size(16)));
 
@@ -991,12 +991,12 @@ CORAL_INLINE size_t coral_ring_fill_end(size_t usable) {
 }
 
 /* The put's fill of block, of page (of a size class; `usable`: its
- * usable bytes): its four pieces, then its mark's word as it was (a
- * 16-byte block's pieces cover it). */
+ * usable bytes): its four pieces, then its freed mark `freed` (after them:
+ * a 16-byte block's pieces cover its mark's word). */
 CORAL_INLINE void coral_secure_ring_fill(const coral_page_t *page, uint8_t *block, size_t usable,
-                                         coral_vec2_t fill) {
+                                         uint64_t freed, coral_vec2_t fill) {
     const coral_ring_shape_t *shape = coral_ring_shape_of(page);
-    uint64_t *mark = (uint64_t *)(void *)(block + usable), freed = *mark;
+    uint64_t *mark = (uint64_t *)(void *)(block + usable);
     coral_ring_fill_at(block + shape->at[0], fill);
     coral_ring_fill_at(block + shape->at[1], fill);
     coral_ring_fill_at(block + shape->at[2], fill);
@@ -1069,8 +1069,9 @@ CORAL_INLINE bool coral_secure_page_check(coral_page_t *page, void *p, bool rele
  * a page in use that the calling thread owns, with no flag (its tid_flags
  * equal the thread's id: so in a normal segment, of a size class), and p
  * looks like a live block start there, allocated with `size` bytes when
- * size > 0 (a sized free): its freed mark is written (its
- * fill, the caller: the ring's, coral_secure_ring_fill). False: the caller takes the checked slow
+ * size > 0 (a sized free): *freed is set to its freed mark, which the
+ * caller writes (after the ring's fill, coral_secure_ring_fill, which
+ * covers a 16-byte block's mark word). False: the caller takes the checked slow
  * path (coral_secure_page_check). A second free finds the mark, not the canary: the check also
  * stands for the default build's test against local_free. It reads the owner's line only
  * (segment.h). p lies in the span's first slice, where the page's first block starts (segment.c),
@@ -1083,7 +1084,8 @@ CORAL_INLINE bool coral_secure_page_check(coral_page_t *page, void *p, bool rele
  * `wide` (a constant): false on the free fast path, which decodes the
  * canary word's first field alone; true out of it
  * (coral_secure_free_fast_wide), for a word whose other fields are set. */
-CORAL_INLINE bool coral_secure_free_check(coral_page_t *slice, void *p, size_t size, bool wide) {
+CORAL_INLINE bool coral_secure_free_check(coral_page_t *slice, void *p, size_t size, bool wide,
+                                          uint64_t *freed) {
     uint32_t offset = (uint32_t)((uintptr_t)p & (CORAL_SLICE_SIZE - 1));
     uint32_t usable = slice->owner_usable_size;
     if (coral_unlikely(offset > slice->owner_last_block) ||
@@ -1113,12 +1115,13 @@ CORAL_INLINE bool coral_secure_free_check(coral_page_t *slice, void *p, size_t s
      * size: the checked path names it). free's size is the constant 0: the
      * test folds away. */
     if (coral_unlikely(size != 0 && size != usable - slack)) return false;
-    *mark = coral_freed_mark_of(canary);
+    *freed = coral_freed_mark_of(canary);
     return true;
 }
 
-CORAL_INLINE bool coral_secure_free_fast(coral_page_t *slice, void *p, size_t size) {
-    return coral_secure_free_check(slice, p, size, false);
+CORAL_INLINE bool coral_secure_free_fast(coral_page_t *slice, void *p, size_t size,
+                                         uint64_t *freed) {
+    return coral_secure_free_check(slice, p, size, false, freed);
 }
 
 /* The same check of a block whose canary word holds a slack of 64 or more
@@ -1126,8 +1129,9 @@ CORAL_INLINE bool coral_secure_free_fast(coral_page_t *slice, void *p, size_t si
  * aligned one), which the free fast path leaves to the checked path
  * (api/alloc.c): every field decoded, the slack bounded by the usable
  * size. */
-CORAL_INLINE bool coral_secure_free_fast_wide(coral_page_t *slice, void *p, size_t size) {
-    return coral_secure_free_check(slice, p, size, true);
+CORAL_INLINE bool coral_secure_free_fast_wide(coral_page_t *slice, void *p, size_t size,
+                                              uint64_t *freed) {
+    return coral_secure_free_check(slice, p, size, true, freed);
 }
 
 /* The offset of p from the first block of `page` (a page of a size class:

@@ -102,8 +102,7 @@ static void ring_put_signal(size_t size) {
     sigemptyset(&sa.sa_mask);
     CHECK_EQ(sigaction(SIGUSR1, &sa, NULL), 0);
     static void *blocks[2 * RING_FREES]; /* each put's, then each handler's */
-    for (size_t i = 0; i < 2 * RING_FREES; i++)
-        CHECK((blocks[i] = coral_malloc(size)) != NULL);
+    for (size_t i = 0; i < 2 * RING_FREES; i++) CHECK((blocks[i] = coral_malloc(size)) != NULL);
     coral_test_point_set(ring_hook);
     for (size_t i = 0; i < RING_FREES; i++) {
         ring_handler_block = blocks[RING_FREES + i];

@@ -192,11 +192,10 @@ CORAL_INLINE coral_block_t *coral_ring_take(coral_ring_t *r, coral_page_t *page,
 /* The secure build's fast free of block, of page (checked; counted here,
  * where the program freed it; `usable`: the page's owner_usable_size;
  * `freed`: its freed mark, written here, after the ring's fill, which
- * covers a 16-byte block's mark word): it gets the ring's fill (page.h),
- * and takes a slot,
- * drawn at random, of the thread's ring (heap.h); the block that held the
- * slot goes back to its page, its fill checked, here when its page is
- * still the caller's and unflagged (not full, say:
+ * covers a 16-byte block's mark word): it gets the ring's fill (page.h)
+ * and takes a slot, drawn at random, of the thread's ring (heap.h); the
+ * block that held the slot goes back to its page, its fill checked, here
+ * when its page is still the caller's and unflagged (not full, say:
  * coral_heap_ring_out_slow takes the rest, and an empty slot's
  * coral_ring_idle, whose tid_flags are 0). Each slot is taken before its
  * old block goes back (which may retire a page and so free again on this
@@ -204,7 +203,8 @@ CORAL_INLINE coral_block_t *coral_ring_take(coral_ring_t *r, coral_page_t *page,
  * once. The draw and the swap are made with the ring busy (heap.h: a free
  * in a signal handler that interrupts them finds it so, and its block
  * goes back at once). No branch depends on the block's size below
- * CORAL_RING_MAX_USABLE (page.h: the fill's offsets are selects). */
+ * CORAL_RING_MAX_USABLE (page.h: the fill's offsets come from a table by
+ * class). */
 CORAL_INLINE void coral_secure_ring_put(coral_page_t *page, coral_block_t *block, size_t usable,
                                         uint64_t freed) {
 #if CORAL_SECURE

@@ -5,6 +5,7 @@
  * with the fix (see the comment of each). Run as `test_windows NAME`. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/single_threaded.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -2489,6 +2491,126 @@ static void case_thread_setup_signal(void) {
     CHECK_EQ(coral_test_check(), 0);
 }
 
+/* ---- a fork from a signal handler while its thread sets up its heap ---------------------
+ * window_fork_thread_setup_signal: as above, the signal is raised on a
+ * thread's first malloc while it holds the heap pool's lock
+ * (CORAL_TP_HEAP_POOL_LOCKED); its handler forks. Before, the fork's
+ * prepare handler waited for the pool's lock its own thread held, for good
+ * (the alarm ended the test); now it leaves that lock to the code it
+ * interrupted, which ends the setup and releases it in the parent and in
+ * the child. In both, the thread then allocates, a new thread gets its
+ * heap (the pool's lock is free) and a fork takes every lock again. The
+ * hook is the test above's. */
+static volatile pid_t fs_child = -1;
+static pid_t fs_parent;
+
+static void fs_handler(int sig) {
+    (void)sig;
+    int saved = errno;
+    ts_handled++;
+    pid_t pid = fork();
+    if (pid == 0) alarm(60); /* (the child's hang detector) */
+    fs_child = pid;
+    errno = saved;
+}
+
+static void *fs_other(void *arg) {
+    (void)arg;
+    void *p = coral_malloc(200);
+    CHECK(p != NULL);
+    coral_free(p);
+    return NULL;
+}
+
+static void *fs_first_malloc(void *arg) {
+    ts_first_malloc(arg);
+    join(start(fs_other, NULL));
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) _exit(coral_malloc(300) == NULL);
+    expect_child_exit_0(pid, "a fork after the setup: the child hung");
+    if (getpid() != fs_parent) _exit(coral_test_check() == 0 ? 0 : 3); /* the child's */
+    return NULL;
+}
+
+/* A thread's first malloc with hook, which raises the signal whose handler
+ * forks; both processes go on, and the child ends with status 0. */
+static void fs_run(void (*hook)(int, const void *)) {
+    alarm(60);
+    fs_parent = getpid();
+    run_freer_signalled(fs_handler, hook, fs_first_malloc);
+    alarm(0);
+    CHECK_EQ(ts_handled, 1);
+    CHECK(fs_child > 0);
+    expect_child_exit_0(fs_child, "the handler's fork: the child hung");
+    CHECK_EQ(coral_test_check(), 0);
+}
+
+static void case_fork_thread_setup_signal(void) { fs_run(ts_hook); }
+
+/* ---- the same fork while an exiting thread makes the exit heap --------------------------
+ * window_fork_setup_exit_heap: a thread past its exit cleanup (a key
+ * destructor after coralloc's) makes the process's exit heap, whose heap
+ * struct comes from the pool, while another thread's first malloc holds the
+ * pool's lock and a handler there forks (as above). Before, the exiting
+ * thread took the exit heap's lock and then waited for the pool's; the
+ * fork's prepare, leaving the pool's lock to the code it interrupted, waited
+ * for the exit heap's: each waited for the other for good (the alarm ended
+ * the test). Now the exiting thread gets the struct before it takes the exit
+ * heap's lock. The hook raises the signal once the exiting thread waits
+ * (its /proc/self/task/TID/syscall: a futex call, not a sleep). */
+static _Atomic(pid_t) fe_exiting_tid;
+static _Atomic(bool) fe_go;
+static pthread_key_t fe_key;
+
+/* Whether task tid of this process waits in a futex call (no allocation). */
+static bool fe_waits(pid_t tid) {
+    char path[64], buf[32];
+    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    CHECK(fd >= 0);
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    return atol(buf) == SYS_futex;
+}
+
+static void fe_hook(int point, const void *object) {
+    (void)object;
+    if (point != CORAL_TP_HEAP_POOL_LOCKED || !ts_first || ts_handled != 0) return;
+    atomic_store(&fe_go, true);
+    while (!fe_waits(atomic_load(&fe_exiting_tid))) sched_yield();
+    raise(SIGUSR1);
+}
+
+/* The key's destructor, after coralloc's: an allocation from the exit heap. */
+static void fe_exit_malloc(void *value) {
+    (void)value;
+    atomic_store(&fe_exiting_tid, (pid_t)syscall(SYS_gettid));
+    while (!atomic_load(&fe_go)) sched_yield();
+    void *p = coral_malloc(40);
+    CHECK(p != NULL);
+    coral_free(p);
+}
+
+static void *fe_exiting(void *arg) {
+    (void)arg;
+    void *p = coral_malloc(40); /* its own heap: its exit cleanup runs */
+    CHECK(p != NULL);
+    coral_free(p);
+    CHECK_EQ(pthread_setspecific(fe_key, &fe_key), 0);
+    return NULL;
+}
+
+static void case_fork_setup_exit_heap(void) {
+    CHECK(coral_malloc(1) != NULL); /* coralloc's key first */
+    CHECK_EQ(pthread_key_create(&fe_key, fe_exit_malloc), 0);
+    pthread_t exiting = start(fe_exiting, NULL);
+    while (atomic_load(&fe_exiting_tid) == 0) sched_yield();
+    fs_run(fe_hook);
+    join(exiting);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_windows CASE\n");
@@ -2500,6 +2622,8 @@ int main(int argc, char **argv) {
     } cases[] = {
         {"orphan_destroy", case_orphan_destroy},
         {"thread_setup_signal", case_thread_setup_signal},
+        {"fork_thread_setup_signal", case_fork_thread_setup_signal},
+        {"fork_setup_exit_heap", case_fork_setup_exit_heap},
         {"notify_retire", case_notify_retire},
         {"large_only", case_large_only},
         {"huge_free_vs_exit", case_huge_free_vs_exit},

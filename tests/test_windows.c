@@ -2481,14 +2481,19 @@ static void *ts_first_malloc(void *arg) {
     return NULL;
 }
 
-static void case_thread_setup_signal(void) {
-    alarm(60);
-    run_freer_signalled(ts_handler, ts_hook, ts_first_malloc);
-    alarm(0);
+/* The handler ran once, and its malloc got NULL, ENOMEM. */
+static void ts_check_refused(void) {
     CHECK_EQ(ts_handled, 1);
     CHECK(ts_handler_block == NULL);
     CHECK_EQ(ts_errno, ENOMEM);
     CHECK_EQ(coral_test_check(), 0);
+}
+
+static void case_thread_setup_signal(void) {
+    alarm(60);
+    run_freer_signalled(ts_handler, ts_hook, ts_first_malloc);
+    alarm(0);
+    ts_check_refused();
 }
 
 /* ---- a fork from a signal handler while its thread sets up its heap ---------------------
@@ -2611,6 +2616,53 @@ static void case_fork_setup_exit_heap(void) {
     join(exiting);
 }
 
+/* ---- a signal handler's malloc while the setup finishes a dead thread's cleanup --------
+ * window_clean_dead_signal: a thread whose id's previous thread first
+ * allocated in its last key destructor round (its cleanup never ran)
+ * finishes that cleanup in its own setup (thread_clean_dead), and puts the
+ * dead heap back holding the pool's lock (CORAL_TP_HEAP_POOL_LOCKED, the
+ * heap as object); a signal raised there runs the malloc handler above.
+ * Before, the handler's malloc, made while the cleanup marks the thread as
+ * past its exit, went to the exit heap, whose first use takes a heap from
+ * the pool: it waited for the lock its own thread held, for good (the
+ * alarm ended the test); now it gets NULL (ENOMEM), as in the rest of the
+ * setup. glibc gives a new thread a joined one's stack and thread pointer
+ * first: a setup that finds no dead heap raises nothing, and the pair is
+ * made again. */
+static pthread_key_t cd_key;
+static __thread int cd_rounds;
+
+static void cd_last_round(void *value) {
+    if (++cd_rounds == 4) {
+        coral_free(coral_malloc(100)); /* the thread's first allocation */
+        return;
+    }
+    CHECK_EQ(pthread_setspecific(cd_key, value), 0);
+}
+
+static void *cd_set_key(void *arg) {
+    (void)arg;
+    CHECK_EQ(pthread_setspecific(cd_key, &cd_key), 0);
+    return NULL;
+}
+
+static void cd_hook(int point, const void *object) {
+    if (point == CORAL_TP_HEAP_POOL_LOCKED && object != NULL && ts_first && ts_handled == 0)
+        raise(SIGUSR1);
+}
+
+static void case_clean_dead_signal(void) {
+    alarm(60);
+    coral_free(coral_malloc(16)); /* coralloc's key first: visited first in a round */
+    CHECK_EQ(pthread_key_create(&cd_key, cd_last_round), 0);
+    for (int i = 0; i < 8 && ts_handled == 0; i++) {
+        join(start(cd_set_key, NULL));
+        run_freer_signalled(ts_handler, cd_hook, ts_first_malloc);
+    }
+    alarm(0);
+    ts_check_refused();
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_windows CASE\n");
@@ -2624,6 +2676,7 @@ int main(int argc, char **argv) {
         {"thread_setup_signal", case_thread_setup_signal},
         {"fork_thread_setup_signal", case_fork_thread_setup_signal},
         {"fork_setup_exit_heap", case_fork_setup_exit_heap},
+        {"clean_dead_signal", case_clean_dead_signal},
         {"notify_retire", case_notify_retire},
         {"large_only", case_large_only},
         {"huge_free_vs_exit", case_huge_free_vs_exit},

@@ -86,7 +86,8 @@ typedef enum coral_test_point_e {
      * be listed; the object is the cache */
     CORAL_TP_BULK_CACHE_LISTING,
     /* thread.c: a thread (its first allocation, or a user heap's) holds
-     * the heap pool's lock, about to take a heap struct */
+     * the heap pool's lock, about to take a heap struct (object NULL) or
+     * to put one back (the object is that heap) */
     CORAL_TP_HEAP_POOL_LOCKED,
     /* large.c (secure build): a freed huge block's pages moved away, its
      * address range not yet reserved inaccessible; the object is the

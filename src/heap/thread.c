@@ -230,6 +230,7 @@ coral_heap_t *coral_heap_pool_get(void) {
 
 void coral_heap_pool_put(coral_heap_t *heap) {
     pool_lock();
+    coral_test_point(CORAL_TP_HEAP_POOL_LOCKED, heap);
     heap_counts_retire(heap);
     heap_pool_push(heap);
     pool_unlock();
@@ -572,6 +573,16 @@ void coral_thread_exit_hook_set_if_none(coral_thread_exit_fn fn) {
                                             memory_order_relaxed);
 }
 
+/* The calling thread is setting up its heap (in coral_thread_init), with
+ * the heap pool's lock held at times (and, finishing a dead thread's
+ * cleanup, other locks) and its state half made: a malloc in
+ * a signal handler that interrupted it there (POSIX does not allow one;
+ * programs do it) gets NULL, ENOMEM: setting the thread up again would
+ * wait for good for the lock its own thread holds, or for the process's
+ * setup it interrupted. Written by its own thread only, ordered
+ * against the handler that interrupts it by a signal fence. */
+static __thread bool coral_tls_setting_up __attribute__((tls_model("initial-exec")));
+
 /* ---- the exit heap --------------------------------------------------------------------
  * A thread whose exit has begun (thread_done ran and abandoned its heaps)
  * may still allocate: later pthread key destructors, C++ thread_local
@@ -600,6 +611,12 @@ bool coral_thread_exiting(void) { return coral_tls_exiting; }
  * without it here (atomic accesses: a thread that reads it set finds it
  * whole under the lock). */
 coral_heap_t *coral_exit_heap_acquire(void) {
+    /* Only a signal handler's allocation comes here while the thread sets
+     * up (a dead thread's cleanup, thread_clean_dead, marks it exiting and
+     * allocates nothing): NULL, as in the rest of the setup (the exit
+     * heap's first use waited for the pool's lock the cleanup held,
+     * window_clean_dead_signal). */
+    if (coral_tls_setting_up) return NULL;
     coral_heap_t *spare = NULL;
     if (__atomic_load_n(&exit_heap, __ATOMIC_RELAXED) == NULL) spare = coral_heap_pool_get();
     coral_mutex_lock(&exit_heap_lock);
@@ -688,15 +705,6 @@ static void thread_clean_dead(coral_heap_t *dead) {
     coral_count(&coral_counters.threads, -1);
     coral_tls_exiting = false;
 }
-
-/* The calling thread is setting up its heap (in coral_thread_init), with
- * the heap pool's lock held at times and its state half made: a malloc in
- * a signal handler that interrupted it there (POSIX does not allow one;
- * programs do it) gets NULL, ENOMEM: setting the thread up again would
- * wait for good for the lock its own thread holds, or for the process's
- * setup it interrupted. Written by its own thread only, ordered
- * against the handler that interrupts it by a signal fence. */
-static __thread bool coral_tls_setting_up __attribute__((tls_model("initial-exec")));
 
 static coral_heap_t *thread_set_up(void) {
     coral_process_init();

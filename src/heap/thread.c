@@ -369,8 +369,9 @@ static void heaps_exited_postfork_child(int parked_tid, uint32_t forks) {
 /* The same, in a fork's child handler: at once, under the prepare's hold of
  * the pool's lock (or with no other thread); or, where the code that the
  * fork's signal handler interrupted holds it (pool_held), at that code's
- * release of it (pool_unlock), once what it changes is whole. The first
- * fork's id stays: a fork from a handler of that child comes before it. */
+ * release of it (pool_unlock), once what it changes is whole. A fork made
+ * in that child before the release (from its handler) adds its count and
+ * keeps the first fork's id, which the parked heaps still carry. */
 static void heaps_exited_postfork_child_now_or_later(void) {
     if (!pool_held) {
         heaps_exited_postfork_child(fork_parent_tid, 1);

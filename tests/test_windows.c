@@ -2538,12 +2538,13 @@ static void *fs_first_malloc(void *arg) {
     return NULL;
 }
 
-/* A thread's first malloc with hook, which raises the signal whose handler
- * forks; both processes go on, and the child ends with status 0. */
-static void fs_run(void (*hook)(int, const void *)) {
+/* thread (its first malloc, or its exit) with hook, which raises the
+ * signal whose handler forks; both processes go on, and the child ends
+ * with status 0. */
+static void fs_run(void (*hook)(int, const void *), void *(*thread)(void *)) {
     alarm(60);
     fs_parent = getpid();
-    run_freer_signalled(fs_handler, hook, fs_first_malloc);
+    run_freer_signalled(fs_handler, hook, thread);
     alarm(0);
     CHECK_EQ(ts_handled, 1);
     CHECK(fs_child > 0);
@@ -2551,7 +2552,22 @@ static void fs_run(void (*hook)(int, const void *)) {
     CHECK_EQ(coral_test_check(), 0);
 }
 
-static void case_fork_thread_setup_signal(void) { fs_run(ts_hook); }
+static void case_fork_thread_setup_signal(void) { fs_run(ts_hook, fs_first_malloc); }
+
+/* window_fork_exit_signal: the same hook, armed as a thread returns,
+ * raises the signal in its exit cleanup (thread_done), as it puts the
+ * thread's heap back holding the pool's lock; the handler forks. Before,
+ * the prepare waited for the lock its own thread held (the alarm ended the
+ * test); now the cleanup goes on in both processes, and the child's only
+ * thread ends it (status 0). */
+static void *fx_exiting(void *arg) {
+    (void)arg;
+    coral_free(coral_malloc(40));
+    ts_first = true;
+    return NULL;
+}
+
+static void case_fork_exit_signal(void) { fs_run(ts_hook, fx_exiting); }
 
 /* ---- the same fork while an exiting thread makes the exit heap --------------------------
  * window_fork_setup_exit_heap: a thread past its exit cleanup (a key
@@ -2612,7 +2628,7 @@ static void case_fork_setup_exit_heap(void) {
     CHECK_EQ(pthread_key_create(&fe_key, fe_exit_malloc), 0);
     pthread_t exiting = start(fe_exiting, NULL);
     while (atomic_load(&fe_exiting_tid) == 0) sched_yield();
-    fs_run(fe_hook);
+    fs_run(fe_hook, fs_first_malloc);
     join(exiting);
 }
 
@@ -2677,6 +2693,7 @@ int main(int argc, char **argv) {
         {"fork_thread_setup_signal", case_fork_thread_setup_signal},
         {"fork_setup_exit_heap", case_fork_setup_exit_heap},
         {"clean_dead_signal", case_clean_dead_signal},
+        {"fork_exit_signal", case_fork_exit_signal},
         {"notify_retire", case_notify_retire},
         {"large_only", case_large_only},
         {"huge_free_vs_exit", case_huge_free_vs_exit},

@@ -795,10 +795,10 @@ static _Atomic(int) purger_waits;
 static void count_purger_waits(int point, const void *object) {
     gate_hook(point, object);
     if (point == CORAL_TP_PURGER_WAIT) {
-        pthread_mutex_lock(&gates_lock);
+        gates_enter();
         atomic_fetch_add(&purger_waits, 1);
-        pthread_cond_broadcast(&gates_cond);
-        pthread_mutex_unlock(&gates_lock);
+        gates_wake();
+        gates_leave();
     }
 }
 
@@ -814,9 +814,9 @@ static void case_purger_started_free(void) {
         coral_free(big); /* notifies: nothing signalled yet */
         let_purger_start();
         join(s);
-        pthread_mutex_lock(&gates_lock); /* its next pass ends at the same wait */
-        while (atomic_load(&purger_waits) < 1) pthread_cond_wait(&gates_cond, &gates_lock);
-        pthread_mutex_unlock(&gates_lock);
+        gates_enter(); /* its next pass ends at the same wait */
+        while (atomic_load(&purger_waits) < 1) gates_wait();
+        gates_leave();
         _exit(0);
     }
     expect_child_exit_0(pid,

@@ -1730,8 +1730,11 @@ static void *first_allocation(void *arg) {
     return NULL;
 }
 
-static void case_fork_first_alloc(void) {
-    gate_arm(CORAL_TP_HEAP_POOL_LOCKED, CORAL_TP_FORK_PREPARE);
+/* The process's first allocation, on a thread held at `point` until a
+ * thread reaches `opener`, while the main thread forks: the child's first
+ * allocation ends (what: the defect if it does not). */
+static void fork_during_first_allocation(int point, int opener, const char *what) {
+    gate_arm(point, opener);
     pthread_t first = start(first_allocation, NULL);
     gate_wait_held();
     fflush(stdout);
@@ -1743,11 +1746,32 @@ static void case_fork_first_alloc(void) {
         coral_free(coral_malloc(16));
         _exit(0);
     }
-    expect_child_exit_0(pid, "the fork child did not end");
+    expect_child_exit_0(pid, what);
     gate_signal(&first_alloc_child_done);
     gate_open(); /* (opened already by the fork's prepare handler) */
     join(first);
     CHECK_EQ(coral_test_check(), 0);
+}
+
+static void case_fork_first_alloc(void) {
+    fork_during_first_allocation(CORAL_TP_HEAP_POOL_LOCKED, CORAL_TP_FORK_PREPARE,
+                                 "the fork child did not end");
+}
+
+/* ---- a fork during the process's first initialisation -----------------------------------
+ * The first allocation of the process runs its one-time initialisation
+ * (coral_process_init); a thread that allocates meanwhile waits for its
+ * end. A fork made by another thread while it runs gave the child a
+ * process still "starting" with no thread to finish it: the child's first
+ * allocation waited forever. No allocation before this case: a thread
+ * makes the process's first and is held once it has claimed the
+ * initialisation; the main thread forks. The fork's prepare handler now
+ * waits for the initialisation, and the gate opens there
+ * (CORAL_TP_FORK_INIT_WAIT); before the fix nothing opened it before the
+ * fork, and the child hung (its alarm ends it). */
+static void case_fork_process_init(void) {
+    fork_during_first_allocation(CORAL_TP_PROCESS_STARTING, CORAL_TP_FORK_INIT_WAIT,
+                                 "the fork child's first allocation waited for the initialisation");
 }
 
 /* ---- a fork from a signal handler, inside the allocator or inside a fork ----------------
@@ -2723,6 +2747,7 @@ int main(int argc, char **argv) {
         {"fork_atfork_first", case_fork_atfork_first},
         {"fork_profiled_exit", case_fork_profiled_exit},
         {"fork_first_alloc", case_fork_first_alloc},
+        {"fork_process_init", case_fork_process_init},
         {"profile_fork_tally", case_profile_fork_tally},
         {"fork_in_profile_section", case_fork_in_profile_section},
         {"dump_in_profile_section", case_dump_in_profile_section},

@@ -142,6 +142,12 @@ typedef enum coral_test_point_e {
      * read its slot and has not written it yet (the ring busy); the object
      * is the block put */
     CORAL_TP_RING_SWAP,
+    /* thread.c: a thread claimed the process's first initialisation
+     * (coral_process_init) and has not begun it */
+    CORAL_TP_PROCESS_STARTING,
+    /* thread.c: the fork's prepare handler found another thread inside the
+     * process's first initialisation and is about to wait for its end */
+    CORAL_TP_FORK_INIT_WAIT,
     CORAL_TP_COUNT
 } coral_test_point_t;
 

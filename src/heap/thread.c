@@ -388,8 +388,11 @@ static __thread bool fork_pool_left __attribute__((tls_model("initial-exec")));
 /* This thread's forks in progress (base.h, "forks from signal handlers"). */
 static __thread coral_fork_nest_t fork_nest __attribute__((tls_model("initial-exec")));
 
+static void process_init_wait(void);
+
 static void fork_prepare(void) {
     coral_test_point(CORAL_TP_FORK_PREPARE, NULL);
+    process_init_wait(); /* before any lock: the set-up takes none of them */
     if (fork_nest.depth == 0) fork_parent_tid = gettid();
     if (!coral_fork_nest_enter(&fork_nest)) return;
     coral_libc_streams_lock(); /* before every lock of ours (base.h) */
@@ -512,26 +515,47 @@ static void fork_child_state(void) {
 /* ---- process start-up ------------------------------------------------------------------- */
 
 static pthread_key_t thread_key;
-static _Atomic(int) process_state; /* 0: not started, 1: starting, 2: ready */
+/* The process's first initialisation: 0 not started, PROCESS_READY done,
+ * else the id (coral_thread_id) of the thread running it, claimed by one
+ * CAS from 0, so that a fork can tell whose it is (process_init_wait). */
+#define PROCESS_READY ((uintptr_t)1)
+static _Atomic(uintptr_t) process_state;
 static _Atomic(bool) fork_handlers_registered;
 static _Atomic(coral_thread_exit_fn) thread_exit_hook;
 
 static void thread_done(void *value);
 
 void coral_process_init(void) {
-    if (atomic_load_explicit(&process_state, memory_order_acquire) == 2) return;
-    int expected = 0;
-    if (!atomic_compare_exchange_strong(&process_state, &expected, 1)) {
-        while (atomic_load_explicit(&process_state, memory_order_acquire) != 2) sched_yield();
+    if (atomic_load_explicit(&process_state, memory_order_acquire) == PROCESS_READY) return;
+    uintptr_t expected = 0;
+    if (!atomic_compare_exchange_strong(&process_state, &expected, coral_thread_id())) {
+        while (atomic_load_explicit(&process_state, memory_order_acquire) != PROCESS_READY)
+            sched_yield();
         return;
     }
+    coral_test_point(CORAL_TP_PROCESS_STARTING, NULL);
     coral_options_init(); /* reads the environment; does not allocate */
     coral_segments_init();
     coral_orphans_init();
     if (CORAL_SECURE) coral_secure_init(); /* before the first block */
     if (pthread_key_create(&thread_key, thread_done) != 0)
         coral_message("pthread_key_create failed: heaps of exiting threads are not reclaimed");
-    atomic_store_explicit(&process_state, 2, memory_order_release);
+    atomic_store_explicit(&process_state, PROCESS_READY, memory_order_release);
+}
+
+/* A fork's prepare waits for the process's first initialisation that
+ * another thread runs: the child has no thread to end it, and its first
+ * allocation waited for it forever (window_fork_process_init). The
+ * initialisation takes none of the locks a fork takes and waits for no
+ * thread, so it ends. A fork from a signal handler on the thread that
+ * runs it does not wait (for itself): the code it interrupted ends the
+ * initialisation in the child too, once the handler returns. */
+static void process_init_wait(void) {
+    uintptr_t state = atomic_load_explicit(&process_state, memory_order_acquire);
+    if (state == 0 || state == PROCESS_READY || state == coral_thread_id()) return;
+    coral_test_point(CORAL_TP_FORK_INIT_WAIT, NULL);
+    while (atomic_load_explicit(&process_state, memory_order_acquire) != PROCESS_READY)
+        sched_yield();
 }
 
 /* The fork handlers, once. They take and release every lock of the

@@ -5,6 +5,7 @@
  * with the fix (see the comment of each). Run as `test_windows NAME`. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/single_threaded.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -793,10 +795,10 @@ static _Atomic(int) purger_waits;
 static void count_purger_waits(int point, const void *object) {
     gate_hook(point, object);
     if (point == CORAL_TP_PURGER_WAIT) {
-        pthread_mutex_lock(&gates_lock);
+        gates_enter();
         atomic_fetch_add(&purger_waits, 1);
-        pthread_cond_broadcast(&gates_cond);
-        pthread_mutex_unlock(&gates_lock);
+        gates_wake();
+        gates_leave();
     }
 }
 
@@ -812,9 +814,9 @@ static void case_purger_started_free(void) {
         coral_free(big); /* notifies: nothing signalled yet */
         let_purger_start();
         join(s);
-        pthread_mutex_lock(&gates_lock); /* its next pass ends at the same wait */
-        while (atomic_load(&purger_waits) < 1) pthread_cond_wait(&gates_cond, &gates_lock);
-        pthread_mutex_unlock(&gates_lock);
+        gates_enter(); /* its next pass ends at the same wait */
+        while (atomic_load(&purger_waits) < 1) gates_wait();
+        gates_leave();
         _exit(0);
     }
     expect_child_exit_0(pid,
@@ -1728,8 +1730,11 @@ static void *first_allocation(void *arg) {
     return NULL;
 }
 
-static void case_fork_first_alloc(void) {
-    gate_arm(CORAL_TP_HEAP_POOL_LOCKED, CORAL_TP_FORK_PREPARE);
+/* The process's first allocation, on a thread held at `point` until a
+ * thread reaches `opener`, while the main thread forks: the child's first
+ * allocation ends (what: the defect if it does not). */
+static void fork_during_first_allocation(int point, int opener, const char *what) {
+    gate_arm(point, opener);
     pthread_t first = start(first_allocation, NULL);
     gate_wait_held();
     fflush(stdout);
@@ -1741,11 +1746,32 @@ static void case_fork_first_alloc(void) {
         coral_free(coral_malloc(16));
         _exit(0);
     }
-    expect_child_exit_0(pid, "the fork child did not end");
+    expect_child_exit_0(pid, what);
     gate_signal(&first_alloc_child_done);
     gate_open(); /* (opened already by the fork's prepare handler) */
     join(first);
     CHECK_EQ(coral_test_check(), 0);
+}
+
+static void case_fork_first_alloc(void) {
+    fork_during_first_allocation(CORAL_TP_HEAP_POOL_LOCKED, CORAL_TP_FORK_PREPARE,
+                                 "the fork child did not end");
+}
+
+/* ---- a fork during the process's first initialisation -----------------------------------
+ * The first allocation of the process runs its one-time initialisation
+ * (coral_process_init); a thread that allocates meanwhile waits for its
+ * end. A fork made by another thread while it runs gave the child a
+ * process still "starting" with no thread to finish it: the child's first
+ * allocation waited forever. No allocation before this case: a thread
+ * makes the process's first and is held once it has claimed the
+ * initialisation; the main thread forks. The fork's prepare handler now
+ * waits for the initialisation, and the gate opens there
+ * (CORAL_TP_FORK_INIT_WAIT); before the fix nothing opened it before the
+ * fork, and the child hung (its alarm ends it). */
+static void case_fork_process_init(void) {
+    fork_during_first_allocation(CORAL_TP_PROCESS_STARTING, CORAL_TP_FORK_INIT_WAIT,
+                                 "the fork child's first allocation waited for the initialisation");
 }
 
 /* ---- a fork from a signal handler, inside the allocator or inside a fork ----------------
@@ -2479,14 +2505,202 @@ static void *ts_first_malloc(void *arg) {
     return NULL;
 }
 
-static void case_thread_setup_signal(void) {
-    alarm(60);
-    run_freer_signalled(ts_handler, ts_hook, ts_first_malloc);
-    alarm(0);
+/* The handler ran once, and its malloc got NULL, ENOMEM. */
+static void ts_check_refused(void) {
     CHECK_EQ(ts_handled, 1);
     CHECK(ts_handler_block == NULL);
     CHECK_EQ(ts_errno, ENOMEM);
     CHECK_EQ(coral_test_check(), 0);
+}
+
+static void case_thread_setup_signal(void) {
+    alarm(60);
+    run_freer_signalled(ts_handler, ts_hook, ts_first_malloc);
+    alarm(0);
+    ts_check_refused();
+}
+
+/* ---- a fork from a signal handler while its thread sets up its heap ---------------------
+ * window_fork_thread_setup_signal: as above, the signal is raised on a
+ * thread's first malloc while it holds the heap pool's lock
+ * (CORAL_TP_HEAP_POOL_LOCKED); its handler forks. Before, the fork's
+ * prepare handler waited for the pool's lock its own thread held, for good
+ * (the alarm ended the test); now it leaves that lock to the code it
+ * interrupted, which ends the setup and releases it in the parent and in
+ * the child. In both, the thread then allocates, a new thread gets its
+ * heap (the pool's lock is free) and a fork takes every lock again. The
+ * hook is the test above's. */
+static volatile pid_t fs_child = -1;
+static pid_t fs_parent;
+
+static void fs_handler(int sig) {
+    (void)sig;
+    int saved = errno;
+    ts_handled++;
+    pid_t pid = fork();
+    if (pid == 0) alarm(60); /* (the child's hang detector) */
+    fs_child = pid;
+    errno = saved;
+}
+
+static void *fs_other(void *arg) {
+    (void)arg;
+    void *p = coral_malloc(200);
+    CHECK(p != NULL);
+    coral_free(p);
+    return NULL;
+}
+
+static void *fs_first_malloc(void *arg) {
+    ts_first_malloc(arg);
+    join(start(fs_other, NULL));
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) _exit(coral_malloc(300) == NULL);
+    expect_child_exit_0(pid, "a fork after the setup: the child hung");
+    if (getpid() != fs_parent) _exit(coral_test_check() == 0 ? 0 : 3); /* the child's */
+    return NULL;
+}
+
+/* thread (its first malloc, or its exit) with hook, which raises the
+ * signal whose handler forks; both processes go on, and the child ends
+ * with status 0. */
+static void fs_run(void (*hook)(int, const void *), void *(*thread)(void *)) {
+    alarm(60);
+    fs_parent = getpid();
+    run_freer_signalled(fs_handler, hook, thread);
+    alarm(0);
+    CHECK_EQ(ts_handled, 1);
+    CHECK(fs_child > 0);
+    expect_child_exit_0(fs_child, "the handler's fork: the child hung");
+    CHECK_EQ(coral_test_check(), 0);
+}
+
+static void case_fork_thread_setup_signal(void) { fs_run(ts_hook, fs_first_malloc); }
+
+/* window_fork_exit_signal: the same hook, armed as a thread returns,
+ * raises the signal in its exit cleanup (thread_done), as it puts the
+ * thread's heap back holding the pool's lock; the handler forks. Before,
+ * the prepare waited for the lock its own thread held (the alarm ended the
+ * test); now the cleanup goes on in both processes, and the child's only
+ * thread ends it (status 0). */
+static void *fx_exiting(void *arg) {
+    (void)arg;
+    coral_free(coral_malloc(40));
+    ts_first = true;
+    return NULL;
+}
+
+static void case_fork_exit_signal(void) { fs_run(ts_hook, fx_exiting); }
+
+/* ---- the same fork while an exiting thread makes the exit heap --------------------------
+ * window_fork_setup_exit_heap: a thread past its exit cleanup (a key
+ * destructor after coralloc's) makes the process's exit heap, whose heap
+ * struct comes from the pool, while another thread's first malloc holds the
+ * pool's lock and a handler there forks (as above). Before, the exiting
+ * thread took the exit heap's lock and then waited for the pool's; the
+ * fork's prepare, leaving the pool's lock to the code it interrupted, waited
+ * for the exit heap's: each waited for the other for good (the alarm ended
+ * the test). Now the exiting thread gets the struct before it takes the exit
+ * heap's lock. The hook raises the signal once the exiting thread waits
+ * (its /proc/self/task/TID/syscall: a futex call, not a sleep). */
+static _Atomic(pid_t) fe_exiting_tid;
+static _Atomic(bool) fe_go;
+static pthread_key_t fe_key;
+
+/* Whether task tid of this process waits in a futex call (no allocation). */
+static bool fe_waits(pid_t tid) {
+    char path[64], buf[32];
+    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    CHECK(fd >= 0);
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    return atol(buf) == SYS_futex;
+}
+
+static void fe_hook(int point, const void *object) {
+    (void)object;
+    if (point != CORAL_TP_HEAP_POOL_LOCKED || !ts_first || ts_handled != 0) return;
+    atomic_store(&fe_go, true);
+    while (!fe_waits(atomic_load(&fe_exiting_tid))) sched_yield();
+    raise(SIGUSR1);
+}
+
+/* The key's destructor, after coralloc's: an allocation from the exit heap. */
+static void fe_exit_malloc(void *value) {
+    (void)value;
+    atomic_store(&fe_exiting_tid, (pid_t)syscall(SYS_gettid));
+    while (!atomic_load(&fe_go)) sched_yield();
+    void *p = coral_malloc(40);
+    CHECK(p != NULL);
+    coral_free(p);
+}
+
+static void *fe_exiting(void *arg) {
+    (void)arg;
+    void *p = coral_malloc(40); /* its own heap: its exit cleanup runs */
+    CHECK(p != NULL);
+    coral_free(p);
+    CHECK_EQ(pthread_setspecific(fe_key, &fe_key), 0);
+    return NULL;
+}
+
+static void case_fork_setup_exit_heap(void) {
+    CHECK(coral_malloc(1) != NULL); /* coralloc's key first */
+    CHECK_EQ(pthread_key_create(&fe_key, fe_exit_malloc), 0);
+    pthread_t exiting = start(fe_exiting, NULL);
+    while (atomic_load(&fe_exiting_tid) == 0) sched_yield();
+    fs_run(fe_hook, fs_first_malloc);
+    join(exiting);
+}
+
+/* ---- a signal handler's malloc while the setup finishes a dead thread's cleanup --------
+ * window_clean_dead_signal: a thread whose id's previous thread first
+ * allocated in its last key destructor round (its cleanup never ran)
+ * finishes that cleanup in its own setup (thread_clean_dead), and puts the
+ * dead heap back holding the pool's lock (CORAL_TP_HEAP_POOL_LOCKED, the
+ * heap as object); a signal raised there runs the malloc handler above.
+ * Before, the handler's malloc, made while the cleanup marks the thread as
+ * past its exit, went to the exit heap, whose first use takes a heap from
+ * the pool: it waited for the lock its own thread held, for good (the
+ * alarm ended the test); now it gets NULL (ENOMEM), as in the rest of the
+ * setup. glibc gives a new thread a joined one's stack and thread pointer
+ * first: a setup that finds no dead heap raises nothing, and the pair is
+ * made again. */
+static pthread_key_t cd_key;
+static __thread int cd_rounds;
+
+static void cd_last_round(void *value) {
+    if (++cd_rounds == 4) {
+        coral_free(coral_malloc(100)); /* the thread's first allocation */
+        return;
+    }
+    CHECK_EQ(pthread_setspecific(cd_key, value), 0);
+}
+
+static void *cd_set_key(void *arg) {
+    (void)arg;
+    CHECK_EQ(pthread_setspecific(cd_key, &cd_key), 0);
+    return NULL;
+}
+
+static void cd_hook(int point, const void *object) {
+    if (point == CORAL_TP_HEAP_POOL_LOCKED && object != NULL && ts_first && ts_handled == 0)
+        raise(SIGUSR1);
+}
+
+static void case_clean_dead_signal(void) {
+    alarm(60);
+    coral_free(coral_malloc(16)); /* coralloc's key first: visited first in a round */
+    CHECK_EQ(pthread_key_create(&cd_key, cd_last_round), 0);
+    for (int i = 0; i < 8 && ts_handled == 0; i++) {
+        join(start(cd_set_key, NULL));
+        run_freer_signalled(ts_handler, cd_hook, ts_first_malloc);
+    }
+    alarm(0);
+    ts_check_refused();
 }
 
 int main(int argc, char **argv) {
@@ -2500,6 +2714,10 @@ int main(int argc, char **argv) {
     } cases[] = {
         {"orphan_destroy", case_orphan_destroy},
         {"thread_setup_signal", case_thread_setup_signal},
+        {"fork_thread_setup_signal", case_fork_thread_setup_signal},
+        {"fork_setup_exit_heap", case_fork_setup_exit_heap},
+        {"clean_dead_signal", case_clean_dead_signal},
+        {"fork_exit_signal", case_fork_exit_signal},
         {"notify_retire", case_notify_retire},
         {"large_only", case_large_only},
         {"huge_free_vs_exit", case_huge_free_vs_exit},
@@ -2529,6 +2747,7 @@ int main(int argc, char **argv) {
         {"fork_atfork_first", case_fork_atfork_first},
         {"fork_profiled_exit", case_fork_profiled_exit},
         {"fork_first_alloc", case_fork_first_alloc},
+        {"fork_process_init", case_fork_process_init},
         {"profile_fork_tally", case_profile_fork_tally},
         {"fork_in_profile_section", case_fork_in_profile_section},
         {"dump_in_profile_section", case_dump_in_profile_section},

@@ -86,7 +86,8 @@ typedef enum coral_test_point_e {
      * be listed; the object is the cache */
     CORAL_TP_BULK_CACHE_LISTING,
     /* thread.c: a thread (its first allocation, or a user heap's) holds
-     * the heap pool's lock, about to take a heap struct */
+     * the heap pool's lock, about to take a heap struct (object NULL) or
+     * to put one back (the object is that heap) */
     CORAL_TP_HEAP_POOL_LOCKED,
     /* large.c (secure build): a freed huge block's pages moved away, its
      * address range not yet reserved inaccessible; the object is the
@@ -141,6 +142,12 @@ typedef enum coral_test_point_e {
      * read its slot and has not written it yet (the ring busy); the object
      * is the block put */
     CORAL_TP_RING_SWAP,
+    /* thread.c: a thread claimed the process's first initialisation
+     * (coral_process_init) and has not begun it */
+    CORAL_TP_PROCESS_STARTING,
+    /* thread.c: the fork's prepare handler found another thread inside the
+     * process's first initialisation and is about to wait for its end */
+    CORAL_TP_FORK_INIT_WAIT,
     CORAL_TP_COUNT
 } coral_test_point_t;
 

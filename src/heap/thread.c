@@ -50,6 +50,52 @@ static coral_list_t heaps_exited;
 
 static void heap_counts_retire(coral_heap_t *heap);
 
+/* Whether the calling thread holds heap_pool_lock: set once its take
+ * returns, cleared before its release; written by the thread only, ordered
+ * against a signal handler that interrupts it by signal fences. No thread
+ * takes the pool's lock while it holds another lock that a fork's prepare
+ * takes, nor takes one of those under it (coral_exit_heap_acquire gets its
+ * heap before the exit heap's lock). So a fork from a handler that
+ * interrupted this thread there leaves the pool's lock to the code it
+ * interrupted (fork_prepare): the thread's hold keeps every other thread
+ * out of the pool, as the prepare's take would, and the prepare can take
+ * every other lock, since no thread that holds one waits for this one.
+ * Left: the few instructions from the take inside pthread_mutex_lock to
+ * the record, and from the record's clear to the release inside
+ * pthread_mutex_unlock (a fork there waits for its own thread, as glibc's
+ * own locks' windows leave it; cleared after the release instead, a fork
+ * there would leave the lock to no one, and its child a pool another
+ * thread was changing). */
+static __thread bool pool_held __attribute__((tls_model("initial-exec")));
+
+/* What a fork's child handler leaves to the release of the pool's lock by
+ * the code its signal interrupted (pool_held), since that code is half way
+ * through a change of what the lock guards: the forks' count (tid_generation)
+ * and the forking thread's parked heaps' old id (0: nothing left). */
+static __thread uint32_t pool_child_forks __attribute__((tls_model("initial-exec")));
+static __thread int pool_child_parked_tid __attribute__((tls_model("initial-exec")));
+
+static void heaps_exited_postfork_child(int parked_tid, uint32_t forks);
+
+static void pool_lock(void) {
+    coral_mutex_lock(&heap_pool_lock);
+    atomic_signal_fence(memory_order_seq_cst);
+    pool_held = true;
+    atomic_signal_fence(memory_order_seq_cst);
+}
+
+static void pool_unlock(void) {
+    if (pool_child_forks != 0) {
+        heaps_exited_postfork_child(pool_child_parked_tid, pool_child_forks);
+        pool_child_forks = 0;
+        pool_child_parked_tid = 0;
+    }
+    atomic_signal_fence(memory_order_seq_cst);
+    pool_held = false;
+    atomic_signal_fence(memory_order_seq_cst);
+    coral_mutex_unlock(&heap_pool_lock);
+}
+
 /* Whether the thread of kernel id tid (of this process) has ended. */
 static bool thread_gone(int tid) {
     return syscall(SYS_tgkill, getpid(), tid, 0) != 0 && errno == ESRCH;
@@ -115,12 +161,12 @@ static void heaps_exited_reap(void) {
 }
 
 void coral_heap_park_exited(coral_heap_t *heap) {
-    coral_mutex_lock(&heap_pool_lock);
+    pool_lock();
     heap_counts_retire(heap);
     heap->thread = NULL;
     heap->exited_tid = gettid();
     coral_list_push_back(&heaps_exited, &heap->thread_link);
-    coral_mutex_unlock(&heap_pool_lock);
+    pool_unlock();
 }
 
 bool coral_heap_exited_by_caller(const coral_heap_t *heap) {
@@ -128,18 +174,18 @@ bool coral_heap_exited_by_caller(const coral_heap_t *heap) {
 }
 
 void coral_heap_forget_exited(coral_heap_t *heap) {
-    coral_mutex_lock(&heap_pool_lock);
+    pool_lock();
     coral_list_remove(&heaps_exited, &heap->thread_link);
     heap->exited_tid = 0;
     heap_pool_push(heap);
-    coral_mutex_unlock(&heap_pool_lock);
+    pool_unlock();
 }
 
 void coral_heaps_visit(coral_heap_visit_fn fn, void *arg) {
-    coral_mutex_lock(&heap_pool_lock);
+    pool_lock();
     for (coral_link_t *l = heaps_live.first; l != NULL; l = l->next)
         fn(coral_container_of(l, coral_heap_t, registry_link), arg);
-    coral_mutex_unlock(&heap_pool_lock);
+    pool_unlock();
 }
 
 /* A heap's counts outlive it in the global totals. */
@@ -155,7 +201,7 @@ static void heap_counts_retire(coral_heap_t *heap) {
 }
 
 coral_heap_t *coral_heap_pool_get(void) {
-    coral_mutex_lock(&heap_pool_lock);
+    pool_lock();
     coral_test_point(CORAL_TP_HEAP_POOL_LOCKED, NULL);
     if (heaps_exited.first != NULL) heaps_exited_reap();
     /* Heaps are carved from 64 KiB mappings one at a time, when needed:
@@ -178,15 +224,16 @@ coral_heap_t *coral_heap_pool_get(void) {
         memset(heap, 0, sizeof *heap);
         coral_list_push_front(&heaps_live, &heap->registry_link);
     }
-    coral_mutex_unlock(&heap_pool_lock);
+    pool_unlock();
     return heap;
 }
 
 void coral_heap_pool_put(coral_heap_t *heap) {
-    coral_mutex_lock(&heap_pool_lock);
+    pool_lock();
+    coral_test_point(CORAL_TP_HEAP_POOL_LOCKED, heap);
     heap_counts_retire(heap);
     heap_pool_push(heap);
-    coral_mutex_unlock(&heap_pool_lock);
+    pool_unlock();
 }
 
 /* ---- fork -------------------------------------------------------------------------------
@@ -203,7 +250,8 @@ void coral_heap_pool_put(coral_heap_t *heap) {
  *      lock, so no purger flush of a cache is in progress);
  *   2. the exit heap's (allocations of threads past their exit);
  *      then the purger's lock (no purge pass starts or signals);
- *   3. the heap pool's (heap structs handed out or back);
+ *   3. the heap pool's (heap structs handed out or back), unless the code
+ *      that the fork's signal handler interrupted holds it (pool_held);
  *   4. the huge-block list lock (user heaps' huge blocks: allocated, freed,
  *      moved by mremap, detached at a thread's exit);
  *   5. the abandoned segments' and the segment registry's (adoption,
@@ -309,27 +357,50 @@ static __thread int fork_parent_tid __attribute__((tls_model("initial-exec")));
  * them; they take its new id. The other parked heaps' threads do not exist
  * in the child: their structs are reused (heaps_exited_reap). The thread
  * heaps listed by id so far are left as they are (heaps_by_tid). */
-static void heaps_exited_postfork_child(void) {
-    tid_generation++; /* (heaps_by_tid) */
+static void heaps_exited_postfork_child(int parked_tid, uint32_t forks) {
+    tid_generation += forks; /* (heaps_by_tid) */
     int tid = gettid();
     for (coral_link_t *l = heaps_exited.first; l != NULL; l = l->next) {
         coral_heap_t *heap = coral_container_of(l, coral_heap_t, thread_link);
-        if (heap->exited_tid == fork_parent_tid) heap->exited_tid = tid;
+        if (heap->exited_tid == parked_tid) heap->exited_tid = tid;
     }
 }
+
+/* The same, in a fork's child handler: at once, under the prepare's hold of
+ * the pool's lock (or with no other thread); or, where the code that the
+ * fork's signal handler interrupted holds it (pool_held), at that code's
+ * release of it (pool_unlock), once what it changes is whole. A fork made
+ * in that child before the release (from its handler) adds its count and
+ * keeps the first fork's id, which the parked heaps still carry. */
+static void heaps_exited_postfork_child_now_or_later(void) {
+    if (!pool_held) {
+        heaps_exited_postfork_child(fork_parent_tid, 1);
+        return;
+    }
+    if (pool_child_forks++ == 0) pool_child_parked_tid = fork_parent_tid;
+}
+
+/* Whether the outermost fork in progress on this thread left the pool's
+ * lock to the code its signal handler interrupted (pool_held), and so takes
+ * and releases it nowhere. Written by a prepare that takes the locks only. */
+static __thread bool fork_pool_left __attribute__((tls_model("initial-exec")));
 
 /* This thread's forks in progress (base.h, "forks from signal handlers"). */
 static __thread coral_fork_nest_t fork_nest __attribute__((tls_model("initial-exec")));
 
+static void process_init_wait(void);
+
 static void fork_prepare(void) {
     coral_test_point(CORAL_TP_FORK_PREPARE, NULL);
+    process_init_wait(); /* before any lock: the set-up takes none of them */
     if (fork_nest.depth == 0) fork_parent_tid = gettid();
     if (!coral_fork_nest_enter(&fork_nest)) return;
     coral_libc_streams_lock(); /* before every lock of ours (base.h) */
     fork_hooks_prepare(&fork_hooks_outer, &fork_taken_outer);
     coral_mutex_lock(&exit_heap_lock);
     coral_purger_prefork();
-    coral_mutex_lock(&heap_pool_lock);
+    fork_pool_left = pool_held;
+    if (!fork_pool_left) coral_mutex_lock(&heap_pool_lock);
     coral_huge_lists_lock();
     coral_segment_locks_prefork();
     coral_segment_cache_prefork();
@@ -373,8 +444,9 @@ static void fork_unlock(bool child) {
     /* Last: in the child, threads that a program's child handler started
      * before this one (base.h, "the locks a fork holds") run meanwhile;
      * each takes its heap here first, so none is past its exit (taking the
-     * exit heap's lock) before that lock is made anew. */
-    coral_mutex_unlock(&heap_pool_lock);
+     * exit heap's lock) before that lock is made anew. The code that a
+     * fork's signal handler interrupted releases its own hold (pool_held). */
+    if (!fork_pool_left) coral_mutex_unlock(&heap_pool_lock);
 }
 
 static void fork_parent(void) {
@@ -398,7 +470,7 @@ static void fork_parent(void) {
 static void fork_child_state(void);
 
 static void fork_child(void) {
-    heaps_exited_postfork_child(); /* (the heap pool's lock is still held, if taken) */
+    heaps_exited_postfork_child_now_or_later();
     /* No lock taken: the parent had no other thread (no lock to release,
      * no notice in flight, no purge thread to forget), or the fork is
      * nested in one whose child released them. */
@@ -431,7 +503,8 @@ static void fork_child_state(void) {
     /* The exit heap is the child's too (its exiting threads allocate from
      * it): a parent thread's notice to it in flight is as for the forking
      * thread's heaps (window_fork_exit_heap_notice). */
-    if (exit_heap != NULL) coral_heap_after_fork_child(exit_heap);
+    coral_heap_t *exiting = __atomic_load_n(&exit_heap, __ATOMIC_RELAXED);
+    if (exiting != NULL) coral_heap_after_fork_child(exiting);
     coral_heap_t *heap = coral_tls_heap;
     if (heap != &coral_heap_empty)
         for (coral_link_t *l = heap->thread->heaps.first; l != NULL; l = l->next)
@@ -442,26 +515,47 @@ static void fork_child_state(void) {
 /* ---- process start-up ------------------------------------------------------------------- */
 
 static pthread_key_t thread_key;
-static _Atomic(int) process_state; /* 0: not started, 1: starting, 2: ready */
+/* The process's first initialisation: 0 not started, PROCESS_READY done,
+ * else the id (coral_thread_id) of the thread running it, claimed by one
+ * CAS from 0, so that a fork can tell whose it is (process_init_wait). */
+#define PROCESS_READY ((uintptr_t)1)
+static _Atomic(uintptr_t) process_state;
 static _Atomic(bool) fork_handlers_registered;
 static _Atomic(coral_thread_exit_fn) thread_exit_hook;
 
 static void thread_done(void *value);
 
 void coral_process_init(void) {
-    if (atomic_load_explicit(&process_state, memory_order_acquire) == 2) return;
-    int expected = 0;
-    if (!atomic_compare_exchange_strong(&process_state, &expected, 1)) {
-        while (atomic_load_explicit(&process_state, memory_order_acquire) != 2) sched_yield();
+    if (atomic_load_explicit(&process_state, memory_order_acquire) == PROCESS_READY) return;
+    uintptr_t expected = 0;
+    if (!atomic_compare_exchange_strong(&process_state, &expected, coral_thread_id())) {
+        while (atomic_load_explicit(&process_state, memory_order_acquire) != PROCESS_READY)
+            sched_yield();
         return;
     }
+    coral_test_point(CORAL_TP_PROCESS_STARTING, NULL);
     coral_options_init(); /* reads the environment; does not allocate */
     coral_segments_init();
     coral_orphans_init();
     if (CORAL_SECURE) coral_secure_init(); /* before the first block */
     if (pthread_key_create(&thread_key, thread_done) != 0)
         coral_message("pthread_key_create failed: heaps of exiting threads are not reclaimed");
-    atomic_store_explicit(&process_state, 2, memory_order_release);
+    atomic_store_explicit(&process_state, PROCESS_READY, memory_order_release);
+}
+
+/* A fork's prepare waits for the process's first initialisation that
+ * another thread runs: the child has no thread to end it, and its first
+ * allocation waited for it forever (window_fork_process_init). The
+ * initialisation takes none of the locks a fork takes and waits for no
+ * thread, so it ends. A fork from a signal handler on the thread that
+ * runs it does not wait (for itself): the code it interrupted ends the
+ * initialisation in the child too, once the handler returns. */
+static void process_init_wait(void) {
+    uintptr_t state = atomic_load_explicit(&process_state, memory_order_acquire);
+    if (state == 0 || state == PROCESS_READY || state == coral_thread_id()) return;
+    coral_test_point(CORAL_TP_FORK_INIT_WAIT, NULL);
+    while (atomic_load_explicit(&process_state, memory_order_acquire) != PROCESS_READY)
+        sched_yield();
 }
 
 /* The fork handlers, once. They take and release every lock of the
@@ -504,6 +598,16 @@ void coral_thread_exit_hook_set_if_none(coral_thread_exit_fn fn) {
                                             memory_order_relaxed);
 }
 
+/* The calling thread is setting up its heap (in coral_thread_init), with
+ * the heap pool's lock held at times (and, finishing a dead thread's
+ * cleanup, other locks) and its state half made: a malloc in
+ * a signal handler that interrupted it there (POSIX does not allow one;
+ * programs do it) gets NULL, ENOMEM: setting the thread up again would
+ * wait for good for the lock its own thread holds, or for the process's
+ * setup it interrupted. Written by its own thread only, ordered
+ * against the handler that interrupts it by a signal fence. */
+static __thread bool coral_tls_setting_up __attribute__((tls_model("initial-exec")));
+
 /* ---- the exit heap --------------------------------------------------------------------
  * A thread whose exit has begun (thread_done ran and abandoned its heaps)
  * may still allocate: later pthread key destructors, C++ thread_local
@@ -525,22 +629,42 @@ static __thread bool coral_tls_exiting __attribute__((tls_model("initial-exec"))
 
 bool coral_thread_exiting(void) { return coral_tls_exiting; }
 
+/* The exit heap's struct is got from the pool before its lock is taken
+ * (no lock a fork takes is held while the pool's is taken: pool_held); a
+ * thread that finds the heap made meanwhile gives its struct back with the
+ * exit heap's lock released. exit_heap is written under its lock, and read
+ * without it here (atomic accesses: a thread that reads it set finds it
+ * whole under the lock). */
 coral_heap_t *coral_exit_heap_acquire(void) {
+    /* Only a signal handler's allocation comes here while the thread sets
+     * up (a dead thread's cleanup, thread_clean_dead, marks it exiting and
+     * allocates nothing): NULL, as in the rest of the setup (the exit
+     * heap's first use waited for the pool's lock the cleanup held,
+     * window_clean_dead_signal). */
+    if (coral_tls_setting_up) return NULL;
+    coral_heap_t *spare = NULL;
+    if (__atomic_load_n(&exit_heap, __ATOMIC_RELAXED) == NULL) spare = coral_heap_pool_get();
     coral_mutex_lock(&exit_heap_lock);
-    if (exit_heap != NULL) return exit_heap;
-    coral_heap_t *heap = coral_heap_pool_get();
-    if (heap == NULL) {
+    if (spare != NULL && exit_heap == NULL) {
+        coral_thread_t *thread = &spare->thread_storage;
+        thread->segments.thread_id = (uintptr_t)&exit_heap;
+        thread->heap_default = spare;
+        coral_list_push_front(&thread->heaps, &spare->thread_link);
+        coral_heap_init(spare, thread);
+        spare->is_default = true;
+        __atomic_store_n(&exit_heap, spare, __ATOMIC_RELAXED);
+        spare = NULL;
+    }
+    if (spare != NULL) {
+        coral_mutex_unlock(&exit_heap_lock);
+        coral_heap_pool_put(spare);
+        coral_mutex_lock(&exit_heap_lock);
+    }
+    if (exit_heap == NULL) { /* no memory */
         coral_mutex_unlock(&exit_heap_lock);
         return NULL;
     }
-    coral_thread_t *thread = &heap->thread_storage;
-    thread->segments.thread_id = (uintptr_t)&exit_heap;
-    thread->heap_default = heap;
-    coral_list_push_front(&thread->heaps, &heap->thread_link);
-    coral_heap_init(heap, thread);
-    heap->is_default = true;
-    exit_heap = heap;
-    return heap;
+    return exit_heap;
 }
 
 void coral_exit_heap_release(void) { coral_mutex_unlock(&exit_heap_lock); }
@@ -570,7 +694,7 @@ static coral_heap_t *thread_heap_list(coral_heap_t *heap) {
     uintptr_t tid = coral_thread_id();
     coral_list_t *bucket = tid_bucket(tid);
     coral_heap_t *dead = NULL;
-    coral_mutex_lock(&heap_pool_lock);
+    pool_lock();
     for (coral_link_t *l = bucket->first; l != NULL && dead == NULL; l = l->next) {
         coral_thread_t *thread = coral_container_of(l, coral_thread_t, tid_link);
         if (thread->segments.thread_id == tid && thread->tid_generation == tid_generation)
@@ -582,7 +706,7 @@ static coral_heap_t *thread_heap_list(coral_heap_t *heap) {
         heap->thread_storage.tid_generation = tid_generation;
         coral_list_push_front(bucket, &heap->thread_storage.tid_link);
     }
-    coral_mutex_unlock(&heap_pool_lock);
+    pool_unlock();
     return dead;
 }
 
@@ -606,15 +730,6 @@ static void thread_clean_dead(coral_heap_t *dead) {
     coral_count(&coral_counters.threads, -1);
     coral_tls_exiting = false;
 }
-
-/* The calling thread is setting up its heap (in coral_thread_init), with
- * the heap pool's lock held at times and its state half made: a malloc in
- * a signal handler that interrupted it there (POSIX does not allow one;
- * programs do it) gets NULL, ENOMEM: setting the thread up again would
- * wait for good for the lock its own thread holds, or for the process's
- * setup it interrupted. Written by its own thread only, ordered
- * against the handler that interrupts it by a signal fence. */
-static __thread bool coral_tls_setting_up __attribute__((tls_model("initial-exec")));
 
 static coral_heap_t *thread_set_up(void) {
     coral_process_init();

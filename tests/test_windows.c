@@ -2703,6 +2703,264 @@ static void case_clean_dead_signal(void) {
     ts_check_refused();
 }
 
+/* ---- forks from signal handlers that leave the pool's lock to the code they interrupted --
+ * (thread.c, pool_held; found by a review of that change) */
+static pid_t hf_main_pid;
+static volatile pid_t hf_child = -1;
+static volatile int hf_raised;
+
+static void hf_handler(int sig) {
+    (void)sig;
+    int saved = errno;
+    pid_t pid = fork();
+    if (pid == 0)
+        alarm(20);
+    else
+        hf_child = pid;
+    errno = saved;
+}
+
+static void hf_sigaction(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = hf_handler;
+    CHECK_EQ(sigaction(SIGUSR1, &sa, NULL), 0);
+}
+
+/* fork_parked_reap: the forking thread's parked heap reaped in the handler fork's child,
+ * before the deferred rename: the exiting thread's first exit-heap
+ * allocation (pool_get, reaping parked heaps) is interrupted, the handler
+ * forks; the child then destroys the thread's parked user heap. */
+static pthread_key_t pr_key;
+static __thread bool pr_rearmed, pr_raise;
+
+static void pr_hook(int point, const void *object) {
+    if (point == CORAL_TP_HEAP_POOL_LOCKED && object == NULL && pr_raise && !hf_raised) {
+        hf_raised = 1;
+        raise(SIGUSR1);
+    }
+}
+
+static void pr_destructor(void *value) {
+    if (!pr_rearmed) {
+        pr_rearmed = true;
+        CHECK_EQ(pthread_setspecific(pr_key, value), 0);
+        return;
+    }
+    coral_heap_t *heap = value;
+    pr_raise = true;
+    void *p = coral_malloc(40); /* the exit heap's first use */
+    pr_raise = false;
+    if (getpid() != hf_main_pid) {
+        coral_heap_destroy(heap); /* the thread's own parked heap */
+        _exit(p != NULL ? 0 : 5);
+    }
+    coral_free(p);
+    coral_heap_destroy(heap);
+}
+
+static void *pr_thread(void *arg) {
+    (void)arg;
+    coral_heap_t *heap = coral_heap_new();
+    CHECK(heap != NULL);
+    memset(coral_heap_malloc(heap, 64), 5, 64);
+    CHECK_EQ(pthread_setspecific(pr_key, heap), 0);
+    return NULL;
+}
+
+static void case_fork_parked_reap(void) {
+    alarm(20);
+    hf_main_pid = getpid();
+    coral_free(coral_malloc(16)); /* coralloc's key first */
+    CHECK_EQ(pthread_key_create(&pr_key, pr_destructor), 0);
+    hf_sigaction();
+    coral_test_point_set(pr_hook);
+    join(start(pr_thread, NULL));
+    coral_test_point_set(NULL);
+    alarm(0);
+    CHECK_MSG(hf_raised == 1, "the hook never fired (the exit heap existed?)");
+    expect_child_exit_0(hf_child, "the handler fork's child");
+    CHECK_EQ(coral_test_check(), 0);
+}
+
+/* fork_nested_stale_left: a stale fork_pool_left: thread F's first malloc forked from a
+ * handler holding the pool's lock (fork_pool_left = true, left so); later,
+ * while thread H holds the pool's lock (held at a gate), F forks and a
+ * signal at its prepare's stdio point (before fork_pool_left is written)
+ * forks again, nested: that child's handler releases every lock but the
+ * pool's (stale true), then F's prepare goes on in that child and waits for
+ * the pool's lock of H, a thread the child does not have. */
+static __thread bool sl_f_first, sl_f_streams;
+static _Atomic(bool) sl_handler2_done;
+static volatile int sl_raised2;
+static volatile pid_t sl_child1 = -1, sl_child2 = -1;
+
+static void sl_handler(int sig) {
+    (void)sig;
+    int saved = errno;
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(20);
+    } else if (sl_child1 == -1) {
+        sl_child1 = pid;
+    } else {
+        sl_child2 = pid;
+        atomic_store(&sl_handler2_done, true);
+    }
+    errno = saved;
+}
+
+static void sl_hook(int point, const void *object) {
+    if (getpid() != hf_main_pid) return;
+    if (point == CORAL_TP_HEAP_POOL_LOCKED && sl_f_first && !hf_raised) {
+        hf_raised = 1;
+        raise(SIGUSR1);
+        return;
+    }
+    if (point == CORAL_TP_FORK_STREAMS_LISTED && sl_f_streams && !sl_raised2) {
+        sl_raised2 = 1;
+        raise(SIGUSR1);
+        return;
+    }
+    gate_hook(point, object);
+}
+
+static void *sl_h(void *arg) {
+    (void)arg;
+    coral_free(coral_malloc(30)); /* held at the gate in its setup */
+    return NULL;
+}
+
+static void *sl_f(void *arg) {
+    (void)arg;
+    sl_f_first = true;
+    void *p = coral_malloc(24); /* handler fork 1, holding the pool's lock */
+    sl_f_first = false;
+    if (getpid() != hf_main_pid) _exit(0);
+    coral_free(p);
+    expect_child_exit_0(sl_child1, "first handler fork's child");
+    /* H holds the pool's lock */
+    gate_arm(CORAL_TP_HEAP_POOL_LOCKED, -1);
+    coral_test_point_set(sl_hook);
+    pthread_t h = start(sl_h, NULL);
+    gate_wait_held();
+    sl_f_streams = true;
+    pid_t pid = fork(); /* nested handler fork at the stdio point */
+    sl_f_streams = false;
+    if (pid == 0) _exit(0);
+    if (getpid() != hf_main_pid) {
+        int st;
+        waitpid(pid, &st, 0);
+        _exit(0);
+    }
+    expect_child_exit_0(pid, "F's fork child");
+    join(h);
+    return NULL;
+}
+
+static void *sl_opener(void *arg) {
+    (void)arg;
+    while (!atomic_load(&sl_handler2_done)) sched_yield();
+    gate_open();
+    return NULL;
+}
+
+static void case_fork_nested_stale_left(void) {
+    alarm(40);
+    hf_main_pid = getpid();
+    coral_free(coral_malloc(1));
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = sl_handler;
+    CHECK_EQ(sigaction(SIGUSR1, &sa, NULL), 0);
+    coral_test_point_set(sl_hook);
+    pthread_t o = start(sl_opener, NULL);
+    join(start(sl_f, NULL));
+    join(o);
+    coral_test_point_set(NULL);
+    alarm(0);
+    CHECK(sl_raised2 == 1);
+    expect_child_exit_0(sl_child2, "the nested handler fork's child (stale fork_pool_left)");
+    CHECK_EQ(coral_test_check(), 0);
+}
+
+/* fork_child_forks_again: the handler fork's child forks again from the same handler, before
+ * the interrupted setup releases the pool's lock; each process then
+ * allocates, starts a thread and forks. */
+static volatile int cf2_status = -1;
+static __thread bool cf2_first;
+
+static void cf2_handler(int sig) {
+    (void)sig;
+    int saved = errno;
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(20);
+        pid_t g = fork(); /* from the child, still in the handler */
+        if (g == 0) {
+            alarm(20);
+        } else {
+            int st = -1;
+            waitpid(g, &st, 0);
+            cf2_status = st;
+        }
+    } else {
+        hf_child = pid;
+    }
+    errno = saved;
+}
+
+static void cf2_hook(int point, const void *object) {
+    (void)object;
+    if (point == CORAL_TP_HEAP_POOL_LOCKED && cf2_first && !hf_raised) {
+        hf_raised = 1;
+        raise(SIGUSR1);
+    }
+}
+
+static void *cf2_other(void *arg) {
+    (void)arg;
+    void *p = coral_malloc(200);
+    CHECK(p != NULL);
+    coral_free(p);
+    return NULL;
+}
+
+static void *cf2_thread(void *arg) {
+    (void)arg;
+    cf2_first = true;
+    void *p = coral_malloc(24);
+    cf2_first = false;
+    CHECK(p != NULL);
+    coral_free(p);
+    join(start(cf2_other, NULL));
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) _exit(coral_malloc(300) == NULL ? 7 : coral_test_check() == 0 ? 0 : 8);
+    expect_child_exit_0(pid, "a later fork's child");
+    CHECK_EQ(coral_test_check(), 0);
+    if (getpid() != hf_main_pid) {
+        /* the child (its own grandchild's status) or the grandchild (-1) */
+        _exit(cf2_status == -1 || (WIFEXITED(cf2_status) && WEXITSTATUS(cf2_status) == 0) ? 0 : 9);
+    }
+    return NULL;
+}
+
+static void case_fork_child_forks_again(void) {
+    alarm(30);
+    hf_main_pid = getpid();
+    coral_free(coral_malloc(1));
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = cf2_handler;
+    CHECK_EQ(sigaction(SIGUSR1, &sa, NULL), 0);
+    coral_test_point_set(cf2_hook);
+    join(start(cf2_thread, NULL));
+    coral_test_point_set(NULL);
+    alarm(0);
+    expect_child_exit_0(hf_child, "the handler fork's child");
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_windows CASE\n");
@@ -2718,6 +2976,9 @@ int main(int argc, char **argv) {
         {"fork_setup_exit_heap", case_fork_setup_exit_heap},
         {"clean_dead_signal", case_clean_dead_signal},
         {"fork_exit_signal", case_fork_exit_signal},
+        {"fork_parked_reap", case_fork_parked_reap},
+        {"fork_nested_stale_left", case_fork_nested_stale_left},
+        {"fork_child_forks_again", case_fork_child_forks_again},
         {"notify_retire", case_notify_retire},
         {"large_only", case_large_only},
         {"huge_free_vs_exit", case_huge_free_vs_exit},

@@ -153,7 +153,11 @@ static void heaps_exited_reap(void) {
         coral_link_t *l = heaps_exited.first;
         coral_heap_t *heap = coral_container_of(l, coral_heap_t, thread_link);
         coral_list_remove(&heaps_exited, l);
-        if (thread_gone(heap->exited_tid))
+        /* (in a fork's child whose rename waits for this section's release,
+         * pool_unlock: the forking thread's parked heaps still carry the
+         * parent's id, a thread gone here, yet they are its own) */
+        bool renamed_later = pool_child_forks != 0 && heap->exited_tid == pool_child_parked_tid;
+        if (!renamed_later && thread_gone(heap->exited_tid))
             heap_pool_push(heap);
         else
             coral_list_push_back(&heaps_exited, l);
@@ -382,7 +386,9 @@ static void heaps_exited_postfork_child_now_or_later(void) {
 
 /* Whether the outermost fork in progress on this thread left the pool's
  * lock to the code its signal handler interrupted (pool_held), and so takes
- * and releases it nowhere. Written by a prepare that takes the locks only. */
+ * and releases it nowhere. Written by the outermost prepare before its
+ * first lock, so that a fork nested in it from a signal handler, which may
+ * take the locks in its stead, reads this fork's value, not a stale one. */
 static __thread bool fork_pool_left __attribute__((tls_model("initial-exec")));
 
 /* This thread's forks in progress (base.h, "forks from signal handlers"). */
@@ -393,13 +399,15 @@ static void process_init_wait(void);
 static void fork_prepare(void) {
     coral_test_point(CORAL_TP_FORK_PREPARE, NULL);
     process_init_wait(); /* before any lock: the set-up takes none of them */
-    if (fork_nest.depth == 0) fork_parent_tid = gettid();
+    if (fork_nest.depth == 0) {
+        fork_parent_tid = gettid();
+        fork_pool_left = pool_held;
+    }
     if (!coral_fork_nest_enter(&fork_nest)) return;
     coral_libc_streams_lock(); /* before every lock of ours (base.h) */
     fork_hooks_prepare(&fork_hooks_outer, &fork_taken_outer);
     coral_mutex_lock(&exit_heap_lock);
     coral_purger_prefork();
-    fork_pool_left = pool_held;
     if (!fork_pool_left) coral_mutex_lock(&heap_pool_lock);
     coral_huge_lists_lock();
     coral_segment_locks_prefork();

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # hot_text_fits.sh: what cmake/hot-text.ld says a program that only calls
-# the allocator runs (its parts 1, 2 and 2b) ends within the library's
+# the allocator runs (its parts 1 and 2) ends within the library's
 # first 64 KiB, the kernel's fault-around window.
 #
 # usage: hot_text_fits.sh LIBCORALLOC_SO
@@ -21,7 +21,7 @@ if [ -z "$line" ]; then
 fi
 end=$((16#$line))
 if [ "$end" -gt "$WINDOW" ]; then
-    echo "hot_text_fits: FAILED: parts 1, 2 and 2b end at $(printf 0x%x "$end"), $((end - WINDOW)) bytes past the first 64 KiB" >&2
+    echo "hot_text_fits: FAILED: parts 1 and 2 end at $(printf 0x%x "$end"), $((end - WINDOW)) bytes past the first 64 KiB" >&2
     exit 1
 fi
-echo "hot_text_fits: parts 1, 2 and 2b end at $(printf 0x%x "$end"): $((WINDOW - end)) bytes left in the first 64 KiB"
+echo "hot_text_fits: parts 1 and 2 end at $(printf 0x%x "$end"): $((WINDOW - end)) bytes left in the first 64 KiB"

@@ -84,12 +84,17 @@ static void pool_lock(void) {
     atomic_signal_fence(memory_order_seq_cst);
 }
 
+/* The child handler's change that waited for this release (above). Out of
+ * line: every section of the pool's lock ends in pool_unlock, and a fork
+ * from a handler inside one is rare. */
+static CORAL_NOINLINE CORAL_COLD void pool_child_rename(void) {
+    heaps_exited_postfork_child(pool_child_parked_tid, pool_child_forks);
+    pool_child_forks = 0;
+    pool_child_parked_tid = 0;
+}
+
 static void pool_unlock(void) {
-    if (pool_child_forks != 0) {
-        heaps_exited_postfork_child(pool_child_parked_tid, pool_child_forks);
-        pool_child_forks = 0;
-        pool_child_parked_tid = 0;
-    }
+    if (coral_unlikely(pool_child_forks != 0)) pool_child_rename();
     atomic_signal_fence(memory_order_seq_cst);
     pool_held = false;
     atomic_signal_fence(memory_order_seq_cst);
@@ -643,15 +648,12 @@ bool coral_thread_exiting(void) { return coral_tls_exiting; }
  * exit heap's lock released. exit_heap is written under its lock, and read
  * without it here (atomic accesses: a thread that reads it set finds it
  * whole under the lock). */
-coral_heap_t *coral_exit_heap_acquire(void) {
-    /* Only a signal handler's allocation comes here while the thread sets
-     * up (a dead thread's cleanup, thread_clean_dead, marks it exiting and
-     * allocates nothing): NULL, as in the rest of the setup (the exit
-     * heap's first use waited for the pool's lock the cleanup held,
-     * window_clean_dead_signal). */
-    if (coral_tls_setting_up) return NULL;
-    coral_heap_t *spare = NULL;
-    if (__atomic_load_n(&exit_heap, __ATOMIC_RELAXED) == NULL) spare = coral_heap_pool_get();
+/* The exit heap's making, at its first use (once a process): its struct
+ * from the pool before the exit heap's lock (no lock a fork takes is held
+ * while the pool's is taken: pool_held above), one kept where two threads
+ * raced. Out of line, off the first 64 KiB of code (cmake/hot-text.ld). */
+static CORAL_COLD void exit_heap_make(void) {
+    coral_heap_t *spare = coral_heap_pool_get();
     coral_mutex_lock(&exit_heap_lock);
     if (spare != NULL && exit_heap == NULL) {
         coral_thread_t *thread = &spare->thread_storage;
@@ -663,11 +665,19 @@ coral_heap_t *coral_exit_heap_acquire(void) {
         __atomic_store_n(&exit_heap, spare, __ATOMIC_RELAXED);
         spare = NULL;
     }
-    if (spare != NULL) {
-        coral_mutex_unlock(&exit_heap_lock);
-        coral_heap_pool_put(spare);
-        coral_mutex_lock(&exit_heap_lock);
-    }
+    coral_mutex_unlock(&exit_heap_lock);
+    if (spare != NULL) coral_heap_pool_put(spare);
+}
+
+coral_heap_t *coral_exit_heap_acquire(void) {
+    /* Only a signal handler's allocation comes here while the thread sets
+     * up (a dead thread's cleanup, thread_clean_dead, marks it exiting and
+     * allocates nothing): NULL, as in the rest of the setup (the exit
+     * heap's first use waited for the pool's lock the cleanup held,
+     * window_clean_dead_signal). */
+    if (coral_tls_setting_up) return NULL;
+    if (__atomic_load_n(&exit_heap, __ATOMIC_RELAXED) == NULL) exit_heap_make();
+    coral_mutex_lock(&exit_heap_lock);
     if (exit_heap == NULL) { /* no memory */
         coral_mutex_unlock(&exit_heap_lock);
         return NULL;

@@ -2367,14 +2367,19 @@ static void case_remote_run_mark_race(void) {
  * add lost a block from its chain (in use for ever), or left the run's
  * count past its chain's end (its push walked off the chain: a crash, or a
  * false double-free report). */
-/* Runs freer on a thread of its own with handler on SIGUSR1 and hook as
- * the test-point hook (which raises the signal where it chooses). */
-static void run_freer_signalled(void (*handler)(int), void (*hook)(int, const void *),
-                                void *(*freer)(void *)) {
+/* handler on SIGUSR1. */
+static void sigusr1_handler_set(void (*handler)(int)) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = handler;
     CHECK_EQ(sigaction(SIGUSR1, &sa, NULL), 0);
+}
+
+/* Runs freer on a thread of its own with handler on SIGUSR1 and hook as
+ * the test-point hook (which raises the signal where it chooses). */
+static void run_freer_signalled(void (*handler)(int), void (*hook)(int, const void *),
+                                void *(*freer)(void *)) {
+    sigusr1_handler_set(handler);
     coral_test_point_set(hook);
     join(start(freer, NULL));
     coral_test_point_set(NULL);
@@ -2704,7 +2709,7 @@ static void case_clean_dead_signal(void) {
 }
 
 /* ---- forks from signal handlers that leave the pool's lock to the code they interrupted --
- * (thread.c, pool_held; found by a review of that change) */
+ * (thread.c, pool_held) */
 static pid_t hf_main_pid;
 static volatile pid_t hf_child = -1;
 static volatile int hf_raised;
@@ -2718,13 +2723,6 @@ static void hf_handler(int sig) {
     else
         hf_child = pid;
     errno = saved;
-}
-
-static void hf_sigaction(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = hf_handler;
-    CHECK_EQ(sigaction(SIGUSR1, &sa, NULL), 0);
 }
 
 /* fork_parked_reap: the forking thread's parked heap reaped in the handler fork's child,
@@ -2773,10 +2771,7 @@ static void case_fork_parked_reap(void) {
     hf_main_pid = getpid();
     coral_free(coral_malloc(16)); /* coralloc's key first */
     CHECK_EQ(pthread_key_create(&pr_key, pr_destructor), 0);
-    hf_sigaction();
-    coral_test_point_set(pr_hook);
-    join(start(pr_thread, NULL));
-    coral_test_point_set(NULL);
+    run_freer_signalled(hf_handler, pr_hook, pr_thread);
     alarm(0);
     CHECK_MSG(hf_raised == 1, "the hook never fired (the exit heap existed?)");
     expect_child_exit_0(hf_child, "the handler fork's child");
@@ -2869,10 +2864,7 @@ static void case_fork_nested_stale_left(void) {
     alarm(40);
     hf_main_pid = getpid();
     coral_free(coral_malloc(1));
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = sl_handler;
-    CHECK_EQ(sigaction(SIGUSR1, &sa, NULL), 0);
+    sigusr1_handler_set(sl_handler);
     coral_test_point_set(sl_hook);
     pthread_t o = start(sl_opener, NULL);
     join(start(sl_f, NULL));
@@ -2950,13 +2942,7 @@ static void case_fork_child_forks_again(void) {
     alarm(30);
     hf_main_pid = getpid();
     coral_free(coral_malloc(1));
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = cf2_handler;
-    CHECK_EQ(sigaction(SIGUSR1, &sa, NULL), 0);
-    coral_test_point_set(cf2_hook);
-    join(start(cf2_thread, NULL));
-    coral_test_point_set(NULL);
+    run_freer_signalled(cf2_handler, cf2_hook, cf2_thread);
     alarm(0);
     expect_child_exit_0(hf_child, "the handler fork's child");
 }

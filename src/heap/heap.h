@@ -282,8 +282,9 @@ void coral_heap_free_local_now(coral_page_t *page, coral_block_t *block);
  * free takes a given block out with probability 1/CORAL_RING_SLOTS).
  * While a block waits it holds the ring's fill (page.h:
  * coral_secure_ring_fill: its bytes 8 to 71, or from 0 up to its mark in
- * a smaller block) and its freed mark, not yet its link; its page still counts it in use
- * (page->used), so the page is neither retired nor released under it.
+ * a smaller block) and its freed mark, not yet its link; its page still
+ * counts it in use (page->used), so the page is neither retired nor
+ * released under it.
  * Bounded: CORAL_RING_SLOTS blocks (below), each of a page's head
  * slice, so at most CORAL_RING_SLOTS * CORAL_SLICE_SIZE bytes a thread.
  * Blocks of more than CORAL_RING_MAX_USABLE bytes (below) go back to

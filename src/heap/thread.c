@@ -53,13 +53,16 @@ static void heap_counts_retire(coral_heap_t *heap);
 /* Whether the calling thread holds heap_pool_lock: set once its take
  * returns, cleared before its release; written by the thread only, ordered
  * against a signal handler that interrupts it by signal fences. No thread
- * takes the pool's lock while it holds another lock that a fork's prepare
- * takes, nor takes one of those under it (coral_exit_heap_acquire gets its
- * heap before the exit heap's lock). So a fork from a handler that
- * interrupted this thread there leaves the pool's lock to the code it
- * interrupted (fork_prepare): the thread's hold keeps every other thread
- * out of the pool, as the prepare's take would, and the prepare can take
- * every other lock, since no thread that holds one waits for this one.
+ * but a forking one (its prepare) takes the pool's lock while it holds
+ * another lock that a fork's prepare takes, nor takes one of those under
+ * it (exit_heap_make gets its heap before the exit heap's lock). So a fork
+ * from a handler that interrupted this thread there leaves the pool's lock
+ * to the code it interrupted (fork_prepare): the thread's hold keeps every
+ * other thread out of the pool, as the prepare's take would, and the
+ * prepare can take every other lock, since no thread that holds one waits
+ * for this one, unless another thread forks at the same time (its prepare
+ * then holds the earlier locks and waits for the pool's: a deadlock left
+ * open, docs/DESIGN.md).
  * Left: the few instructions from the take inside pthread_mutex_lock to
  * the record, and from the record's clear to the release inside
  * pthread_mutex_unlock (a fork there waits for its own thread, as glibc's
@@ -642,16 +645,14 @@ static __thread bool coral_tls_exiting __attribute__((tls_model("initial-exec"))
 
 bool coral_thread_exiting(void) { return coral_tls_exiting; }
 
-/* The exit heap's struct is got from the pool before its lock is taken
- * (no lock a fork takes is held while the pool's is taken: pool_held); a
- * thread that finds the heap made meanwhile gives its struct back with the
- * exit heap's lock released. exit_heap is written under its lock, and read
- * without it here (atomic accesses: a thread that reads it set finds it
- * whole under the lock). */
 /* The exit heap's making, at its first use (once a process): its struct
  * from the pool before the exit heap's lock (no lock a fork takes is held
- * while the pool's is taken: pool_held above), one kept where two threads
- * raced. Out of line, off the first 64 KiB of code (cmake/hot-text.ld). */
+ * while the pool's is taken: pool_held above); a thread that finds the
+ * heap made meanwhile gives its struct back with the exit heap's lock
+ * released. exit_heap is written under its lock and read without it by
+ * coral_exit_heap_acquire (atomic accesses: a thread that reads it set
+ * finds it whole under the lock). Out of line, off the first 64 KiB of
+ * code (cmake/hot-text.ld). */
 static CORAL_COLD void exit_heap_make(void) {
     coral_heap_t *spare = coral_heap_pool_get();
     coral_mutex_lock(&exit_heap_lock);

@@ -832,7 +832,7 @@ CORAL_INLINE uint64_t coral_slack_code(size_t slack) {
     return ((s & 0x3f) | ((s & 0xfc0) << 2) | ((s & 0x3f000) << 4)) << 1;
 }
 
-/* The slack of a code (both fields; the bits outside them ignored). */
+/* The slack of a code (the three fields; the bits outside them ignored). */
 CORAL_INLINE size_t coral_slack_of(uint64_t code) {
     return (size_t)(((code >> 1) & 0x3f) | ((code >> 3) & 0xfc0) | ((code >> 5) & 0x3f000));
 }

@@ -1730,13 +1730,9 @@ static void *first_allocation(void *arg) {
     return NULL;
 }
 
-/* The process's first allocation, on a thread held at `point` until a
- * thread reaches `opener`, while the main thread forks: the child's first
- * allocation ends (what: the defect if it does not). */
-static void fork_during_first_allocation(int point, int opener, const char *what) {
-    gate_arm(point, opener);
-    pthread_t first = start(first_allocation, NULL);
-    gate_wait_held();
+/* Forks a child whose one allocation must end (its alarm ends it if it
+ * waits forever); returns the child's pid to the parent. */
+static pid_t fork_child_allocating(void) {
     fflush(stdout);
     pid_t pid = fork();
     CHECK(pid >= 0);
@@ -1746,6 +1742,17 @@ static void fork_during_first_allocation(int point, int opener, const char *what
         coral_free(coral_malloc(16));
         _exit(0);
     }
+    return pid;
+}
+
+/* The process's first allocation, on a thread held at `point` until a
+ * thread reaches `opener`, while the main thread forks: the child's first
+ * allocation ends (what: the defect if it does not). */
+static void fork_during_first_allocation(int point, int opener, const char *what) {
+    gate_arm(point, opener);
+    pthread_t first = start(first_allocation, NULL);
+    gate_wait_held();
+    pid_t pid = fork_child_allocating();
     expect_child_exit_0(pid, what);
     gate_signal(&first_alloc_child_done);
     gate_open(); /* (opened already by the fork's prepare handler) */
@@ -1772,6 +1779,50 @@ static void case_fork_first_alloc(void) {
 static void case_fork_process_init(void) {
     fork_during_first_allocation(CORAL_TP_PROCESS_STARTING, CORAL_TP_FORK_INIT_WAIT,
                                  "the fork child's first allocation waited for the initialisation");
+}
+
+/* The same fork, with the initialisation claimed after the prepare looked:
+ * no allocation before this case; the main thread forks, and at the end
+ * of its prepare (CORAL_TP_FORK_PREPARED) a second thread reads an option,
+ * which runs the initialisation when none has run (and takes no lock a
+ * fork holds). Before the fix the prepare found the initialisation not
+ * started and left it alone: the second thread claimed it, was held there
+ * (its gate), and the child's first allocation waited forever (its alarm
+ * ends it). Now the prepare runs it first, the second thread finds it
+ * done, and the fork goes on once that thread says so. */
+static bool option_reader_go, option_reader_done, unclaimed_child_done;
+
+static void *option_reader(void *arg) {
+    (void)arg;
+    gate_wait_for(&option_reader_go, GATES);
+    long long value = 0;
+    CHECK_EQ(coral_option_get("purge_delay_ms", &value), 0);
+    gate_signal(&option_reader_done);
+    gate_wait_for(&unclaimed_child_done, GATES); /* (alive at the fork: see first_allocation) */
+    return NULL;
+}
+
+/* (The gate is armed here, not before the fork: the prepare's own run of
+ * the initialisation passes the point it holds at.) */
+static void read_option_at_prepared(int point, const void *object) {
+    (void)object;
+    if (point != CORAL_TP_FORK_PREPARED) return;
+    gate_arm(CORAL_TP_PROCESS_STARTING, -1);
+    gate_signal(&option_reader_go);
+    gate_wait_for(&option_reader_done, 0); /* or held at the initialisation */
+}
+
+static void case_fork_process_init_unclaimed(void) {
+    coral_test_point_set(read_option_at_prepared);
+    pthread_t reader = start(option_reader, NULL);
+    pid_t pid = fork_child_allocating();
+    coral_test_point_set(NULL);
+    gate_open();
+    expect_child_exit_0(pid, "the fork child's first allocation waited for an initialisation "
+                             "claimed after the prepare");
+    gate_signal(&unclaimed_child_done);
+    join(reader);
+    CHECK_EQ(coral_test_check(), 0);
 }
 
 /* ---- a fork from a signal handler, inside the allocator or inside a fork ----------------
@@ -2385,6 +2436,53 @@ static void run_freer_signalled(void (*handler)(int), void (*hook)(int, const vo
     coral_test_point_set(NULL);
 }
 
+/* ---- a fork from a signal handler while its thread holds the purger's lock -----------------
+ * A program thread holds the purger's lock to wake the purge thread (a
+ * free's notice, a thread's exit) or to wait for its pass; a fork's
+ * prepare takes it. A signal handler that forked while its thread held it
+ * waited for its own thread forever (rev29b's program: 32 threads exiting
+ * while a handler forks, 20 hangs in 20 runs). The sections now block
+ * signals: the handler runs once the lock is released. Here the signal is
+ * raised inside the section of a test's wait for a pass (the purge thread
+ * makes the process multi-threaded, so the handler's fork takes the
+ * locks); the handler forks and its child ends. Before the fix the
+ * handler ran there and its prepare waited forever (the alarm ends it). */
+static volatile sig_atomic_t pl_raised, pl_forked;
+static int pl_status = -1;
+
+static void pl_handler(int sig) {
+    (void)sig;
+    pid_t pid = fork();
+    if (pid == 0) _exit(0);
+    if (pid > 0) waitpid(pid, &pl_status, 0);
+    pl_forked = 1;
+}
+
+static void pl_hook(int point, const void *object) {
+    (void)object;
+    if (point != CORAL_TP_PURGER_LOCKED || pl_raised) return;
+    pl_raised = 1;
+    raise(SIGUSR1);
+}
+
+static void case_purger_lock_signal(void) {
+    void *big = coral_malloc(1536 * 1024); /* 1.5 MiB freed: the purge thread starts */
+    CHECK_NOT_NULL(big);
+    memset(big, 1, 1536 * 1024);
+    coral_free(big);
+    CHECK_MSG(coral_test_purge_pass() == 1, "the purge thread did not start");
+    sigusr1_handler_set(pl_handler);
+    alarm(20);
+    coral_test_point_set(pl_hook);
+    CHECK_EQ(coral_test_purge_pass(), 1);
+    coral_test_point_set(NULL);
+    alarm(0);
+    CHECK_MSG(pl_raised && pl_forked, "the signal was not raised in the section, or not handled");
+    CHECK_MSG(WIFEXITED(pl_status) && WEXITSTATUS(pl_status) == 0,
+              "the handler's fork child did not end: status 0x%x", pl_status);
+    CHECK_EQ(coral_test_check(), 0);
+}
+
 enum { RS_RUN = 256, RS_MORE = 128 };
 static void *rs_small[RS_RUN + RS_MORE], *rs_big[RS_MORE];
 static __thread bool rs_freer, rs_in_handler;
@@ -2995,6 +3093,8 @@ int main(int argc, char **argv) {
         {"fork_profiled_exit", case_fork_profiled_exit},
         {"fork_first_alloc", case_fork_first_alloc},
         {"fork_process_init", case_fork_process_init},
+        {"fork_process_init_unclaimed", case_fork_process_init_unclaimed},
+        {"purger_lock_signal", case_purger_lock_signal},
         {"profile_fork_tally", case_profile_fork_tally},
         {"fork_in_profile_section", case_fork_in_profile_section},
         {"dump_in_profile_section", case_dump_in_profile_section},

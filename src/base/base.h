@@ -148,10 +148,13 @@ CORAL_INLINE void coral_spin_pause(void) {
  *   done (glibc's own fork, interrupted while it takes its malloc's
  *   locks, deadlocks).
  * One lock is left to the code the handler interrupted: the heap pool's,
- * which a thread's first allocation takes (heap/thread.c, pool_held). A
- * fork from a handler that interrupted any other section holding a lock of
- * the allocator deadlocks in a multi-threaded process, as with glibc's
- * malloc (docs/DESIGN.md, "Thread exit, adoption, fork"). */
+ * which a thread's first allocation takes (heap/thread.c, pool_held). One
+ * is never held by a thread a handler can interrupt: the purger's, which
+ * program threads hold with every signal blocked (os/purge.c,
+ * purger_lock_take). A fork from a handler that interrupted any other
+ * section holding a lock of the allocator deadlocks in a multi-threaded
+ * process, as with glibc's malloc (docs/DESIGN.md, "Thread exit, adoption,
+ * fork"). */
 typedef struct coral_fork_nest_s {
     unsigned depth;    /* forks in progress on this thread */
     uint32_t lockless; /* bit d: the fork at depth d took no lock */

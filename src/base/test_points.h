@@ -148,6 +148,9 @@ typedef enum coral_test_point_e {
     /* thread.c: the fork's prepare handler found another thread inside the
      * process's first initialisation and is about to wait for its end */
     CORAL_TP_FORK_INIT_WAIT,
+    /* purge.c: a program thread holds the purger's lock, its signals
+     * blocked (purger_lock_take) */
+    CORAL_TP_PURGER_LOCKED,
     CORAL_TP_COUNT
 } coral_test_point_t;
 

@@ -402,11 +402,11 @@ static __thread bool fork_pool_left __attribute__((tls_model("initial-exec")));
 /* This thread's forks in progress (base.h, "forks from signal handlers"). */
 static __thread coral_fork_nest_t fork_nest __attribute__((tls_model("initial-exec")));
 
-static void process_init_wait(void);
+static void process_init_before_fork(void);
 
 static void fork_prepare(void) {
     coral_test_point(CORAL_TP_FORK_PREPARE, NULL);
-    process_init_wait(); /* before any lock: the set-up takes none of them */
+    process_init_before_fork(); /* before any lock: the initialisation takes none of them */
     if (fork_nest.depth == 0) {
         fork_parent_tid = gettid();
         fork_pool_left = pool_held;
@@ -533,7 +533,7 @@ static void fork_child_state(void) {
 static pthread_key_t thread_key;
 /* The process's first initialisation: 0 not started, PROCESS_READY done,
  * else the id (coral_thread_id) of the thread running it, claimed by one
- * CAS from 0, so that a fork can tell whose it is (process_init_wait). */
+ * CAS from 0, so that a fork can tell whose it is (process_init_before_fork). */
 #define PROCESS_READY ((uintptr_t)1)
 static _Atomic(uintptr_t) process_state;
 static _Atomic(bool) fork_handlers_registered;
@@ -559,19 +559,23 @@ void coral_process_init(void) {
     atomic_store_explicit(&process_state, PROCESS_READY, memory_order_release);
 }
 
-/* A fork's prepare waits for the process's first initialisation that
- * another thread runs: the child has no thread to end it, and its first
- * allocation waited for it forever (window_fork_process_init). The
- * initialisation takes none of the locks a fork takes and waits for no
- * thread, so it ends. A fork from a signal handler on the thread that
- * runs it does not wait (for itself): the code it interrupted ends the
- * initialisation in the child too, once the handler returns. */
-static void process_init_wait(void) {
+/* A fork's prepare ends the process's first initialisation before any
+ * lock: it runs it when no thread has claimed it, or waits for the thread
+ * that has. A fork made while another thread ran it gave the child a
+ * process still "starting" with no thread to end it: the child's first
+ * allocation waited forever (window_fork_process_init when the other
+ * thread had claimed it before the prepare looked, and
+ * window_fork_process_init_unclaimed when it claimed it after). The
+ * initialisation takes none of the locks a fork takes, allocates nothing
+ * and waits for no thread but the one running it, so it ends. A fork from
+ * a signal handler on the thread that runs it does not wait (for itself):
+ * the code it interrupted ends the initialisation in the child too, once
+ * the handler returns. */
+static void process_init_before_fork(void) {
     uintptr_t state = atomic_load_explicit(&process_state, memory_order_acquire);
-    if (state == 0 || state == PROCESS_READY || state == coral_thread_id()) return;
-    coral_test_point(CORAL_TP_FORK_INIT_WAIT, NULL);
-    while (atomic_load_explicit(&process_state, memory_order_acquire) != PROCESS_READY)
-        sched_yield();
+    if (state == PROCESS_READY || state == coral_thread_id()) return;
+    if (state != 0) coral_test_point(CORAL_TP_FORK_INIT_WAIT, NULL);
+    coral_process_init();
 }
 
 /* The fork handlers, once. They take and release every lock of the

@@ -329,6 +329,27 @@ static void purger_look_at_main(void) {
                           memory_order_relaxed);
 }
 
+/* A program thread takes purger_lock with every signal blocked, so that no
+ * signal handler runs while it holds it: a handler that forks would wait
+ * in the prepare (coral_purger_prefork) for the lock its own thread holds,
+ * forever (base.h, "forks from signal handlers"; window_purger_lock_signal).
+ * The sections are short and rare (a wake of the purge thread at a notice
+ * or a thread's exit), but for a test's wait for a pass. The purge thread
+ * runs with every signal blocked and takes the lock directly; the prepare
+ * takes it with signals deliverable, as every lock of the fork (base.h). */
+static void purger_lock_take(sigset_t *old) {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, old);
+    coral_mutex_lock(&purger_lock);
+    coral_test_point(CORAL_TP_PURGER_LOCKED, NULL);
+}
+
+static void purger_lock_drop(const sigset_t *old) {
+    coral_mutex_unlock(&purger_lock);
+    pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
 /* Wake the purge thread (its state RUNNING). Not in a fork's child before
  * its child handler released the locks (base.h, "the locks a fork holds":
  * a program's handler registered before coralloc's, or a thread it
@@ -340,9 +361,10 @@ static void purger_look_at_main(void) {
  * (coral_purger_postfork). */
 static void purger_signal(void) {
     if (coral_fork_child_unreleased()) return;
-    coral_mutex_lock(&purger_lock);
+    sigset_t mask;
+    purger_lock_take(&mask);
     pthread_cond_signal(&purger_cond);
-    coral_mutex_unlock(&purger_lock);
+    purger_lock_drop(&mask);
 }
 
 /* The notice is noted even while no purge thread runs: the thread that
@@ -450,7 +472,8 @@ bool coral_purge_wait_pass(void) {
         (void)purge_pass(false);
         return false;
     }
-    coral_mutex_lock(&purger_lock);
+    sigset_t mask;
+    purger_lock_take(&mask);
     /* A pass in progress may have read the clock before this call: the
      * pass after it is the first whole pass that starts after it. */
     uint64_t target = purger_passes + 2;
@@ -460,7 +483,7 @@ bool coral_purge_wait_pass(void) {
         pthread_cond_broadcast(&purger_cond);
         pthread_cond_wait(&pass_cond, &purger_lock);
     }
-    coral_mutex_unlock(&purger_lock);
+    purger_lock_drop(&mask);
     return true;
 }
 

@@ -53,6 +53,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -329,19 +330,30 @@ static void purger_look_at_main(void) {
                           memory_order_relaxed);
 }
 
-/* A program thread takes purger_lock with every signal blocked, so that no
+/* A program thread holds purger_lock with every signal blocked, so that no
  * signal handler runs while it holds it: a handler that forks would wait
  * in the prepare (coral_purger_prefork) for the lock its own thread holds,
  * forever (base.h, "forks from signal handlers"; window_purger_lock_signal).
- * The sections are short and rare (a wake of the purge thread at a notice
- * or a thread's exit), but for a test's wait for a pass. The purge thread
- * runs with every signal blocked and takes the lock directly; the prepare
- * takes it with signals deliverable, as every lock of the fork (base.h). */
+ * It never waits for the lock with them blocked: the holder may be a
+ * fork's prepare, which holds it with signals deliverable while it waits
+ * for the fork's later locks, and a program that stops its threads with
+ * signals (a garbage collector) may have stopped it there: a waiter that
+ * could not take that signal would keep the collector waiting for it, and
+ * so the prepare, for good. So a take that finds the lock held unblocks
+ * the signals, yields and tries again. The sections are short and rare (a
+ * wake of the purge thread at a notice or a thread's exit), but for a
+ * test's wait for a pass (coral_test_purge_pass: its condition wait takes
+ * the lock back with signals blocked). The purge thread runs with every
+ * signal blocked and takes the lock directly. */
 static void purger_lock_take(sigset_t *old) {
     sigset_t all;
     sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, old);
-    coral_mutex_lock(&purger_lock);
+    for (;;) {
+        pthread_sigmask(SIG_BLOCK, &all, old);
+        if (coral_mutex_trylock(&purger_lock)) break;
+        pthread_sigmask(SIG_SETMASK, old, NULL);
+        sched_yield();
+    }
     coral_test_point(CORAL_TP_PURGER_LOCKED, NULL);
 }
 

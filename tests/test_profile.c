@@ -3,18 +3,18 @@
  *
  * Run with CORALLOC_PROFILE=FILE and CORALLOC_PROFILE_RATE=1 (ctest sets
  * them): every allocation is then sampled (a block of s >= 1 bytes is
- * sampled with probability 1 - e^-s, above 0.63, and with per-class
- * batches each block counts its class's size: 16 bytes at least, so
- * 1 - e^-16; the tests ask for 16 bytes or more), so coral_profile_live must follow every
+ * sampled with probability 1 - e^-s, above 0.63; the tests ask for 16
+ * bytes or more, so 1 - e^-16), so coral_profile_live must follow every
  * allocation and free exactly. Each test returns to the live count it started from: the free of a
  * sampled block (any thread's, bulk, realloc's, a heap's destroy) forgot it. The signal and
  * thread-exit tests end only if no sampled allocation deadlocks there.
  *
  * With the argument "off" (no CORALLOC_PROFILE): profiling is off, and
- * coral_profile_dump says so (ENOTSUP). With "batches" (at the default
- * rate, where the fast path pops from batches): threads that exit give
- * their batches back to their pages, and coral_heap_visit reports none of
- * their blocks. */
+ * coral_profile_dump says so (ENOTSUP). With "default_rate" (at the default
+ * rate, where most allocations are counted, not sampled): the pages of
+ * threads that exit go once their blocks are freed, coral_heap_visit
+ * reports the blocks held and no other, and a malloc gets the block freed
+ * last back. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -42,7 +42,7 @@ static unsigned long long live_bytes(void) {
     return b;
 }
 
-/* Sizes of every kind: small (batch classes), medium, large, huge; at
+/* Sizes of every kind: small (direct[] classes), medium, large, huge; at
  * least 16 bytes, so that each is sampled (1 - e^-16) in the secure build
  * too, which counts by size. */
 static const size_t sizes[] = {17, 16, 100, 1000, 1024, 1500, 9000, 70000, 300000, 5 << 20};
@@ -258,7 +258,7 @@ static void test_exit_heap(void) {
     pthread_key_delete(late_key);
 }
 
-/* ---- a thread's exit gives its batches back ------------------------------------ */
+/* ---- a profiled thread's exit leaves no page in use ---------------------------- */
 
 /* A number of coral_stats_json's, by its key (with its quotes and colon). */
 static unsigned long long stats_field(const char *key) {
@@ -272,7 +272,7 @@ static unsigned long long stats_field(const char *key) {
 /* Bytes in pages in use. */
 static unsigned long long page_bytes(void) { return stats_field("\"page_bytes\":"); }
 
-static void *batch_worker(void *arg) {
+static void *class_pages_worker(void *arg) {
     (void)arg;
     void *p[64];
     for (size_t size = 16; size <= 1024; size += 16) {
@@ -282,16 +282,13 @@ static void *batch_worker(void *arg) {
     return NULL;
 }
 
-/* Each thread takes a batch of every small class (a page's free list,
- * counted in use by the page while the batch lasts); its exit must give
- * them back, or the pages it touched stay in use after it, every block
- * freed (1.8 MiB here when the exit did not find the thread's heap). The
- * threads free all they allocate: every page goes at their exit. */
+/* Each thread allocates from every small class and frees all it
+ * allocates: every page it took goes at its exit, none stays in use. */
 static void test_thread_exit_pages(void) {
     unsigned long long before = page_bytes();
     for (int round = 0; round < 32; round++) {
         pthread_t t;
-        CHECK(pthread_create(&t, NULL, batch_worker, NULL) == 0);
+        CHECK(pthread_create(&t, NULL, class_pages_worker, NULL) == 0);
         pthread_join(t, NULL);
     }
     coral_collect(1);
@@ -329,7 +326,7 @@ static void test_free_only_threads(void) {
     CHECK_LE(mapped_bytes(), before + (256ull << 10));
 }
 
-/* ---- coral_heap_visit skips the batches ------------------------------------------ */
+/* ---- coral_heap_visit of a profiled heap: the blocks held, no other --------------- */
 
 static void *held[64];
 
@@ -342,7 +339,7 @@ static int visit_held(void *block, size_t block_size, size_t usable, void *arg) 
             seen[i]++;
             return 0;
         }
-    seen[64]++; /* a block not held: a batch's, never handed out */
+    seen[64]++; /* a block not held */
     return 0;
 }
 
@@ -361,12 +358,34 @@ static void *visit_worker(void *arg) {
     return NULL;
 }
 
-/* A thread's heap whose class has a batch out (blocks its page counts in
- * use, never handed out): the walk reports the blocks held, no more. */
-static void test_visit_batches(void) {
+/* A profiled thread's heap with half its blocks of a class freed: the walk
+ * reports the blocks held, no more. */
+static void test_visit_held(void) {
     pthread_t t;
     CHECK(pthread_create(&t, NULL, visit_worker, NULL) == 0);
     pthread_join(t, NULL);
+}
+
+/* ---- a profiled heap reuses the block freed last ----------------------------------- */
+
+/* As with profiling off, a malloc after a free of its size class gets the
+ * block just freed back: the profiler counts it without changing which
+ * block is handed out (a sample too is the block the heap would hand
+ * out). */
+static void test_reuse_freed_last(void) {
+    for (size_t size = 16; size <= 1024; size += 16) {
+        void *keep = opaque(coral_malloc(size)); /* (the page stays in use) */
+        void *p = opaque(coral_malloc(size));
+        CHECK(keep != NULL && p != NULL);
+        for (int i = 0; i < 8; i++) {
+            coral_free(p);
+            void *q = opaque(coral_malloc(size));
+            CHECK_MSG(q == p, "size %zu: the block freed last was not handed out again", size);
+            p = q;
+        }
+        coral_free(p);
+        coral_free(keep);
+    }
 }
 
 /* ---- signals: a handler's malloc on a thread that allocates -------------------- */
@@ -511,12 +530,13 @@ int main(int argc, char **argv) {
         puts("test_profile free_only: ok");
         return 0;
     }
-    if (argc > 1 && strcmp(argv[1], "batches") == 0) {
-        /* (At the default rate: at rate 1 no batch is ever taken.) */
+    if (argc > 1 && strcmp(argv[1], "default_rate") == 0) {
+        /* (At the default rate: most allocations counted, few sampled.) */
         CHECK(getenv("CORALLOC_PROFILE") != NULL && getenv("CORALLOC_PROFILE_RATE") == NULL);
         test_thread_exit_pages();
-        test_visit_batches();
-        puts("test_profile batches: ok");
+        test_visit_held();
+        test_reuse_freed_last();
+        puts("test_profile default_rate: ok");
         return 0;
     }
     const char *base = getenv("CORALLOC_PROFILE");

@@ -67,9 +67,9 @@ static void *aligned_plain(coral_heap_t *heap, size_t size, size_t alignment, bo
 static CORAL_NOINLINE void *malloc_exiting(size_t size, size_t alignment, bool zero) {
     coral_heap_t *heap = coral_exit_heap_acquire();
     if (heap == NULL) return enomem();
-    /* Profiled as every heap is, without batches (its direct[] is never
-     * read: no thread's coral_tls_heap names it): each allocation is
-     * counted here, and sampled under the exit heap's lock. */
+    /* Profiled as every heap is: each allocation is counted (the counted
+     * path of coral_malloc_generic, or below), and sampled under the exit
+     * heap's lock. */
     if (coral_profile_on) heap->no_direct = true;
     void *p = alignment == 0 ? coral_malloc_generic(size, heap, zero)
                              : aligned_plain(heap, size, alignment, zero);
@@ -119,6 +119,9 @@ static void *class_refill(coral_heap_t *heap, unsigned cls, size_t size, bool ze
     coral_heap_periodic_work(heap);
     coral_page_t *page = coral_heap_find_page(heap, cls); /* takes other threads' frees first */
     if (page == NULL) return spare_or_enomem(size, zero);
+    /* (Only a profiled heap's pages are flagged: profile.h.) */
+    if (coral_unlikely(coral_slice_flags(page) & CORAL_PAGE_SAMPLED))
+        coral_profile_page_refilled(page);
     return page_pop(heap, page, cls, size, zero);
 }
 
@@ -131,17 +134,13 @@ CORAL_INLINE void *class_alloc(coral_heap_t *heap, unsigned cls, size_t size, bo
     return page_pop(heap, page, cls, size, zero);
 }
 
-/* A heap the profiler counts (no_direct): its batch of the class is used
- * up (or, in the secure build, every small malloc comes here): the block
- * as the fast path would pop it, counted. The size the secure build passes
- * holds the canary, which the program did not ask for. */
+/* A heap the profiler counts (no_direct: its direct[] names no page, so
+ * the secure build's small mallocs come here): the block as the fast path
+ * would pop it, counted. The size the secure build passes holds the
+ * canary, which the program did not ask for. */
 static CORAL_NOINLINE void *counted_class_alloc(coral_heap_t *heap, size_t size, bool zero) {
-    unsigned cls = coral_size_class(size);
-    if (CORAL_SECURE || heap->profile == NULL)
-        return coral_profile_count(heap, class_alloc(heap, cls, size, zero),
-                                   size - CORAL_CANARY_SIZE);
-    coral_profile_batch_done(heap, cls);
-    return coral_profile_refilled(heap, cls, class_alloc(heap, cls, size, zero), size);
+    return coral_profile_count(heap, class_alloc(heap, coral_size_class(size), size, zero),
+                               size - CORAL_CANARY_SIZE);
 }
 
 void *coral_malloc_refill(size_t size, coral_heap_t *heap, bool zero) {
@@ -155,16 +154,44 @@ CORAL_INLINE void *generic_alloc(coral_heap_t *heap, size_t size, bool zero) {
     return class_alloc(heap, coral_size_class(size), size, zero);
 }
 
+/* A heap the profiler counts (no_direct; direct_end 0 sends all its
+ * mallocs here), its allocation already counted: the block the fast path
+ * would have handed out (the default build keeps direct[] for it, heap.h:
+ * the block freed last first), else the refill's or a larger size's. */
+CORAL_INLINE void *counted_pop(coral_heap_t *heap, size_t size, bool zero) {
+    /* (calloc's from its class's first page too, which direct[] names: the
+     * common case then makes no call but in tail position.) */
+    if (CORAL_SECURE || size >= CORAL_DIRECT_COUNT || zero) return generic_alloc(heap, size, zero);
+    coral_page_t *page;
+    coral_block_t *block = coral_pop_direct(heap, size, &page);
+    if (coral_unlikely(block == NULL))
+        return class_refill(heap, coral_size_class(size), size, false);
+    coral_freed_mark_clear(block);
+    return block;
+}
+
+/* The allocation that runs the countdown out: made, then sampled. */
+static CORAL_NOINLINE void *sampled_generic_alloc(coral_heap_t *heap, size_t size, bool zero) {
+    void *p = counted_pop(heap, size, zero);
+    return p == NULL ? NULL : coral_profile_sample(heap, p, size - CORAL_CANARY_SIZE);
+}
+
+/* Counted first (coral_profile_count's test, before the block is taken, so
+ * that the common case's calls stay tail calls). */
 static CORAL_NOINLINE void *counted_generic_alloc(coral_heap_t *heap, size_t size, bool zero) {
-    return coral_profile_count(heap, generic_alloc(heap, size, zero), size - CORAL_CANARY_SIZE);
+    if (coral_unlikely((coral_profile_left -= (int64_t)(size - CORAL_CANARY_SIZE)) < 0))
+        return sampled_generic_alloc(heap, size, zero);
+    return counted_pop(heap, size, zero);
 }
 
 /* The other sizes: above CORAL_DIRECT_MAX_SIZE (no direct[] entry: their
  * pop is here, from the first page of their class, as direct[] pages are;
  * it saves no register), large and huge sizes, a thread's first call. */
 void *coral_malloc_generic(size_t size, coral_heap_t *heap, bool zero) {
-    if (coral_unlikely(heap == &coral_heap_empty)) return malloc_first(size, zero);
+    /* (A profiled heap's every malloc comes here: its test first. The
+     * empty heap's no_direct is false.) */
     if (coral_unlikely(heap->no_direct)) return counted_generic_alloc(heap, size, zero);
+    if (coral_unlikely(heap == &coral_heap_empty)) return malloc_first(size, zero);
     return generic_alloc(heap, size, zero);
 }
 
@@ -895,7 +922,6 @@ static void user_heap_free_all(coral_heap_t *heap, bool keep) {
         return;
     }
     coral_profile_forget_heap(heap);
-    coral_profile_heap_stop(heap, false);
     coral_heap_free_all(heap, keep);
     if (keep) coral_profile_heap_start(heap);
 }
@@ -937,11 +963,10 @@ int coral_heap_visit(coral_heap_t *heap, coral_block_visit_fn fn, void *arg) {
     heap = heap_of_caller(heap, "coral_heap_visit");
     if (heap == &coral_heap_empty) return 0; /* the thread never allocated */
     /* Blocks the thread holds apart from their pages' lists go back first:
-     * its bulk cache's (freed blocks), the profiler's batches (never
-     * handed out), the secure build's ring (freed blocks). */
+     * its bulk cache's (freed blocks), the secure build's ring (freed
+     * blocks). */
     coral_bulk_cache_flush_own();
     if (CORAL_SECURE) coral_heap_ring_flush(false);
-    if (coral_profile_on) coral_profile_heap_flush(heap);
     return coral_heap_walk(heap, fn, arg);
 }
 

@@ -677,12 +677,16 @@ static uint64_t rng_next(void) {
     return x * 0x2545F4914F6CDD1Dull;
 }
 
-/* Bytes to the next sample: exponential with mean profile_rate, at least 1. */
+/* Bytes to the next sample, less one: the integer part of an exponential
+ * of mean profile_rate (so at least 0). A countdown that goes below 0 has
+ * its sample: an allocation of s bytes with d left is sampled when s > d,
+ * which is s >= d + 1, as a point at d + 1 asks. (Below 0, not at 0, so
+ * that the count's test is the subtraction's sign: alloc.c.) */
 static int64_t next_interval(void) {
     double u = ((rng_next() >> 11) + 1) * (1.0 / 9007199254740993.0); /* (0, 1] */
     double d = -ln_of(u) * (double)profile_rate;
     if (d > 9.0e18) d = 9.0e18;
-    return (int64_t)d + 1;
+    return (int64_t)d;
 }
 
 /* ---- the stack walk ------------------------------------------------------------- */
@@ -758,20 +762,18 @@ static coral_page_t *page_key_of(const void *p) {
     return coral_slice_head(coral_segment_slice_of(seg, p));
 }
 
-/* Record p (size bytes asked): its stack, its site, its page flagged.
- * counted: the bytes the countdown counted for it (its size, or its block
- * size for a block of a batch class). */
-static void sample_record(coral_heap_t *heap, void *p, size_t size, size_t counted) {
+/* Record p (size bytes asked, as the countdown counted it): its stack, its
+ * site, its page flagged. */
+static void sample_record(coral_heap_t *heap, void *p, size_t size) {
     coral_page_t *page = page_key_of(p);
     if (page == NULL) return; /* (a secure build's malloc(0) slot: no bytes) */
     uintptr_t pcs[CORAL_PROFILE_DEPTH];
     uint64_t hash;
     uint32_t depth = stack_walk(pcs, CORAL_PROFILE_DEPTH, &hash);
     if (!crit_enter()) return; /* a handler's malloc inside the section: not sampled */
-    /* A block counted as c bytes is sampled with probability
-     * 1 - e^(-c/rate); it stands for 1/that many blocks and size/that bytes
-     * (docs/PROFILING.md). */
-    double prob = sample_probability(counted);
+    /* A block of s bytes is sampled with probability 1 - e^(-s/rate); it
+     * stands for 1/that many blocks and s/that bytes (docs/PROFILING.md). */
+    double prob = sample_probability(size);
     double objects = 1.0 / prob, bytes = (double)size / prob;
     coral_profile_site_t *site = site_find(pcs, depth, hash);
     record_t *r = site != NULL ? record_get() : NULL;
@@ -802,10 +804,10 @@ void *coral_profile_sample(coral_heap_t *heap, void *p, size_t size) {
     if (!thread_seeded) { /* the thread's first count: its first interval starts here */
         thread_seeded = true;
         coral_profile_left += next_interval();
-        if (coral_profile_left > 0) return p;
+        if (coral_profile_left >= 0) return p;
     }
     coral_profile_left = next_interval();
-    sample_record(heap, p, size, size);
+    sample_record(heap, p, size);
     return p;
 }
 
@@ -816,17 +818,17 @@ static bool page_has_records(const live_bucket_t *b, const coral_page_t *page) {
     return false;
 }
 
-/* The owner takes a batch from a flagged page (a free of an unsampled
- * block leaves the flag alone: its look-up reads the address count
- * only): the flag goes when the page has no record left, by its bucket's
- * page count, else by a search of the bucket (under its lock).
- * So a page whose sampled blocks other threads freed has its frees back
- * on the fast path from its owner's next batch of it. */
+/* The owner's refill takes a flagged page (a free of an unsampled block
+ * leaves the flag alone: its look-up reads the address count only): the
+ * flag goes when the page has no record left, by its bucket's page count,
+ * else by a search of the bucket (under its lock). So a page whose sampled
+ * blocks other threads freed has its frees back on the fast path from its
+ * owner's next refill from it. */
 static void page_flag_check(coral_page_t *page) {
     if (coral_slice_tid(page) != coral_thread_id()) return;
     /* In the section no record of the page can come (only this thread
      * makes them, and a handler's malloc in the section is not sampled). */
-    if (!crit_enter()) return; /* (the page's next batch clears it) */
+    if (!crit_enter()) return; /* (the page's next refill clears it) */
     bool held = false;
     live_bucket_t *b = live_bucket_of(page);
     if (atomic_load_explicit(page_count(b, page), memory_order_relaxed) != 0) {
@@ -838,190 +840,19 @@ static void page_flag_check(coral_page_t *page) {
     crit_leave();
 }
 
-/* ---- batches: the malloc fast path with profiling on ---------------------------
- * Each small class has its own countdown per heap: the bytes of the class's
- * allocations, counted by block size (a sampling rate per byte applies to
- * each class's bytes alike, so the per-class processes together are the
- * per-thread one). Its direct[] entries name a proxy page whose free list
- * is a batch of the class's blocks, so few that the countdown cannot run
- * out within it: the fast path pops them as from any page, and counts its
- * pops in the proxy's `used` (the proxy is never a real page: no free
- * reaches it, a block's free goes to the page it came from, by address).
- * When the batch is used up the pop misses, and the refill counts the
- * batch (batch_done) and the miss's own block, samples that block if the
- * countdown runs out there, and hands out the next batch (proxy_fill).
- *
- * A batch is the source page's whole free list when the page's blocks not
- * in use (capacity - used, which the free list cannot exceed) fit in the
- * countdown: no walk, its length unknown; the page's `used` then counts
- * all capacity - used of them (reserved[]), more than the batch holds, so
- * it never reaches 0 while a block is live, and batch_done takes back what
- * was not popped. Else the batch is walked off the list, at most
- * BATCH_MAX blocks, counted exactly. Blocks never popped go back to their
- * page when the thread exits. */
-
-#define BATCH_MAX 64 /* blocks per walked batch */
-#define PROXY_CLASSES (CORAL_DIRECT_LAST_CLASS + 1)
-
-typedef struct coral_profile_heap_s {
-    coral_page_t proxy[PROXY_CLASSES];   /* what direct[] names, by class */
-    coral_page_t *source[PROXY_CLASSES]; /* the page a proxy's blocks are from */
-    uint32_t reserved[PROXY_CLASSES];    /* added to the source's used for the batch */
-    int64_t left[PROXY_CLASSES];         /* bytes to the class's next sample */
-    struct coral_profile_heap_s *next;   /* in the free states (pool_lock) */
-} proxies_t;
-
-static proxies_t *proxies_free;
-
-static proxies_t *proxies_get(void) {
-    if (!crit_enter()) return NULL; /* (then the heap's mallocs take the slow path) */
-    spin_lock(&pool_lock);
-    proxies_t *ph = proxies_free;
-    if (ph != NULL)
-        proxies_free = ph->next;
-    else
-        ph = pool_carve_locked(sizeof *ph);
-    spin_unlock(&pool_lock);
-    crit_leave();
-    return ph;
-}
-
-static void proxies_put(proxies_t *ph) {
-    if (!crit_enter()) return; /* (a handler's: the state is not reused) */
-    spin_lock(&pool_lock);
-    ph->next = proxies_free;
-    proxies_free = ph;
-    spin_unlock(&pool_lock);
-    crit_leave();
-}
-
-/* direct[] as the heap layer would set it, with proxies for pages. */
-static void proxies_install(coral_heap_t *heap, proxies_t *ph) {
-    for (unsigned q = 1; q < PROXY_CLASSES; q++) {
-        size_t lo, hi;
-        coral_direct_entries(q, &lo, &hi);
-        for (size_t w = lo; w <= hi; w++) heap->direct[w] = &ph->proxy[q];
-    }
-}
+/* ---- the counted heap: profiling on ------------------------------------------------
+ * A profiled heap serves no size through the fast path (direct_end 0), so
+ * each of its allocations takes alloc.c's counted path, which pops the
+ * block the fast path would have popped (the block freed last first) and
+ * counts its bytes against the thread's countdown (coral_profile_count). */
 
 void coral_profile_heap_start(coral_heap_t *heap) {
-    heap->no_direct = true; /* direct[] is ours: all coral_page_empty now */
+    heap->no_direct = true;
+    heap->direct_end = 0;
     if (heap->is_default) thread_heap = heap;
-    if (CORAL_SECURE) return; /* every malloc takes the slow path (its checks are there) */
-    proxies_t *ph = heap->profile != NULL ? heap->profile : proxies_get();
-    if (ph == NULL) return;    /* no memory: every malloc takes the slow path */
-    memset(ph, 0, sizeof *ph); /* left[] 0: drawn at the class's first refill */
-    for (unsigned q = 1; q < PROXY_CLASSES; q++) ph->proxy[q].class_idx = (uint8_t)q;
-    heap->profile = ph;
-    proxies_install(heap, ph);
 }
 
-/* The batch of class q ends (used up, or given back with `unpopped` blocks
- * left): its pops are counted, and the source's used takes back what was
- * reserved for blocks the batch did not hold. */
-static void batch_done(proxies_t *ph, unsigned q, uint32_t unpopped) {
-    coral_page_t *proxy = &ph->proxy[q];
-    uint32_t popped = proxy->used;
-    if (ph->source[q] != NULL) ph->source[q]->used -= ph->reserved[q] - (popped + unpopped);
-    ph->left[q] -= (int64_t)popped * (int64_t)coral_class_size(q);
-    proxy->used = 0;
-    ph->reserved[q] = 0;
-    ph->source[q] = NULL;
-}
-
-/* The proxy's blocks back to their page, as the owner's frees would put
- * them: the list (free blocks of the page, with their freed marks, as they
- * were when taken) is put in front of the page's free list in one step,
- * and the page's used gives them back. */
-static void proxy_return(proxies_t *ph, unsigned q) {
-    coral_page_t *source = ph->source[q];
-    coral_block_t *head = ph->proxy[q].free, *tail = NULL;
-    uint32_t unpopped = 0;
-    for (coral_block_t *c = head; c != NULL; c = coral_block_next(c)) {
-        tail = c;
-        unpopped++;
-    }
-    bool zero = ph->proxy[q].free_is_zero;
-    ph->proxy[q].free = NULL;
-    batch_done(ph, q, unpopped);
-    if (head == NULL) return;
-    coral_block_set_next(tail, source->free);
-    source->free_is_zero = source->free == NULL ? zero : (uint8_t)(zero && source->free_is_zero);
-    source->free = head;
-    source->used -= unpopped;
-    if (coral_slice_flags(source) & CORAL_PAGE_IN_FULL) coral_heap_page_unfull(source);
-    if (source->used == 0) coral_heap_page_retire(source);
-}
-
-void coral_profile_heap_flush(coral_heap_t *heap) {
-    proxies_t *ph = heap->profile;
-    if (ph == NULL) return;
-    for (unsigned q = 1; q < PROXY_CLASSES; q++) proxy_return(ph, q);
-}
-
-void coral_profile_heap_stop(coral_heap_t *heap, bool pages_live) {
-    proxies_t *ph = heap->profile;
-    if (ph == NULL) return;
-    if (pages_live) coral_profile_heap_flush(heap);
-    for (size_t w = 0; w < CORAL_DIRECT_COUNT; w++) heap->direct[w] = &coral_page_empty;
-    heap->profile = NULL;
-    proxies_put(ph);
-}
-
-/* The next batch of class q (block size bs) off the first page of its
- * queue: blocks the countdown surely outlasts. */
-static void proxy_fill(coral_heap_t *heap, proxies_t *ph, unsigned q, int64_t bs) {
-    coral_page_t *page = coral_queue_first(heap, q);
-    if (page == NULL || page->free == NULL) return;
-    /* The owner is here: a flag whose sampled blocks other threads freed
-     * goes now, so their next frees of the page take the fast path's
-     * remote push again. */
-    if (coral_slice_flags(page) & CORAL_PAGE_SAMPLED) page_flag_check(page);
-    /* (A short list is not carved on: each block carved ahead is an OS
-     * page touched ahead, which costs a short program more than refills.) */
-    int64_t want = (ph->left[q] - 1) / bs;
-    if (want > BATCH_MAX) want = BATCH_MAX;
-    int64_t idle = (int64_t)page->capacity - (int64_t)page->used;
-    coral_block_t *head = page->free;
-    if (idle * bs < ph->left[q]) { /* the whole list, unwalked */
-        page->free = NULL;
-        page->used += (uint32_t)idle;
-        ph->reserved[q] = (uint32_t)idle;
-    } else {
-        int64_t n = 1;
-        if (want <= 0) return;
-        coral_block_t *tail = head;
-        for (coral_block_t *next; n < want && (next = coral_block_next(tail)) != NULL; n++)
-            tail = next;
-        page->free = coral_block_next(tail);
-        coral_block_set_next(tail, NULL);
-        page->used += (uint32_t)n;
-        ph->reserved[q] = (uint32_t)n;
-    }
-    ph->proxy[q].free = head;
-    ph->proxy[q].free_is_zero = page->free_is_zero;
-    ph->source[q] = page;
-}
-
-void coral_profile_batch_done(coral_heap_t *heap, unsigned cls) {
-    batch_done(heap->profile, cls, 0);
-}
-
-void *coral_profile_refilled(coral_heap_t *heap, unsigned cls, void *p, size_t size) {
-    proxies_t *ph = heap->profile;
-    if (p == NULL) return NULL;
-    int64_t bs = (int64_t)coral_class_size(cls);
-    /* A class's first refill draws its first interval (left is never 0
-     * after a refill or a batch's end: a batch fits in it with a byte to
-     * spare), so a thread pays for the classes it uses only. */
-    if (ph->left[cls] == 0) ph->left[cls] = next_interval();
-    if ((ph->left[cls] -= bs) <= 0) {
-        ph->left[cls] = next_interval();
-        sample_record(heap, p, size, (size_t)bs);
-    }
-    proxy_fill(heap, ph, cls, bs);
-    return p;
-}
+void coral_profile_page_refilled(coral_page_t *page) { page_flag_check(page); }
 
 /* The thread's kept records back to the pool, in one list. */
 static void records_kept_return(void) {
@@ -1037,15 +868,11 @@ static void records_kept_return(void) {
     crit_leave();
 }
 
-/* The thread exits (before its heaps are abandoned): every batch back,
- * its kept records, and its tally published. */
+/* The thread exits (before its heaps are abandoned): its kept records
+ * back, and its tally published. */
 static void profile_thread_exit(void) {
     coral_remote_runs_flush();
-    coral_heap_t *self = thread_heap;
     thread_heap = NULL; /* from here on its freed records go to the pool */
-    if (self != NULL)
-        for (coral_link_t *l = self->thread->heaps.first; l != NULL; l = l->next)
-            coral_profile_heap_stop(coral_container_of(l, coral_heap_t, thread_link), true);
     records_kept_return();
     tally_release();
 }
@@ -1068,7 +895,7 @@ void coral_profile_forget(coral_page_t *page, const void *p) {
     }
     /* The owner clears the flag when no sampled block of the page is left
      * (only it sets it, so none can appear meanwhile); another thread's
-     * free leaves it to the owner's next batch of the page. */
+     * free leaves it to the owner's next refill from the page. */
     if (coral_slice_tid(page) == coral_thread_id() && !page_has_records(b, page))
         coral_slice_set_flags(page, coral_slice_flags(page) & ~CORAL_PAGE_SAMPLED);
     spin_unlock(&b->lock);
@@ -1224,8 +1051,7 @@ static void profile_at_exit(void) {
         /* Beside the estimate, the exact figure of the exiting thread's heap. */
         coral_profile_exact_t exact = {0, 0};
         bool walked = false;
-        if (thread_heap != NULL) { /* (no bulk cache while profiling: its batches only) */
-            coral_profile_heap_flush(thread_heap);
+        if (thread_heap != NULL) {                          /* (no bulk cache while profiling) */
             if (CORAL_SECURE) coral_heap_ring_flush(false); /* (freed blocks: not leaks) */
             walked = coral_heap_walk(thread_heap, exact_add, &exact) == 0;
         }

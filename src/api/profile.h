@@ -6,9 +6,11 @@
  * it costs nothing on the fast paths: no heap has no_direct set, no page
  * has CORAL_PAGE_SAMPLED, so the slow paths' tests below are never taken.
  *
- * On, every heap has no_direct (heap.h): direct[] names no page, so each
- * allocation takes a slow path of alloc.c, which counts its bytes against
- * the thread's countdown (coral_profile_count). When the countdown runs
+ * On, every heap has no_direct and direct_end 0 (heap.h): the malloc fast
+ * path's first compare sends each allocation to a slow path of alloc.c,
+ * which pops the block the fast path would have popped (so the block freed
+ * last is reused first, as with profiling off) and counts its bytes
+ * against the thread's countdown (coral_profile_count). When the countdown runs
  * out the allocation is sampled: its stack (a frame-pointer walk bounded by
  * the thread's stack) and size are recorded in a table keyed by its page,
  * and its page gets CORAL_PAGE_SAMPLED, so that a free of any block of the
@@ -30,7 +32,9 @@
 
 /* Set once, before the first heap is ready (never changed after). */
 extern bool coral_profile_on;
-/* Bytes the calling thread may still allocate before its next sample. */
+/* Bytes the calling thread may still allocate before its next sample:
+ * the allocation that takes it below 0 is sampled (profile.c,
+ * next_interval). */
 extern __thread int64_t coral_profile_left __attribute__((tls_model("initial-exec")));
 
 /* On the first thread's set-up: read the options, and when profiling is
@@ -43,25 +47,18 @@ void coral_profile_init(void);
  * when it runs out. Returns p. */
 void *coral_profile_sample(coral_heap_t *heap, void *p, size_t size);
 CORAL_INLINE void *coral_profile_count(coral_heap_t *heap, void *p, size_t size) {
-    if (coral_likely((coral_profile_left -= (int64_t)size) > 0) || p == NULL) return p;
+    if (coral_likely((coral_profile_left -= (int64_t)size) >= 0) || p == NULL) return p;
     return coral_profile_sample(heap, p, size);
 }
 
 /* A heap is set up (a thread's, or a user heap new or reset): it gets
- * no_direct and its batches (profile.c). */
+ * no_direct and direct_end 0, so that each of its allocations takes a slow
+ * path of alloc.c, which counts it. */
 void coral_profile_heap_start(coral_heap_t *heap);
-/* The heap's batches go: back to their pages when pages_live (the thread
- * exits), or dropped with the pages (destroy, reset). */
-void coral_profile_heap_stop(coral_heap_t *heap, bool pages_live);
-/* The heap's batches go back to their pages (their blocks free there
- * again); the next allocation of each class takes a new one. */
-void coral_profile_heap_flush(coral_heap_t *heap);
-/* The default build: the pop of a batch class missed (its batch is used
- * up): batch_done counts it (before the refill takes a block); then p, of
- * class cls for a request of size bytes, taken instead, is counted, maybe
- * sampled, and the next batch handed out (refilled, which returns p). */
-void coral_profile_batch_done(coral_heap_t *heap, unsigned cls);
-void *coral_profile_refilled(coral_heap_t *heap, unsigned cls, void *p, size_t size);
+/* The owner's refill of a class is about to pop from page, which has
+ * CORAL_PAGE_SAMPLED: the flag goes if no sampled block of page is left
+ * (other threads freed them; their frees leave it to the owner). */
+void coral_profile_page_refilled(coral_page_t *page);
 
 /* The live records' table (profile.c: a record per sampled block not
  * freed yet), bucketed by the block's page descriptor. Each bucket is one

@@ -15,9 +15,11 @@ static unsigned queue_of(const coral_page_t *page) {
     return (coral_slice_flags(page) & CORAL_PAGE_IN_FULL) ? CORAL_QUEUE_FULL : page->class_idx;
 }
 
-/* Keep direct[] pointing at the first page of each small class. */
+/* Keep direct[] pointing at the first page of each small class (in a
+ * profiled heap too: the api layer's counted path pops from it; the
+ * secure build's stays empty, heap.h). */
 static void direct_update(coral_heap_t *heap, unsigned q) {
-    if (q > CORAL_DIRECT_LAST_CLASS || heap->no_direct) return;
+    if (q > CORAL_DIRECT_LAST_CLASS || (CORAL_SECURE && heap->no_direct)) return;
     coral_page_t *page = coral_queue_first(heap, q);
     if (page == NULL) page = &coral_page_empty;
     size_t lo, hi;

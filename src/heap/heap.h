@@ -65,7 +65,8 @@ typedef struct coral_heap_counts_s {
 struct coral_heap_s {
     /* The sizes below this are served through direct[]: CORAL_DIRECT_COUNT
      * in a heap set up by coral_heap_init, 0 in the empty heap (thread.c),
-     * whose table the default build never reads and leaves empty. The
+     * whose table the default build never reads and leaves empty, and 0 in
+     * a heap the profiler counts (no_direct, set after coral_heap_init). The
      * malloc fast path compares the size with it before it reads direct[]
      * (the compare a constant bound would cost). */
     size_t direct_end;
@@ -78,11 +79,13 @@ struct coral_heap_s {
     coral_thread_t *thread;                 /* NULL once destroyed */
     bool is_default;                        /* the thread's own heap */
     /* Set by the api layer's profiler (api/profile.h) before the heap's
-     * first page: direct[] is the profiler's (its batches of blocks, or
-     * coral_page_empty), and this layer leaves it alone. */
+     * first page, with direct_end 0: every allocation takes the api layer's
+     * slow path, which counts it (and pops from direct[] as the fast path
+     * would). In the secure build, whose fast path does not read
+     * direct_end, direct[] stays coral_page_empty instead (this layer
+     * leaves it alone), so that path misses. */
     bool no_direct;
-    struct coral_profile_heap_s *profile; /* the profiler's state (api/profile.c) */
-    uint32_t heartbeat;                   /* slow-path calls, for periodic work */
+    uint32_t heartbeat; /* slow-path calls, for periodic work */
     /* The heap's huge blocks (through seg->link), for coral_heap_destroy and
      * coral_heap_visit:
      * any thread's free unlinks one, hence a lock. It is one lock for every

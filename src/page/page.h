@@ -1205,7 +1205,8 @@ void coral_page_check_live_canaries(coral_page_t *page);
  * holds its fill (and, in a block of 32 bytes or less, its freed mark),
  * else a write after free is reported (fatal). A block freed and never
  * handed out again is checked so when its page's span is released: its
- * last chance. Walks the lists: O(blocks on them). (Not when a page is
+ * last chance. An empty page's carved blocks are read in address order
+ * (secure.c), else the lists walked: O(blocks carved). (Not when a page is
  * parked, the empty page its owner keeps: that walk, at every park, made
  * a malloc+free of batch64 cost 20 instructions more; a parked page the
  * purger gives back to the OS is not checked.) */

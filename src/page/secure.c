@@ -179,8 +179,49 @@ static void check_list_fills(coral_page_t *page, coral_block_t *list) {
             coral_secure_write_after_free(page, (uint8_t *)b);
 }
 
+/* Whether `next` (a decoded link, or a list's head) is NULL or a carved
+ * block start of page: its offset from the first block below
+ * `carved_bytes`, a multiple of the block size. */
+static bool link_in_page(const coral_page_t *page, uintptr_t next, uint32_t carved_bytes) {
+    uintptr_t offset = next - (uintptr_t)page->start;
+    return next == 0 ||
+           (offset < carved_bytes && (uint32_t)offset % (uint32_t)page->block_size == 0);
+}
+
+/* An empty page's carved blocks in address order (a stream the hardware
+ * prefetches, where the lists' walk waits for each block's line before it
+ * can read the next link): true when each holds its fill (and, in a block
+ * of 32 bytes or less, its freed mark) as check_list_fills wants it and a
+ * link to NULL or to a carved block start of the page, and both lists'
+ * heads are NULL or such starts. Then every block on the lists is one of
+ * those blocks (each list starts at one, and each link leads to one or
+ * ends), so the walk would find nothing: it is skipped. Every carved block
+ * is read: the span's memory is the page's, accessible (a parked page,
+ * whose memory the purger may have returned, is never empty: used counts
+ * its blocks). */
+static bool carved_blocks_look_free(coral_page_t *page) {
+    size_t bs = page->block_size, usable = bs - CORAL_CANARY_SIZE;
+    uint32_t carved_bytes = (uint32_t)(page->capacity * bs);
+    if (!link_in_page(page, (uintptr_t)page->free, carved_bytes) ||
+        !link_in_page(page, (uintptr_t)page->local_free, carved_bytes))
+        return false;
+    uint64_t canary0 = coral_canary_of(page, NULL); /* a block's: ^ its address (page.h) */
+    uintptr_t key = coral_list_key;
+    for (uint8_t *b = page->start, *end = b + carved_bytes; b < end; b += bs) {
+        uintptr_t next = *(const uintptr_t *)(const void *)b ^ key ^ (uintptr_t)b;
+        if (!coral_secure_fill_intact(usable, b, canary0 ^ ((uintptr_t)b & CORAL_CANARY_VARY)) ||
+            !link_in_page(page, next, carved_bytes))
+            return false;
+    }
+    return true;
+}
+
 void coral_page_check_free_fills(coral_page_t *page) {
     if (!CORAL_SECURE || page->class_idx == CORAL_CLASS_LARGE) return;
+    /* Every block free (the page's release after its last free): the
+     * scan, else (a user heap's pages freed whole with live blocks, or a
+     * scan that found something) the walk, which reports what it finds. */
+    if (page->used == 0 && carved_blocks_look_free(page)) return;
     check_list_fills(page, page->free);
     check_list_fills(page, page->local_free);
 }

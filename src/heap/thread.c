@@ -53,16 +53,15 @@ static void heap_counts_retire(coral_heap_t *heap);
 /* Whether the calling thread holds heap_pool_lock: set once its take
  * returns, cleared before its release; written by the thread only, ordered
  * against a signal handler that interrupts it by signal fences. No thread
- * but a forking one (its prepare) takes the pool's lock while it holds
- * another lock that a fork's prepare takes, nor takes one of those under
- * it (exit_heap_make gets its heap before the exit heap's lock). So a fork
- * from a handler that interrupted this thread there leaves the pool's lock
- * to the code it interrupted (fork_prepare): the thread's hold keeps every
- * other thread out of the pool, as the prepare's take would, and the
- * prepare can take every other lock, since no thread that holds one waits
- * for this one, unless another thread forks at the same time (its prepare
- * then holds the earlier locks and waits for the pool's: a deadlock left
- * open, docs/DESIGN.md).
+ * takes the pool's lock while it holds another lock that a fork's prepare
+ * takes (a prepare does, but only by a try: fork_pool_wait), nor takes one
+ * of those under it (exit_heap_make gets its heap before the exit
+ * heap's lock). So a fork from a handler that interrupted this thread there
+ * leaves the pool's lock to the code it interrupted (fork_prepare): the
+ * thread's hold keeps every other thread out of the pool, as the prepare's
+ * take would, and the prepare can take every other lock, since no thread
+ * that holds one waits for this one (another thread's fork at the same
+ * time gives back the earlier locks before it waits for the pool's).
  * Left: the few instructions from the take inside pthread_mutex_lock to
  * the record, and from the record's clear to the release inside
  * pthread_mutex_unlock (a fork there waits for its own thread, as glibc's
@@ -264,6 +263,9 @@ void coral_heap_pool_put(coral_heap_t *heap) {
  *      then the purger's lock (no purge pass starts or signals);
  *   3. the heap pool's (heap structs handed out or back), unless the code
  *      that the fork's signal handler interrupted holds it (pool_held);
+ *      taken by a try: where another thread holds it, the prepare gives
+ *      back 2 to 0, waits for it holding nothing, and starts again
+ *      (fork_pool_wait);
  *   4. the huge-block list lock (user heaps' huge blocks: allocated, freed,
  *      moved by mremap, detached at a thread's exit);
  *   5. the abandoned segments' and the segment registry's (adoption,
@@ -404,6 +406,61 @@ static __thread coral_fork_nest_t fork_nest __attribute__((tls_model("initial-ex
 
 static void process_init_before_fork(void);
 
+/* The prepare's locks before the pool's (0 to 2 and the purger's, above),
+ * in order, and their release in reverse. */
+static void fork_lock_before_pool(void) {
+    coral_libc_streams_lock(); /* before every lock of ours (base.h) */
+    fork_hooks_prepare(&fork_hooks_outer, &fork_taken_outer);
+    coral_mutex_lock(&exit_heap_lock);
+    coral_purger_prefork();
+}
+
+static void fork_unlock_before_pool(void) {
+    coral_purger_postfork(false);
+    coral_mutex_unlock(&exit_heap_lock);
+    fork_hook_run(fork_taken_outer.parent);
+    coral_libc_streams_unlock();
+}
+
+/* The heap pool's lock, in a prepare that holds the locks before it: taken
+ * only by a try (fork_prepare). Where another thread holds it, the prepare
+ * gives back every lock it took (fork_unlock_before_pool), waits for the
+ * pool's lock holding none of the fork's locks (takes it and releases it
+ * at once), takes them again in order, and tries again.
+ * Why: the holder may be a thread whose signal handler forks. That fork
+ * leaves the pool's lock to the code it interrupted (pool_held) but takes
+ * every other lock, those before the pool's too; a prepare that waited for
+ * the pool's lock while holding them (stdio's list lock first) waited for a
+ * thread that waited for it, for good (window_fork_two_forks: thread B
+ * forks while thread A's first malloc holds the pool's lock and A's handler
+ * forks).
+ * No cycle: a prepare waits for the pool's lock only here, holding none of
+ * the fork's locks it took; it takes the pool's lock while holding the
+ * earlier ones only by a try, which waits for nothing; no other thread
+ * takes the pool's lock while it holds another lock that a fork takes
+ * (pool_held); and a thread that holds one of the later locks (4 to 8)
+ * takes none before it in this order. So the pool's holder either ends its
+ * section, which waits for no lock this prepare holds, or has a handler
+ * whose fork waits for locks this prepare has given back; and once the
+ * prepare holds the pool's lock, the holders of the later locks it waits
+ * for wait for nothing it holds.
+ * No lost wakeup: the wait is the mutex's own take; a release before it
+ * lets it return at once. Progress: each failed try follows another
+ * thread's take of the pool's lock (a short section: a thread's set-up or
+ * exit, a user heap's creation or end), and the prepare tries again after
+ * each of those ends; it waits longer only while other threads keep taking
+ * the lock between its wait and its try.
+ * A signal handler's fork on this thread meanwhile is nested, as anywhere
+ * in the prepare, and takes no lock (base.h, "forks from signal handlers").
+ * Out of line and cold: reached only while another thread holds the pool's
+ * lock at a fork. */
+static CORAL_COLD void fork_pool_wait(void) {
+    fork_unlock_before_pool();
+    coral_mutex_lock(&heap_pool_lock);
+    coral_mutex_unlock(&heap_pool_lock);
+    fork_lock_before_pool();
+}
+
 static void fork_prepare(void) {
     coral_test_point(CORAL_TP_FORK_PREPARE, NULL);
     process_init_before_fork(); /* before any lock: the initialisation takes none of them */
@@ -412,11 +469,8 @@ static void fork_prepare(void) {
         fork_pool_left = pool_held;
     }
     if (!coral_fork_nest_enter(&fork_nest)) return;
-    coral_libc_streams_lock(); /* before every lock of ours (base.h) */
-    fork_hooks_prepare(&fork_hooks_outer, &fork_taken_outer);
-    coral_mutex_lock(&exit_heap_lock);
-    coral_purger_prefork();
-    if (!fork_pool_left) coral_mutex_lock(&heap_pool_lock);
+    fork_lock_before_pool();
+    while (!fork_pool_left && !coral_mutex_trylock(&heap_pool_lock)) fork_pool_wait();
     coral_huge_lists_lock();
     coral_segment_locks_prefork();
     coral_segment_cache_prefork();

@@ -3073,12 +3073,17 @@ static _Atomic(pid_t) tf_b_tid;
 static _Atomic(bool) tf_a_holds;
 static volatile pid_t tf_b_child = -1;
 
-static void tf_hook(int point, const void *object) {
-    if (point != CORAL_TP_HEAP_POOL_LOCKED || object != NULL || !tf_a_first || hf_raised) return;
+/* From A's hook, holding the lock: once B waits, the signal. */
+static void tf_raise_once_b_waits(void) {
     hf_raised = 1;
     atomic_store(&tf_a_holds, true);
     while (!fe_waits(atomic_load(&tf_b_tid))) sched_yield();
     raise(SIGUSR1);
+}
+
+static void tf_hook(int point, const void *object) {
+    if (point == CORAL_TP_HEAP_POOL_LOCKED && object == NULL && tf_a_first && !hf_raised)
+        tf_raise_once_b_waits();
 }
 
 static void *tf_b(void *arg) {
@@ -3105,9 +3110,10 @@ static void *tf_a(void *arg) {
     return NULL;
 }
 
-static void case_fork_two_forks(void) {
-    hf_start(20, hf_handler, tf_hook);
-    pthread_t b = start(tf_b, NULL), a = start(tf_a, NULL);
+/* B and a_thread (A) on threads of their own; both forks' children end with
+ * status 0. */
+static void tf_run(void *(*a_thread)(void *)) {
+    pthread_t b = start(tf_b, NULL), a = start(a_thread, NULL);
     join(a);
     join(b);
     coral_test_point_set(NULL);
@@ -3116,6 +3122,52 @@ static void case_fork_two_forks(void) {
     expect_child_exit_0(hf_child, "A's handler fork's child");
     expect_child_exit_0(tf_b_child, "B's fork's child");
     CHECK_EQ(coral_test_check(), 0);
+}
+
+static void case_fork_two_forks(void) {
+    hf_start(20, hf_handler, tf_hook);
+    tf_run(tf_a);
+}
+
+/* fork_two_forks_exit_heap: the same with the exit heap's lock: thread A,
+ * past its exit (a key destructor after coralloc's), holds it to allocate
+ * from the exit heap (CORAL_TP_EXIT_HEAP_LOCKED), and thread B forks; once
+ * B waits in a futex call, A's hook raises the signal whose handler forks
+ * (that prepare takes the recursive lock again). Before, B waited for the
+ * exit heap's lock holding stdio's list lock and A's fork waited for that,
+ * for good (the alarm ended the test); now B gives its locks back and
+ * waits holding none. */
+static pthread_key_t tx_key;
+static __thread bool tx_a_exiting;
+
+static void tx_hook(int point, const void *object) {
+    (void)object;
+    if (point == CORAL_TP_EXIT_HEAP_LOCKED && tx_a_exiting && !hf_raised) tf_raise_once_b_waits();
+}
+
+/* The key's destructor, after coralloc's: an allocation from the exit heap. */
+static void tx_exit_malloc(void *value) {
+    (void)value;
+    tx_a_exiting = true;
+    void *p = coral_malloc(40); /* the handler forks here */
+    tx_a_exiting = false;
+    if (getpid() != hf_main_pid) _exit(p == NULL ? 5 : 0);
+    CHECK(p != NULL);
+    coral_free(p);
+}
+
+static void *tx_a(void *arg) {
+    (void)arg;
+    coral_free(coral_malloc(40)); /* its own heap: its exit cleanup runs */
+    CHECK_EQ(pthread_setspecific(tx_key, &tx_key), 0);
+    while (atomic_load(&tf_b_tid) == 0) sched_yield();
+    return NULL;
+}
+
+static void case_fork_two_forks_exit_heap(void) {
+    hf_start(20, hf_handler, tx_hook);
+    CHECK_EQ(pthread_key_create(&tx_key, tx_exit_malloc), 0);
+    tf_run(tx_a);
 }
 
 int main(int argc, char **argv) {
@@ -3137,6 +3189,7 @@ int main(int argc, char **argv) {
         {"fork_nested_stale_left", case_fork_nested_stale_left},
         {"fork_child_forks_again", case_fork_child_forks_again},
         {"fork_two_forks", case_fork_two_forks},
+        {"fork_two_forks_exit_heap", case_fork_two_forks_exit_heap},
         {"notify_retire", case_notify_retire},
         {"large_only", case_large_only},
         {"huge_free_vs_exit", case_huge_free_vs_exit},

@@ -175,7 +175,7 @@ void coral_thread_exit_hook_set_if_none(coral_thread_exit_fn fn);
  * lock of the layers below is taken), parent and child last. parent must
  * only release what prepare took: a fork's prepare that must wait for a
  * lock of the layers below runs parent, then prepare again (thread.c,
- * fork_pool_wait). */
+ * fork_lock_to_pool). */
 typedef void (*coral_fork_fn)(void);
 void coral_fork_hooks_set(coral_fork_fn prepare, coral_fork_fn parent, coral_fork_fn child);
 /* The layer above's fork handlers for locks that are leaves (no allocator

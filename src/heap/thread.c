@@ -54,7 +54,7 @@ static void heap_counts_retire(coral_heap_t *heap);
  * returns, cleared before its release; written by the thread only, ordered
  * against a signal handler that interrupts it by signal fences. No thread
  * takes the pool's lock while it holds another lock that a fork's prepare
- * takes (a prepare does, but only by a try: fork_pool_wait), nor takes one
+ * takes (a prepare does, but only by a try: fork_lock_to_pool), nor takes one
  * of those under it (exit_heap_make gets its heap before the exit
  * heap's lock). So a fork from a handler that interrupted this thread there
  * leaves the pool's lock to the code it interrupted (fork_prepare): the
@@ -263,9 +263,9 @@ void coral_heap_pool_put(coral_heap_t *heap) {
  *      then the purger's lock (no purge pass starts or signals);
  *   3. the heap pool's (heap structs handed out or back), unless the code
  *      that the fork's signal handler interrupted holds it (pool_held);
- *      taken by a try: where another thread holds it, the prepare gives
- *      back 2 to 0, waits for it holding nothing, and starts again
- *      (fork_pool_wait);
+ *      this one and the exit heap's taken by a try: where another thread
+ *      holds one, the prepare gives back what it took, waits for that one
+ *      holding none, and starts again (fork_lock_to_pool);
  *   4. the huge-block list lock (user heaps' huge blocks: allocated, freed,
  *      moved by mremap, detached at a thread's exit);
  *   5. the abandoned segments' and the segment registry's (adoption,
@@ -406,59 +406,69 @@ static __thread coral_fork_nest_t fork_nest __attribute__((tls_model("initial-ex
 
 static void process_init_before_fork(void);
 
-/* The prepare's locks before the pool's (0 to 2 and the purger's, above),
- * in order, and their release in reverse. */
-static void fork_lock_before_pool(void) {
-    coral_libc_streams_lock(); /* before every lock of ours (base.h) */
-    fork_hooks_prepare(&fork_hooks_outer, &fork_taken_outer);
-    coral_mutex_lock(&exit_heap_lock);
-    coral_purger_prefork();
-}
-
-static void fork_unlock_before_pool(void) {
-    coral_purger_postfork(false);
-    coral_mutex_unlock(&exit_heap_lock);
+/* A prepare's back-off: busy, a lock that another thread held at the
+ * prepare's try (below), and every lock the prepare took before it, from
+ * stdio's list lock to the exit heap's (exit_heap_held) or to the bulk
+ * caches' (not): gives those back, in reverse, and waits for busy holding
+ * none of them (takes it and releases it at once). Out of line and cold:
+ * reached only while another thread holds one of those two locks at a
+ * fork. */
+static CORAL_COLD void fork_back_off(pthread_mutex_t *busy, bool exit_heap_held) {
+    if (exit_heap_held) {
+        coral_purger_postfork(false);
+        coral_mutex_unlock(&exit_heap_lock);
+    }
     fork_hook_run(fork_taken_outer.parent);
     coral_libc_streams_unlock();
+    coral_mutex_lock(busy);
+    coral_mutex_unlock(busy);
 }
 
-/* The heap pool's lock, in a prepare that holds the locks before it: taken
- * only by a try (fork_prepare). Where another thread holds it, the prepare
- * gives back every lock it took (fork_unlock_before_pool), waits for the
- * pool's lock holding none of the fork's locks (takes it and releases it
- * at once), takes them again in order, and tries again.
- * Why: the holder may be a thread whose signal handler forks. That fork
- * leaves the pool's lock to the code it interrupted (pool_held) but takes
- * every other lock, those before the pool's too; a prepare that waited for
- * the pool's lock while holding them (stdio's list lock first) waited for a
- * thread that waited for it, for good (window_fork_two_forks: thread B
- * forks while thread A's first malloc holds the pool's lock and A's handler
- * forks).
- * No cycle: a prepare waits for the pool's lock only here, holding none of
- * the fork's locks it took; it takes the pool's lock while holding the
- * earlier ones only by a try, which waits for nothing; no other thread
- * takes the pool's lock while it holds another lock that a fork takes
- * (pool_held); and a thread that holds one of the later locks (4 to 8)
- * takes none before it in this order. So the pool's holder either ends its
- * section, which waits for no lock this prepare holds, or has a handler
- * whose fork waits for locks this prepare has given back; and once the
- * prepare holds the pool's lock, the holders of the later locks it waits
- * for wait for nothing it holds.
+/* The prepare's locks up to the pool's (0 to 3 above), in order; false,
+ * holding none of them, after a back-off (the prepare starts again).
+ * Two of them a signal handler's fork on the thread that holds them takes
+ * nothing from, and goes past: the exit heap's (recursive: taken again)
+ * and the pool's (left to the code the signal interrupted, pool_held).
+ * That fork takes every other lock, those before them too (stdio's list
+ * lock first). A prepare on another thread that waited for one of the two
+ * while holding those waited for a thread that waited for it, for good
+ * (window_fork_two_forks: thread B forks while thread A's first malloc
+ * holds the pool's lock and A's handler forks; window_fork_two_forks_exit
+ * heap: the same while A, past its exit, allocates from the exit heap).
+ * So the prepare takes those two only by a try, and where another thread
+ * holds one it backs off (fork_back_off) and starts again.
+ * No cycle: a prepare waits for one of the two only in the back-off,
+ * holding none of the fork's locks it took; it takes them while holding
+ * earlier ones only by a try, which waits for nothing; and a thread that
+ * holds one of the fork's locks takes none before it in this order (the
+ * pool's under none: pool_held; the exit heap's struct comes from the pool
+ * before its lock, exit_heap_make). So the holder of the lock waited for
+ * either ends its section, which waits for no lock this prepare holds, or
+ * has a handler whose fork waits for locks this prepare has given back;
+ * and once the prepare holds the two, the holders of the later locks it
+ * waits for wait for nothing it holds. (Two handlers' forks, one over a
+ * pool section and one over an exit heap section on another thread, still
+ * wait for each other: each needs the lock the other's interrupted code
+ * holds, which neither may leave to a thread its child does not have.)
  * No lost wakeup: the wait is the mutex's own take; a release before it
  * lets it return at once. Progress: each failed try follows another
- * thread's take of the pool's lock (a short section: a thread's set-up or
- * exit, a user heap's creation or end), and the prepare tries again after
- * each of those ends; it waits longer only while other threads keep taking
- * the lock between its wait and its try.
+ * thread's take of the lock (a short section: a thread's set-up or exit,
+ * a user heap's creation or end, an exiting thread's allocation), and the
+ * prepare tries again once that one ends; it waits longer only while
+ * other threads keep taking the lock between its wait and its try.
  * A signal handler's fork on this thread meanwhile is nested, as anywhere
- * in the prepare, and takes no lock (base.h, "forks from signal handlers").
- * Out of line and cold: reached only while another thread holds the pool's
- * lock at a fork. */
-static CORAL_COLD void fork_pool_wait(void) {
-    fork_unlock_before_pool();
-    coral_mutex_lock(&heap_pool_lock);
-    coral_mutex_unlock(&heap_pool_lock);
-    fork_lock_before_pool();
+ * in the prepare, and takes no lock (base.h, "forks from signal handlers"). */
+static bool fork_lock_to_pool(void) {
+    coral_libc_streams_lock(); /* before every lock of ours (base.h) */
+    fork_hooks_prepare(&fork_hooks_outer, &fork_taken_outer);
+    if (!coral_mutex_trylock(&exit_heap_lock)) {
+        fork_back_off(&exit_heap_lock, false);
+        return false;
+    }
+    coral_purger_prefork();
+    if (fork_pool_left || coral_mutex_trylock(&heap_pool_lock)) return true;
+    fork_back_off(&heap_pool_lock, true);
+    return false;
 }
 
 static void fork_prepare(void) {
@@ -469,8 +479,7 @@ static void fork_prepare(void) {
         fork_pool_left = pool_held;
     }
     if (!coral_fork_nest_enter(&fork_nest)) return;
-    fork_lock_before_pool();
-    while (!fork_pool_left && !coral_mutex_trylock(&heap_pool_lock)) fork_pool_wait();
+    while (!fork_lock_to_pool()) continue;
     coral_huge_lists_lock();
     coral_segment_locks_prefork();
     coral_segment_cache_prefork();
@@ -741,6 +750,7 @@ coral_heap_t *coral_exit_heap_acquire(void) {
         coral_mutex_unlock(&exit_heap_lock);
         return NULL;
     }
+    coral_test_point(CORAL_TP_EXIT_HEAP_LOCKED, NULL);
     return exit_heap;
 }
 

@@ -2702,6 +2702,29 @@ static void *fx_exiting(void *arg) {
 
 static void case_fork_exit_signal(void) { fs_run(ts_hook, fx_exiting); }
 
+/* window_fork_pool_unrecorded_taken, _releasing: the same, with the signal
+ * raised where the thread holds the pool's lock but pool_held does not say
+ * so (CORAL_TP_HEAP_POOL_UNRECORDED): right after the take, and right
+ * before the release. Before, the handler's fork did not leave the lock to
+ * the code it interrupted and waited for its own thread, for good (the
+ * alarm ended the test); now glibc's record of the owner says the thread
+ * holds it. */
+static void pu_hook(int point, const void *object, bool releasing) {
+    if (point == CORAL_TP_HEAP_POOL_UNRECORDED && (object != NULL) == releasing && ts_first &&
+        ts_handled == 0)
+        raise(SIGUSR1);
+}
+
+static void pu_hook_taken(int point, const void *object) { pu_hook(point, object, false); }
+
+static void pu_hook_releasing(int point, const void *object) { pu_hook(point, object, true); }
+
+static void case_fork_pool_unrecorded_taken(void) { fs_run(pu_hook_taken, fs_first_malloc); }
+
+static void case_fork_pool_unrecorded_releasing(void) {
+    fs_run(pu_hook_releasing, fs_first_malloc);
+}
+
 /* ---- the same fork while an exiting thread makes the exit heap --------------------------
  * window_fork_setup_exit_heap: a thread past its exit cleanup (a key
  * destructor after coralloc's) makes the process's exit heap, whose heap
@@ -3185,6 +3208,8 @@ int main(int argc, char **argv) {
         {"fork_setup_exit_heap", case_fork_setup_exit_heap},
         {"clean_dead_signal", case_clean_dead_signal},
         {"fork_exit_signal", case_fork_exit_signal},
+        {"fork_pool_unrecorded_taken", case_fork_pool_unrecorded_taken},
+        {"fork_pool_unrecorded_releasing", case_fork_pool_unrecorded_releasing},
         {"fork_parked_reap", case_fork_parked_reap},
         {"fork_nested_stale_left", case_fork_nested_stale_left},
         {"fork_child_forks_again", case_fork_child_forks_again},

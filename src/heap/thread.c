@@ -62,13 +62,35 @@ static void heap_counts_retire(coral_heap_t *heap);
  * take would, and the prepare can take every other lock, since no thread
  * that holds one waits for this one (another thread's fork at the same
  * time gives back the earlier locks before it waits for the pool's).
- * Left: the few instructions from the take inside pthread_mutex_lock to
- * the record, and from the record's clear to the release inside
- * pthread_mutex_unlock (a fork there waits for its own thread, as glibc's
- * own locks' windows leave it; cleared after the release instead, a fork
- * there would leave the lock to no one, and its child a pool another
- * thread was changing). */
+ * The record's two windows, from the take inside pthread_mutex_lock to
+ * the record and from the record's clear to the release inside
+ * pthread_mutex_unlock, are covered by glibc's record of the owner
+ * (pool_held_here). (Cleared after the release instead, a fork there would
+ * leave the lock to no one, and its child a pool another thread was
+ * changing.) */
 static __thread bool pool_held __attribute__((tls_model("initial-exec")));
+
+/* Whether the calling thread, of kernel id tid, holds heap_pool_lock, for
+ * its signal handler's fork: pool_held, or glibc's record of the owner
+ * (the kernel id, written inside pthread_mutex_lock right after the take
+ * and cleared inside pthread_mutex_unlock right before the release; only
+ * the holder writes its own id there, so reading this thread's id means
+ * this thread holds it). That record covers pool_held's two windows, where
+ * a handler's fork waited for its own thread for good
+ * (window_fork_pool_unrecorded_taken, _releasing: a storm of handler forks
+ * hung there 4 runs of 12, the signal taken at the call of
+ * pthread_mutex_unlock); what remains is glibc's own few instructions
+ * between the take and its record, and between the clear and the release.
+ * Relaxed: the thread reads its own writes, or another thread's id. */
+static bool pool_held_here(int tid) {
+    if (pool_held) return true;
+#if defined(__GLIBC__)
+    return __atomic_load_n(&heap_pool_lock.__data.__owner, __ATOMIC_RELAXED) == tid;
+#else
+    (void)tid;
+    return false;
+#endif
+}
 
 /* What a fork's child handler leaves to the release of the pool's lock by
  * the code its signal interrupted (pool_held), since that code is half way
@@ -81,6 +103,7 @@ static void heaps_exited_postfork_child(int parked_tid, uint32_t forks);
 
 static void pool_lock(void) {
     coral_mutex_lock(&heap_pool_lock);
+    coral_test_point(CORAL_TP_HEAP_POOL_UNRECORDED, NULL);
     atomic_signal_fence(memory_order_seq_cst);
     pool_held = true;
     atomic_signal_fence(memory_order_seq_cst);
@@ -100,6 +123,7 @@ static void pool_unlock(void) {
     atomic_signal_fence(memory_order_seq_cst);
     pool_held = false;
     atomic_signal_fence(memory_order_seq_cst);
+    coral_test_point(CORAL_TP_HEAP_POOL_UNRECORDED, &heap_pool_lock);
     coral_mutex_unlock(&heap_pool_lock);
 }
 
@@ -476,7 +500,7 @@ static void fork_prepare(void) {
     process_init_before_fork(); /* before any lock: the initialisation takes none of them */
     if (fork_nest.depth == 0) {
         fork_parent_tid = gettid();
-        fork_pool_left = pool_held;
+        fork_pool_left = pool_held_here(fork_parent_tid);
     }
     if (!coral_fork_nest_enter(&fork_nest)) return;
     while (!fork_lock_to_pool()) continue;

@@ -2702,6 +2702,29 @@ static void *fx_exiting(void *arg) {
 
 static void case_fork_exit_signal(void) { fs_run(ts_hook, fx_exiting); }
 
+/* window_fork_pool_unrecorded_taken, _releasing: the same, with the signal
+ * raised where the thread holds the pool's lock but pool_held does not say
+ * so (CORAL_TP_HEAP_POOL_UNRECORDED): right after the take, and right
+ * before the release. Before, the handler's fork did not leave the lock to
+ * the code it interrupted and waited for its own thread, for good (the
+ * alarm ended the test); now glibc's record of the owner says the thread
+ * holds it. */
+static void pu_hook(int point, const void *object, bool releasing) {
+    if (point == CORAL_TP_HEAP_POOL_UNRECORDED && (object != NULL) == releasing && ts_first &&
+        ts_handled == 0)
+        raise(SIGUSR1);
+}
+
+static void pu_hook_taken(int point, const void *object) { pu_hook(point, object, false); }
+
+static void pu_hook_releasing(int point, const void *object) { pu_hook(point, object, true); }
+
+static void case_fork_pool_unrecorded_taken(void) { fs_run(pu_hook_taken, fs_first_malloc); }
+
+static void case_fork_pool_unrecorded_releasing(void) {
+    fs_run(pu_hook_releasing, fs_first_malloc);
+}
+
 /* ---- the same fork while an exiting thread makes the exit heap --------------------------
  * window_fork_setup_exit_heap: a thread past its exit cleanup (a key
  * destructor after coralloc's) makes the process's exit heap, whose heap
@@ -2964,12 +2987,18 @@ static void *sl_opener(void *arg) {
     return NULL;
 }
 
-static void case_fork_nested_stale_left(void) {
-    alarm(40);
+/* A case's start: its alarm, the main process's pid, the main thread's
+ * heap, handler on SIGUSR1 and hook as the test-point hook. */
+static void hf_start(unsigned alarm_s, void (*handler)(int), void (*hook)(int, const void *)) {
+    alarm(alarm_s);
     hf_main_pid = getpid();
     coral_free(coral_malloc(1));
-    sigusr1_handler_set(sl_handler);
-    coral_test_point_set(sl_hook);
+    sigusr1_handler_set(handler);
+    coral_test_point_set(hook);
+}
+
+static void case_fork_nested_stale_left(void) {
+    hf_start(40, sl_handler, sl_hook);
     pthread_t o = start(sl_opener, NULL);
     join(start(sl_f, NULL));
     join(o);
@@ -3051,6 +3080,119 @@ static void case_fork_child_forks_again(void) {
     expect_child_exit_0(hf_child, "the handler fork's child");
 }
 
+/* fork_two_forks: thread A's first malloc holds the heap pool's lock
+ * (CORAL_TP_HEAP_POOL_LOCKED), and thread B forks: its prepare takes the
+ * locks before the pool's (stdio's list lock first) and finds the pool's
+ * taken. Once B waits in a futex call (/proc/self/task/TID/syscall), A's
+ * hook raises the signal whose handler forks: that prepare leaves the
+ * pool's lock to the code it interrupted and takes every other lock.
+ * Before, B waited for the pool's lock holding the earlier ones and A's
+ * fork waited for stdio's list lock, for good (the alarm ended the test);
+ * now B gives them back and waits for the pool's lock holding none, A's
+ * fork goes through, A's malloc releases the pool's lock and B's fork goes
+ * on. Both forks' children allocate and end with status 0. */
+static __thread bool tf_a_first;
+static _Atomic(pid_t) tf_b_tid;
+static _Atomic(bool) tf_a_holds;
+static volatile pid_t tf_b_child = -1;
+
+/* From A's hook, holding the lock: once B waits, the signal. */
+static void tf_raise_once_b_waits(void) {
+    hf_raised = 1;
+    atomic_store(&tf_a_holds, true);
+    while (!fe_waits(atomic_load(&tf_b_tid))) sched_yield();
+    raise(SIGUSR1);
+}
+
+static void tf_hook(int point, const void *object) {
+    if (point == CORAL_TP_HEAP_POOL_LOCKED && object == NULL && tf_a_first && !hf_raised)
+        tf_raise_once_b_waits();
+}
+
+static void *tf_b(void *arg) {
+    (void)arg;
+    coral_free(coral_malloc(10)); /* its heap: no pool section of its own later */
+    atomic_store(&tf_b_tid, (pid_t)syscall(SYS_gettid));
+    while (!atomic_load(&tf_a_holds)) sched_yield();
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) _exit(coral_malloc(50) == NULL ? 3 : coral_test_check() == 0 ? 0 : 4);
+    tf_b_child = pid;
+    return NULL;
+}
+
+static void *tf_a(void *arg) {
+    (void)arg;
+    while (atomic_load(&tf_b_tid) == 0) sched_yield();
+    tf_a_first = true;
+    void *p = coral_malloc(24); /* the handler forks here */
+    tf_a_first = false;
+    if (getpid() != hf_main_pid) _exit(p == NULL ? 5 : coral_test_check() == 0 ? 0 : 6);
+    CHECK(p != NULL);
+    coral_free(p);
+    return NULL;
+}
+
+/* B and a_thread (A) on threads of their own; both forks' children end with
+ * status 0. */
+static void tf_run(void *(*a_thread)(void *)) {
+    pthread_t b = start(tf_b, NULL), a = start(a_thread, NULL);
+    join(a);
+    join(b);
+    coral_test_point_set(NULL);
+    alarm(0);
+    CHECK_MSG(hf_raised == 1, "the hook never fired");
+    expect_child_exit_0(hf_child, "A's handler fork's child");
+    expect_child_exit_0(tf_b_child, "B's fork's child");
+    CHECK_EQ(coral_test_check(), 0);
+}
+
+static void case_fork_two_forks(void) {
+    hf_start(20, hf_handler, tf_hook);
+    tf_run(tf_a);
+}
+
+/* fork_two_forks_exit_heap: the same with the exit heap's lock: thread A,
+ * past its exit (a key destructor after coralloc's), holds it to allocate
+ * from the exit heap (CORAL_TP_EXIT_HEAP_LOCKED), and thread B forks; once
+ * B waits in a futex call, A's hook raises the signal whose handler forks
+ * (that prepare takes the recursive lock again). Before, B waited for the
+ * exit heap's lock holding stdio's list lock and A's fork waited for that,
+ * for good (the alarm ended the test); now B gives its locks back and
+ * waits holding none. */
+static pthread_key_t tx_key;
+static __thread bool tx_a_exiting;
+
+static void tx_hook(int point, const void *object) {
+    (void)object;
+    if (point == CORAL_TP_EXIT_HEAP_LOCKED && tx_a_exiting && !hf_raised) tf_raise_once_b_waits();
+}
+
+/* The key's destructor, after coralloc's: an allocation from the exit heap. */
+static void tx_exit_malloc(void *value) {
+    (void)value;
+    tx_a_exiting = true;
+    void *p = coral_malloc(40); /* the handler forks here */
+    tx_a_exiting = false;
+    if (getpid() != hf_main_pid) _exit(p == NULL ? 5 : 0);
+    CHECK(p != NULL);
+    coral_free(p);
+}
+
+static void *tx_a(void *arg) {
+    (void)arg;
+    coral_free(coral_malloc(40)); /* its own heap: its exit cleanup runs */
+    CHECK_EQ(pthread_setspecific(tx_key, &tx_key), 0);
+    while (atomic_load(&tf_b_tid) == 0) sched_yield();
+    return NULL;
+}
+
+static void case_fork_two_forks_exit_heap(void) {
+    hf_start(20, hf_handler, tx_hook);
+    CHECK_EQ(pthread_key_create(&tx_key, tx_exit_malloc), 0);
+    tf_run(tx_a);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_windows CASE\n");
@@ -3066,9 +3208,13 @@ int main(int argc, char **argv) {
         {"fork_setup_exit_heap", case_fork_setup_exit_heap},
         {"clean_dead_signal", case_clean_dead_signal},
         {"fork_exit_signal", case_fork_exit_signal},
+        {"fork_pool_unrecorded_taken", case_fork_pool_unrecorded_taken},
+        {"fork_pool_unrecorded_releasing", case_fork_pool_unrecorded_releasing},
         {"fork_parked_reap", case_fork_parked_reap},
         {"fork_nested_stale_left", case_fork_nested_stale_left},
         {"fork_child_forks_again", case_fork_child_forks_again},
+        {"fork_two_forks", case_fork_two_forks},
+        {"fork_two_forks_exit_heap", case_fork_two_forks_exit_heap},
         {"notify_retire", case_notify_retire},
         {"large_only", case_large_only},
         {"huge_free_vs_exit", case_huge_free_vs_exit},

@@ -149,6 +149,9 @@ CORAL_INLINE void coral_spin_pause(void) {
  *   locks, deadlocks).
  * One lock is left to the code the handler interrupted: the heap pool's,
  * which a thread's first allocation takes (heap/thread.c, pool_held). One
+ * is taken again: the exit heap's, recursive (a thread past its exit
+ * allocating); another thread's prepare backs off from both rather than
+ * wait for them holding the locks before them (fork_lock_to_pool). One
  * is never held by a thread a handler can interrupt: the purger's, which
  * program threads hold with every signal blocked (os/purge.c,
  * purger_lock_take). A fork from a handler that interrupted any other

@@ -151,6 +151,13 @@ typedef enum coral_test_point_e {
     /* purge.c: a program thread holds the purger's lock, its signals
      * blocked (purger_lock_take) */
     CORAL_TP_PURGER_LOCKED,
+    /* thread.c: a thread past its exit holds the exit heap's lock, about
+     * to allocate from it (coral_exit_heap_acquire) */
+    CORAL_TP_EXIT_HEAP_LOCKED,
+    /* thread.c: the thread holds the heap pool's lock without its record
+     * (pool_held): just taken (object NULL), or about to release it
+     * (object: the lock) */
+    CORAL_TP_HEAP_POOL_UNRECORDED,
     CORAL_TP_COUNT
 } coral_test_point_t;
 

@@ -172,7 +172,10 @@ void coral_thread_exit_hook_set(coral_thread_exit_fn fn);
 /* The same, unless a hook is set already. */
 void coral_thread_exit_hook_set_if_none(coral_thread_exit_fn fn);
 /* The layer above's fork handlers: prepare runs first of all (before any
- * lock of the layers below is taken), parent and child last. */
+ * lock of the layers below is taken), parent and child last. parent must
+ * only release what prepare took: a fork's prepare that must wait for a
+ * lock of the layers below runs parent, then prepare again (thread.c,
+ * fork_lock_to_pool). */
 typedef void (*coral_fork_fn)(void);
 void coral_fork_hooks_set(coral_fork_fn prepare, coral_fork_fn parent, coral_fork_fn child);
 /* The layer above's fork handlers for locks that are leaves (no allocator

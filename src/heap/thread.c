@@ -53,23 +53,44 @@ static void heap_counts_retire(coral_heap_t *heap);
 /* Whether the calling thread holds heap_pool_lock: set once its take
  * returns, cleared before its release; written by the thread only, ordered
  * against a signal handler that interrupts it by signal fences. No thread
- * but a forking one (its prepare) takes the pool's lock while it holds
- * another lock that a fork's prepare takes, nor takes one of those under
- * it (exit_heap_make gets its heap before the exit heap's lock). So a fork
- * from a handler that interrupted this thread there leaves the pool's lock
- * to the code it interrupted (fork_prepare): the thread's hold keeps every
- * other thread out of the pool, as the prepare's take would, and the
- * prepare can take every other lock, since no thread that holds one waits
- * for this one, unless another thread forks at the same time (its prepare
- * then holds the earlier locks and waits for the pool's: a deadlock left
- * open, docs/DESIGN.md).
- * Left: the few instructions from the take inside pthread_mutex_lock to
- * the record, and from the record's clear to the release inside
- * pthread_mutex_unlock (a fork there waits for its own thread, as glibc's
- * own locks' windows leave it; cleared after the release instead, a fork
- * there would leave the lock to no one, and its child a pool another
- * thread was changing). */
+ * takes the pool's lock while it holds another lock that a fork's prepare
+ * takes (a prepare does, but only by a try: fork_lock_to_pool), nor takes one
+ * of those under it (exit_heap_make gets its heap before the exit
+ * heap's lock). So a fork from a handler that interrupted this thread there
+ * leaves the pool's lock to the code it interrupted (fork_prepare): the
+ * thread's hold keeps every other thread out of the pool, as the prepare's
+ * take would, and the prepare can take every other lock, since no thread
+ * that holds one waits for this one (another thread's fork at the same
+ * time gives back the earlier locks before it waits for the pool's).
+ * The record's two windows, from the take inside pthread_mutex_lock to
+ * the record and from the record's clear to the release inside
+ * pthread_mutex_unlock, are covered by glibc's record of the owner
+ * (pool_held_here). (Cleared after the release instead, a fork there would
+ * leave the lock to no one, and its child a pool another thread was
+ * changing.) */
 static __thread bool pool_held __attribute__((tls_model("initial-exec")));
+
+/* Whether the calling thread, of kernel id tid, holds heap_pool_lock, for
+ * its signal handler's fork: pool_held, or glibc's record of the owner
+ * (the kernel id, written inside pthread_mutex_lock right after the take
+ * and cleared inside pthread_mutex_unlock right before the release; only
+ * the holder writes its own id there, so reading this thread's id means
+ * this thread holds it). That record covers pool_held's two windows, where
+ * a handler's fork waited for its own thread for good
+ * (window_fork_pool_unrecorded_taken, _releasing: a storm of handler forks
+ * hung there 4 runs of 12, the signal taken at the call of
+ * pthread_mutex_unlock); what remains is glibc's own few instructions
+ * between the take and its record, and between the clear and the release.
+ * Relaxed: the thread reads its own writes, or another thread's id. */
+static bool pool_held_here(int tid) {
+    if (pool_held) return true;
+#if defined(__GLIBC__)
+    return __atomic_load_n(&heap_pool_lock.__data.__owner, __ATOMIC_RELAXED) == tid;
+#else
+    (void)tid;
+    return false;
+#endif
+}
 
 /* What a fork's child handler leaves to the release of the pool's lock by
  * the code its signal interrupted (pool_held), since that code is half way
@@ -82,6 +103,7 @@ static void heaps_exited_postfork_child(int parked_tid, uint32_t forks);
 
 static void pool_lock(void) {
     coral_mutex_lock(&heap_pool_lock);
+    coral_test_point(CORAL_TP_HEAP_POOL_UNRECORDED, NULL);
     atomic_signal_fence(memory_order_seq_cst);
     pool_held = true;
     atomic_signal_fence(memory_order_seq_cst);
@@ -101,6 +123,7 @@ static void pool_unlock(void) {
     atomic_signal_fence(memory_order_seq_cst);
     pool_held = false;
     atomic_signal_fence(memory_order_seq_cst);
+    coral_test_point(CORAL_TP_HEAP_POOL_UNRECORDED, &heap_pool_lock);
     coral_mutex_unlock(&heap_pool_lock);
 }
 
@@ -264,6 +287,9 @@ void coral_heap_pool_put(coral_heap_t *heap) {
  *      then the purger's lock (no purge pass starts or signals);
  *   3. the heap pool's (heap structs handed out or back), unless the code
  *      that the fork's signal handler interrupted holds it (pool_held);
+ *      this one and the exit heap's taken by a try: where another thread
+ *      holds one, the prepare gives back what it took, waits for that one
+ *      holding none, and starts again (fork_lock_to_pool);
  *   4. the huge-block list lock (user heaps' huge blocks: allocated, freed,
  *      moved by mremap, detached at a thread's exit);
  *   5. the abandoned segments' and the segment registry's (adoption,
@@ -404,19 +430,81 @@ static __thread coral_fork_nest_t fork_nest __attribute__((tls_model("initial-ex
 
 static void process_init_before_fork(void);
 
+/* A prepare's back-off: busy, a lock that another thread held at the
+ * prepare's try (below), and every lock the prepare took before it, from
+ * stdio's list lock to the purger's (exit_heap_held: busy is the pool's)
+ * or to the bulk caches' (not: busy is the exit heap's): gives those back,
+ * in reverse, and waits for busy holding none of them (takes it and
+ * releases it at once). Out of line and cold:
+ * reached only while another thread holds one of those two locks at a
+ * fork. */
+static CORAL_COLD void fork_back_off(pthread_mutex_t *busy, bool exit_heap_held) {
+    if (exit_heap_held) {
+        coral_purger_postfork(false);
+        coral_mutex_unlock(&exit_heap_lock);
+    }
+    fork_hook_run(fork_taken_outer.parent);
+    coral_libc_streams_unlock();
+    coral_mutex_lock(busy);
+    coral_mutex_unlock(busy);
+}
+
+/* The prepare's locks up to the pool's (0 to 3 above), in order; false,
+ * holding none of them, after a back-off (the prepare starts again).
+ * Two of them a signal handler's fork on the thread that holds them takes
+ * nothing from, and goes past: the exit heap's (recursive: taken again)
+ * and the pool's (left to the code the signal interrupted, pool_held).
+ * That fork takes every other lock, those before them too (stdio's list
+ * lock first). A prepare on another thread that waited for one of the two
+ * while holding those waited for a thread that waited for it, for good
+ * (window_fork_two_forks: thread B forks while thread A's first malloc
+ * holds the pool's lock and A's handler forks; window_fork_two_forks_exit
+ * heap: the same while A, past its exit, allocates from the exit heap).
+ * So the prepare takes those two only by a try, and where another thread
+ * holds one it backs off (fork_back_off) and starts again.
+ * No cycle: a prepare waits for one of the two only in the back-off,
+ * holding none of the fork's locks it took; it takes them while holding
+ * earlier ones only by a try, which waits for nothing; and a thread that
+ * holds one of the fork's locks takes none before it in this order (the
+ * pool's under none: pool_held; the exit heap's struct comes from the pool
+ * before its lock, exit_heap_make). So the holder of the lock waited for
+ * either ends its section, which waits for no lock this prepare holds, or
+ * has a handler whose fork waits for locks this prepare has given back;
+ * and once the prepare holds the two, the holders of the later locks it
+ * waits for wait for nothing it holds. (Two handlers' forks, one over a
+ * pool section and one over an exit heap section on another thread, still
+ * wait for each other: each needs the lock the other's interrupted code
+ * holds, which neither may leave to a thread its child does not have.)
+ * No lost wakeup: the wait is the mutex's own take; a release before it
+ * lets it return at once. Progress: each failed try follows another
+ * thread's take of the lock (a short section: a thread's set-up or exit,
+ * a user heap's creation or end, an exiting thread's allocation), and the
+ * prepare tries again once that one ends; it waits longer only while
+ * other threads keep taking the lock between its wait and its try.
+ * A signal handler's fork on this thread meanwhile is nested, as anywhere
+ * in the prepare, and takes no lock (base.h, "forks from signal handlers"). */
+static bool fork_lock_to_pool(void) {
+    coral_libc_streams_lock(); /* before every lock of ours (base.h) */
+    fork_hooks_prepare(&fork_hooks_outer, &fork_taken_outer);
+    if (!coral_mutex_trylock(&exit_heap_lock)) {
+        fork_back_off(&exit_heap_lock, false);
+        return false;
+    }
+    coral_purger_prefork();
+    if (fork_pool_left || coral_mutex_trylock(&heap_pool_lock)) return true;
+    fork_back_off(&heap_pool_lock, true);
+    return false;
+}
+
 static void fork_prepare(void) {
     coral_test_point(CORAL_TP_FORK_PREPARE, NULL);
     process_init_before_fork(); /* before any lock: the initialisation takes none of them */
     if (fork_nest.depth == 0) {
         fork_parent_tid = gettid();
-        fork_pool_left = pool_held;
+        fork_pool_left = pool_held_here(fork_parent_tid);
     }
     if (!coral_fork_nest_enter(&fork_nest)) return;
-    coral_libc_streams_lock(); /* before every lock of ours (base.h) */
-    fork_hooks_prepare(&fork_hooks_outer, &fork_taken_outer);
-    coral_mutex_lock(&exit_heap_lock);
-    coral_purger_prefork();
-    if (!fork_pool_left) coral_mutex_lock(&heap_pool_lock);
+    while (!fork_lock_to_pool()) continue;
     coral_huge_lists_lock();
     coral_segment_locks_prefork();
     coral_segment_cache_prefork();
@@ -687,6 +775,7 @@ coral_heap_t *coral_exit_heap_acquire(void) {
         coral_mutex_unlock(&exit_heap_lock);
         return NULL;
     }
+    coral_test_point(CORAL_TP_EXIT_HEAP_LOCKED, NULL);
     return exit_heap;
 }
 

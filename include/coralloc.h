@@ -212,7 +212,9 @@ CORAL_API const char *coral_version(void);
  * caches) moves forward by ms milliseconds, for the whole process.
  * coral_test_purge_pass: one whole purge pass at the current clock, done by
  * the purge thread (returns 1 once it has finished a pass that started after
- * the call) or, when no purge thread runs, by the caller (returns 0).
+ * the call) or, when no purge thread runs, by the caller (returns 0); it
+ * waits with every signal blocked (a test's call: not for a program whose
+ * threads are stopped by signals while it waits).
  * coral_test_check: walks the calling thread's heaps, pages and segments and
  * checks their invariants (free + local free + in use = carved blocks, no
  * block free twice, every list inside its page, spans and segment map

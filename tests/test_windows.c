@@ -2652,7 +2652,8 @@ static void fs_handler(int sig) {
     errno = saved;
 }
 
-static void *fs_other(void *arg) {
+/* A thread that allocates and frees once (another thread of the process). */
+static void *malloc_free_200(void *arg) {
     (void)arg;
     void *p = coral_malloc(200);
     CHECK(p != NULL);
@@ -2662,7 +2663,7 @@ static void *fs_other(void *arg) {
 
 static void *fs_first_malloc(void *arg) {
     ts_first_malloc(arg);
-    join(start(fs_other, NULL));
+    join(start(malloc_free_200, NULL));
     pid_t pid = fork();
     CHECK(pid >= 0);
     if (pid == 0) _exit(coral_malloc(300) == NULL);
@@ -3043,14 +3044,6 @@ static void cf2_hook(int point, const void *object) {
     }
 }
 
-static void *cf2_other(void *arg) {
-    (void)arg;
-    void *p = coral_malloc(200);
-    CHECK(p != NULL);
-    coral_free(p);
-    return NULL;
-}
-
 static void *cf2_thread(void *arg) {
     (void)arg;
     cf2_first = true;
@@ -3058,7 +3051,7 @@ static void *cf2_thread(void *arg) {
     cf2_first = false;
     CHECK(p != NULL);
     coral_free(p);
-    join(start(cf2_other, NULL));
+    join(start(malloc_free_200, NULL));
     pid_t pid = fork();
     CHECK(pid >= 0);
     if (pid == 0) _exit(coral_malloc(300) == NULL ? 7 : coral_test_check() == 0 ? 0 : 8);

@@ -435,9 +435,8 @@ static void process_init_before_fork(void);
  * stdio's list lock to the purger's (exit_heap_held: busy is the pool's)
  * or to the bulk caches' (not: busy is the exit heap's): gives those back,
  * in reverse, and waits for busy holding none of them (takes it and
- * releases it at once). Out of line and cold:
- * reached only while another thread holds one of those two locks at a
- * fork. */
+ * releases it at once). Out of line and cold: reached only while another
+ * thread holds one of those two locks at a fork. */
 static CORAL_COLD void fork_back_off(pthread_mutex_t *busy, bool exit_heap_held) {
     if (exit_heap_held) {
         coral_purger_postfork(false);

@@ -8,7 +8,7 @@
  * realloc(p, 0)), pvalloc + malloc_usable_size + free, and that blocks glibc
  * allocates internally (strdup, getline, asprintf, fopen...) are coralloc's;
  * glibc's internal names (__libc_malloc & co.), cfree, the C23 sized frees,
- * mallopt, mallinfo and mallinfo2.
+ * mallopt, mallinfo and mallinfo2; that the first fork allocates nothing.
  * Built with -fno-builtin so that the compiler calls the functions.
  */
 #define _GNU_SOURCE
@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -401,8 +402,54 @@ static void test_extras(void) {
     CHECK_EQ(mallinfo2().hblks, before.hblks);
 }
 
+static int count_block(void *block, size_t block_size, size_t usable, void *arg) {
+    (void)block, (void)block_size, (void)usable;
+    ++*(size_t *)arg;
+    return 0;
+}
+
+static size_t blocks_in_use(void) {
+    size_t n = 0;
+    CHECK_EQ(coral_heap_visit(NULL, count_block, &n), 0);
+    return n;
+}
+
+static void *wait_for_gate(void *arg) {
+    pthread_barrier_wait(arg);
+    return NULL;
+}
+
+/* The process's first fork, with another thread running (its handlers take
+ * the locks), allocates nothing on the forking thread: a first fork made
+ * from a signal handler allocated there (stdio's witness, made by the
+ * fork's prepare: a block of the forking thread's heap, in the middle of
+ * whatever the interrupted code was doing to it). The witness is made at
+ * load, from storage of its own. First in main: an earlier fork would have
+ * made it. */
+static void test_first_fork_allocates_nothing(void) {
+    pthread_barrier_t gate;
+    CHECK_EQ(pthread_barrier_init(&gate, NULL, 2), 0);
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, wait_for_gate, &gate), 0);
+    size_t before = blocks_in_use();
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) _exit(0);
+    int status = -1;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    size_t after = blocks_in_use();
+    CHECK_MSG(after == before, "the first fork allocated %zd blocks on the forking thread",
+              (ssize_t)(after - before));
+    pthread_barrier_wait(&gate);
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    pthread_barrier_destroy(&gate);
+}
+
 int main(void) {
     double t0 = now_seconds();
+    test_first_fork_allocates_nothing();
+    printf("the first fork allocates nothing\n");
     test_glibc_names();
     printf("glibc's internal names ok\n");
     test_extras();

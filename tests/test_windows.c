@@ -2489,6 +2489,59 @@ static void case_purger_lock_signal(void) {
     CHECK_EQ(coral_test_check(), 0);
 }
 
+/* purger_prepare_notice: a signal handler's free on the forking thread,
+ * while its fork's prepare holds the purger's lock (before the fork's
+ * locks are all taken), gives a notice to the purge thread. Its take of
+ * that lock found it held, by its own thread, and retried for good (the
+ * alarm ends the test); now the notice is left to the fork's release
+ * (CORAL_TP_PURGER_SIGNAL_OWED), which wakes the purge thread. The signal
+ * is raised where the prepare has just taken the lock, signals blocked:
+ * the handler runs as the prepare unblocks them. */
+static __thread bool pn_in_prepare;
+static volatile sig_atomic_t pn_raised, pn_owed, pn_freed;
+static void *pn_block;
+
+static void pn_handler(int sig) {
+    (void)sig;
+    coral_free(pn_block);
+    pn_freed = 1;
+}
+
+static void pn_hook(int point, const void *object) {
+    (void)object;
+    if (point == CORAL_TP_FORK_PREPARE) pn_in_prepare = true;
+    if (point == CORAL_TP_PURGER_LOCKED && pn_in_prepare && !pn_raised) {
+        pn_raised = 1;
+        raise(SIGUSR1);
+    }
+    if (point == CORAL_TP_PURGER_SIGNAL_OWED) pn_owed = 1;
+}
+
+static void case_purger_prepare_notice(void) {
+    void *big = coral_malloc(1536 * 1024); /* 1.5 MiB freed: the purge thread starts */
+    CHECK_NOT_NULL(big);
+    memset(big, 1, 1536 * 1024);
+    coral_free(big);
+    CHECK_MSG(coral_test_purge_pass() == 1, "the purge thread did not start");
+    pn_block = coral_malloc(1536 * 1024);
+    CHECK_NOT_NULL(pn_block);
+    memset(pn_block, 2, 1536 * 1024);
+    sigusr1_handler_set(pn_handler);
+    alarm(20);
+    coral_test_point_set(pn_hook);
+    pid_t pid = fork();
+    pn_in_prepare = false;
+    if (pid == 0) _exit(0);
+    coral_test_point_set(NULL);
+    alarm(0);
+    CHECK(pid > 0);
+    expect_child_exit_0(pid, "the fork's child did not end");
+    CHECK_MSG(pn_raised && pn_freed, "the signal was not raised in the prepare, or not handled");
+    CHECK_MSG(pn_owed, "the handler's free gave no notice");
+    CHECK_EQ(coral_test_purge_pass(), 1);
+    CHECK_EQ(coral_test_check(), 0);
+}
+
 enum { RS_RUN = 256, RS_MORE = 128 };
 static void *rs_small[RS_RUN + RS_MORE], *rs_big[RS_MORE];
 static __thread bool rs_freer, rs_in_handler;
@@ -3186,6 +3239,38 @@ static void case_fork_two_forks_exit_heap(void) {
     tf_run(tx_a);
 }
 
+/* fork_back_off_nested: thread B's fork backs off from the heap pool's
+ * lock, which thread A's first malloc holds (CORAL_TP_HEAP_POOL_LOCKED);
+ * once B waits for it, A's malloc goes on and releases it. B takes it
+ * (CORAL_TP_FORK_BACK_OFF_TAKEN) and a signal there forks from its handler:
+ * nested, that fork's child handler releases every lock, the pool's too,
+ * and the child goes on with B's back-off. Before, the back-off released
+ * the pool's lock again there (CORAL_TP_FORK_BACK_OFF_RELEASING in the
+ * child: it exits 7); now it sees that a child handler ran, and B's fork
+ * goes on in that child, whose last thread then ends it with status 0. */
+static void bo_hook(int point, const void *object) {
+    (void)object;
+    if (point == CORAL_TP_HEAP_POOL_LOCKED && object == NULL && tf_a_first &&
+        !atomic_load(&tf_a_holds)) {
+        atomic_store(&tf_a_holds, true);
+        while (!fe_waits(atomic_load(&tf_b_tid))) sched_yield();
+        return; /* A's malloc goes on and releases the lock */
+    }
+    if (getpid() != hf_main_pid) {
+        if (point == CORAL_TP_FORK_BACK_OFF_RELEASING) _exit(7);
+        return;
+    }
+    if (point == CORAL_TP_FORK_BACK_OFF_TAKEN && !hf_raised) {
+        hf_raised = 1;
+        raise(SIGUSR1);
+    }
+}
+
+static void case_fork_back_off_nested(void) {
+    hf_start(20, hf_handler, bo_hook);
+    tf_run(tf_a);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_windows CASE\n");
@@ -3208,6 +3293,7 @@ int main(int argc, char **argv) {
         {"fork_child_forks_again", case_fork_child_forks_again},
         {"fork_two_forks", case_fork_two_forks},
         {"fork_two_forks_exit_heap", case_fork_two_forks_exit_heap},
+        {"fork_back_off_nested", case_fork_back_off_nested},
         {"notify_retire", case_notify_retire},
         {"large_only", case_large_only},
         {"huge_free_vs_exit", case_huge_free_vs_exit},
@@ -3240,6 +3326,7 @@ int main(int argc, char **argv) {
         {"fork_process_init", case_fork_process_init},
         {"fork_process_init_unclaimed", case_fork_process_init_unclaimed},
         {"purger_lock_signal", case_purger_lock_signal},
+        {"purger_prepare_notice", case_purger_prepare_notice},
         {"profile_fork_tally", case_profile_fork_tally},
         {"fork_in_profile_section", case_fork_in_profile_section},
         {"dump_in_profile_section", case_dump_in_profile_section},

@@ -78,8 +78,12 @@ static CORAL_NOINLINE void *malloc_exiting(size_t size, size_t alignment, bool z
     return p;
 }
 
-/* A thread's first allocation: set it up. */
+/* A thread's first allocation: set it up. (Or stdio's witness for the
+ * fork handlers, made at load: base.h, coral_libc_streams_lock; its
+ * storage is its own. The secure build's size counts the canary.) */
 static CORAL_NOINLINE void *malloc_first(size_t size, bool zero) {
+    void *witness = coral_libc_streams_witness_storage(size - CORAL_CANARY_SIZE);
+    if (coral_unlikely(witness != NULL)) return witness;
     if (coral_unlikely(coral_thread_exiting())) return malloc_exiting(size, 0, zero);
     coral_heap_t *heap = coral_heap_ready();
     if (heap == NULL) return enomem();

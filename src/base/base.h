@@ -152,12 +152,13 @@ CORAL_INLINE void coral_spin_pause(void) {
  * is taken again: the exit heap's, recursive (a thread past its exit
  * allocating); another thread's prepare backs off from both rather than
  * wait for them holding the locks before them (fork_lock_to_pool). One
- * is never held by a thread a handler can interrupt: the purger's, which
- * program threads hold with every signal blocked (os/purge.c,
- * purger_lock_take). A fork from a handler that interrupted any other
- * section holding a lock of the allocator deadlocks in a multi-threaded
- * process, as with glibc's malloc (docs/DESIGN.md, "Thread exit, adoption,
- * fork"). */
+ * is never held by a thread a handler can interrupt without a record its
+ * handler reads: the purger's, which program threads hold with every
+ * signal blocked (os/purge.c, purger_lock_take) and a fork's prepare holds
+ * recorded (purger_lock_forking). A fork from a handler that interrupted
+ * any other section holding a lock of the allocator deadlocks in a
+ * multi-threaded process, as with glibc's malloc (docs/DESIGN.md, "Thread
+ * exit, adoption, fork"). */
 typedef struct coral_fork_nest_s {
     unsigned depth;    /* forks in progress on this thread */
     uint32_t lockless; /* bit d: the fork at depth d took no lock */
@@ -201,12 +202,28 @@ bool coral_process_single_threaded(void);
  * wakes a thread that waits for the list lock there); else it touches
  * neither. The owner is read from the stream's lock (glibc's layout, the
  * same since 2.3): through the public calls a lock held by the caller and a
- * free one look alike. The first fork that takes the lock makes the witness
- * (one allocation, fopencookie's; no system call, no descriptor); a
- * process that never forks pays nothing for it. (message.c) */
+ * free one look alike. The first fork that takes the lock makes the
+ * witness, under the list lock (no system call, no descriptor; a process
+ * that never forks pays nothing for it). Its one allocation, fopencookie's
+ * malloc, is served from storage of its own, not from a heap: a first fork
+ * from a signal handler made it in the handler, in the heap that the
+ * interrupted code may have been changing (the exit heap, past a thread's
+ * exit). Where it could not be made, the child handler resets the list
+ * lock it holds (which wakes no thread of the child that waits for it).
+ * (message.c) */
 void coral_libc_streams_lock(void);
 void coral_libc_streams_unlock(void);
 void coral_libc_streams_child(void);
+/* The witness is to be made: this thread's prepare holds the list lock
+ * (coral_libc_streams_lock), and no fork made it yet. */
+bool coral_libc_streams_witness_wanted(void);
+/* Makes the witness (the list lock held) and locks it. Its malloc must
+ * reach coral_libc_streams_witness_storage before any heap (the caller
+ * sees to it: heap/thread.c, streams_witness_make). */
+void coral_libc_streams_witness_make(void);
+/* The witness's storage for an allocation of size bytes while
+ * coral_libc_streams_witness_make runs on this thread (once), else NULL. */
+void *coral_libc_streams_witness_storage(size_t size);
 
 /* ---- the locks a fork holds ------------------------------------------------
  * Every mutex the fork's prepare handler takes (heap/thread.c, "fork") is

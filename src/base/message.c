@@ -90,12 +90,24 @@ extern void _IO_list_resetlock(void);
 
 /* The witness (base.h, coral_libc_streams_lock): a stream of no file
  * (fopencookie, no descriptor), made by the first fork that takes the list
- * lock, never closed. Written once, by a CAS from NULL (two threads' first
- * forks may make one each: the loser closes its own), read by every fork's
- * prepare handler. Locked only with the list lock held, taken first: by
- * those handlers, and by fflush(NULL) (the list lock, then each stream's),
- * so the order of the two is glibc's. */
-static _Atomic(FILE *) streams_witness;
+ * lock (coral_libc_streams_witness_make), never closed. Written once,
+ * under the list lock; read by the forks' prepare handlers under it. Locked
+ * only with the list lock held, taken first: by those handlers, and by
+ * fflush(NULL) (the list lock, then each stream's), so the order of the
+ * two is glibc's. */
+static FILE *streams_witness;
+
+/* The witness's storage. fopencookie takes it with one malloc, which is
+ * this allocator's where it serves malloc: that call is served from here
+ * (coral_libc_streams_witness_storage), so that the witness takes no
+ * block of a heap that the code a signal handler's fork interrupted may be
+ * changing. The size of glibc's stream (struct locked_FILE: 280 bytes on
+ * x86-64 and arm64 with glibc 2.36) is not public: a larger one gets NULL,
+ * and no witness is made. Lent only by the thread making the witness,
+ * during its fopencookie call. */
+#define WITNESS_STORAGE 512
+static _Alignas(16) unsigned char witness_storage[WITNESS_STORAGE];
+static __thread bool witness_storage_lent __attribute__((tls_model("initial-exec")));
 
 /* What this thread's fork holds, from its prepare handler to its parent
  * or child handler: the list lock (streams_list_held) and the witness it
@@ -123,18 +135,6 @@ static void streams_record(bool *flag, bool value) {
     atomic_signal_fence(memory_order_seq_cst);
 }
 
-static FILE *streams_witness_get(void) {
-    FILE *fp = atomic_load_explicit(&streams_witness, memory_order_acquire);
-    if (fp != NULL) return fp;
-    FILE *made = fopencookie(NULL, "r", (cookie_io_functions_t){0});
-    if (made == NULL) return NULL;
-    if (atomic_compare_exchange_strong_explicit(&streams_witness, &fp, made, memory_order_acq_rel,
-                                                memory_order_acquire))
-        return made;
-    fclose(made);
-    return fp;
-}
-
 /* glibc's lock of a stream, *fp->_lock (sysdeps/nptl/stdio-lock.h: the
  * same fields since glibc 2.3; fp->_lock is public, its type is not): the
  * futex word, the count of takes and the owner, the taking thread's
@@ -153,18 +153,54 @@ static bool streams_witness_mine(FILE *fp) {
     struct glibc_stream_lock *lock = (struct glibc_stream_lock *)fp->_lock;
     return __atomic_load_n(&lock->owner, __ATOMIC_RELAXED) == (void *)pthread_self();
 }
+
+/* Locks the witness just taken or made, and records it. */
+static void streams_witness_lock(FILE *witness) {
+    flockfile(witness);
+    atomic_signal_fence(memory_order_seq_cst);
+    streams_witness_held = witness;
+    atomic_signal_fence(memory_order_seq_cst);
+}
 #endif
 
 void coral_libc_streams_lock(void) {
 #if defined(__GLIBC__)
-    FILE *witness = streams_witness_get(); /* (before the list lock: it allocates) */
     _IO_list_lock();
     streams_record(&streams_list_held, true);
     coral_test_point(CORAL_TP_FORK_STREAMS_LISTED, NULL);
-    if (witness != NULL) flockfile(witness);
+    if (streams_witness != NULL) streams_witness_lock(streams_witness);
+#endif
+}
+
+bool coral_libc_streams_witness_wanted(void) {
+#if defined(__GLIBC__)
+    return streams_list_held && streams_witness == NULL;
+#else
+    return false;
+#endif
+}
+
+void coral_libc_streams_witness_make(void) {
+#if defined(__GLIBC__)
+    witness_storage_lent = true;
     atomic_signal_fence(memory_order_seq_cst);
-    streams_witness_held = witness;
+    FILE *made = fopencookie(NULL, "r", (cookie_io_functions_t){0});
     atomic_signal_fence(memory_order_seq_cst);
+    witness_storage_lent = false;
+    if (made == NULL) return;
+    streams_witness = made;
+    streams_witness_lock(made);
+#endif
+}
+
+void *coral_libc_streams_witness_storage(size_t size) {
+#if defined(__GLIBC__)
+    if (!witness_storage_lent || size > WITNESS_STORAGE) return NULL;
+    witness_storage_lent = false;
+    return witness_storage;
+#else
+    (void)size;
+    return NULL;
 #endif
 }
 

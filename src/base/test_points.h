@@ -151,6 +151,9 @@ typedef enum coral_test_point_e {
     /* purge.c: a program thread holds the purger's lock, its signals
      * blocked (purger_lock_take) */
     CORAL_TP_PURGER_LOCKED,
+    /* purge.c: a signal handler's notice, on a thread whose fork's prepare
+     * holds the purger's lock, left the wake to the fork's release */
+    CORAL_TP_PURGER_SIGNAL_OWED,
     /* thread.c: a thread past its exit holds the exit heap's lock, about
      * to allocate from it (coral_exit_heap_acquire) */
     CORAL_TP_EXIT_HEAP_LOCKED,
@@ -158,6 +161,13 @@ typedef enum coral_test_point_e {
      * (pool_held): just taken (object NULL), or about to release it
      * (object: the lock) */
     CORAL_TP_HEAP_POOL_UNRECORDED,
+    /* thread.c: a fork's prepare, backing off, took the lock it waited for
+     * (fork_back_off) and has not blocked signals to release it; the
+     * object is the lock */
+    CORAL_TP_FORK_BACK_OFF_TAKEN,
+    /* thread.c: the same back-off is about to release that lock; the
+     * object is the lock */
+    CORAL_TP_FORK_BACK_OFF_RELEASING,
     CORAL_TP_COUNT
 } coral_test_point_t;
 

@@ -429,14 +429,42 @@ static __thread bool fork_pool_left __attribute__((tls_model("initial-exec")));
 static __thread coral_fork_nest_t fork_nest __attribute__((tls_model("initial-exec")));
 
 static void process_init_before_fork(void);
+static void streams_witness_make(void);
+
+/* Blocks the signals a handler could fork from while a parent or child
+ * handler releases the locks (base.h, "forks from signal handlers"). A
+ * fault's signal stays deliverable: blocked, the kernel would end the
+ * process at it without the program's handler. */
+static void fork_signals_block(sigset_t *old) {
+    sigset_t set;
+    sigfillset(&set);
+    static const int faults[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS};
+    for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++) sigdelset(&set, faults[i]);
+    pthread_sigmask(SIG_BLOCK, &set, old);
+}
+
+static void fork_signals_restore(const sigset_t *old) { pthread_sigmask(SIG_SETMASK, old, NULL); }
+
+/* Child handlers on this thread that released the locks (fork_child):
+ * counted so that a back-off can tell that one ran, in a fork nested in it
+ * (fork_back_off). Written by this thread only (its handlers included). */
+static __thread unsigned fork_child_releases __attribute__((tls_model("initial-exec")));
 
 /* A prepare's back-off: busy, a lock that another thread held at the
  * prepare's try (below), and every lock the prepare took before it, from
  * stdio's list lock to the purger's (exit_heap_held: busy is the pool's)
  * or to the bulk caches' (not: busy is the exit heap's): gives those back,
  * in reverse, and waits for busy holding none of them (takes it and
- * releases it at once). Out of line and cold: reached only while another
- * thread holds one of those two locks at a fork. */
+ * releases it at once). The wait has signals deliverable (the prepare's
+ * rule: base.h, "forks from signal handlers"). A fork from a handler after
+ * the take is nested: its child handler releases every lock, busy too, and
+ * if it returns this back-off goes on in that child, where busy is then
+ * not held: it releases busy only if no child handler ran since the take,
+ * checked with signals blocked up to the release, so that none runs
+ * between the two. (A second release of the pool's lock there let it go
+ * under a thread that a program's child handler started and that took it
+ * in between.) Out of line and cold: reached only while another thread
+ * holds one of those two locks at a fork. */
 static CORAL_COLD void fork_back_off(pthread_mutex_t *busy, bool exit_heap_held) {
     if (exit_heap_held) {
         coral_purger_postfork(false);
@@ -444,8 +472,17 @@ static CORAL_COLD void fork_back_off(pthread_mutex_t *busy, bool exit_heap_held)
     }
     fork_hook_run(fork_taken_outer.parent);
     coral_libc_streams_unlock();
+    unsigned releases = fork_child_releases;
+    atomic_signal_fence(memory_order_seq_cst);
     coral_mutex_lock(busy);
-    coral_mutex_unlock(busy);
+    coral_test_point(CORAL_TP_FORK_BACK_OFF_TAKEN, busy);
+    sigset_t mask;
+    fork_signals_block(&mask);
+    if (fork_child_releases == releases) {
+        coral_test_point(CORAL_TP_FORK_BACK_OFF_RELEASING, busy);
+        coral_mutex_unlock(busy);
+    }
+    fork_signals_restore(&mask);
 }
 
 /* The prepare's locks up to the pool's (0 to 3 above), in order; false,
@@ -484,6 +521,7 @@ static CORAL_COLD void fork_back_off(pthread_mutex_t *busy, bool exit_heap_held)
  * in the prepare, and takes no lock (base.h, "forks from signal handlers"). */
 static bool fork_lock_to_pool(void) {
     coral_libc_streams_lock(); /* before every lock of ours (base.h) */
+    if (coral_unlikely(coral_libc_streams_witness_wanted())) streams_witness_make();
     fork_hooks_prepare(&fork_hooks_outer, &fork_taken_outer);
     if (!coral_mutex_trylock(&exit_heap_lock)) {
         fork_back_off(&exit_heap_lock, false);
@@ -513,20 +551,6 @@ static void fork_prepare(void) {
     coral_fork_holding_set(true); /* (base.h, "the locks a fork holds") */
     coral_test_point(CORAL_TP_FORK_PREPARED, NULL);
 }
-
-/* Blocks the signals a handler could fork from while a parent or child
- * handler releases the locks (base.h, "forks from signal handlers"). A
- * fault's signal stays deliverable: blocked, the kernel would end the
- * process at it without the program's handler. */
-static void fork_signals_block(sigset_t *old) {
-    sigset_t set;
-    sigfillset(&set);
-    static const int faults[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS};
-    for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++) sigdelset(&set, faults[i]);
-    pthread_sigmask(SIG_BLOCK, &set, old);
-}
-
-static void fork_signals_restore(const sigset_t *old) { pthread_sigmask(SIG_SETMASK, old, NULL); }
 
 /* In the child the locks are unlocked as in the parent (the child's
  * thread took them, and a default mutex has no owner check), not made
@@ -585,6 +609,7 @@ static void fork_child(void) {
     fork_signals_block(&mask);
     coral_fork_holding_set(false);
     fork_child_state();
+    fork_child_releases++; /* (fork_back_off) */
     coral_fork_nest_released(&fork_nest);
     coral_fork_nest_leave(&fork_nest);
     fork_signals_restore(&mask);
@@ -873,6 +898,30 @@ coral_heap_t *coral_thread_init(void) {
     atomic_signal_fence(memory_order_seq_cst);
     coral_tls_setting_up = false;
     return heap;
+}
+
+/* stdio's witness for the fork handlers (base.h, coral_libc_streams_lock),
+ * made by the first fork's prepare, maybe in a signal handler. Its malloc
+ * is sent to the witness's own storage: the thread's heap reads as the
+ * empty one (so that even a set-up thread's malloc reaches malloc_first,
+ * which asks for that storage first) and as being set up (so that a call
+ * that finds none sets up no second heap for the thread: NULL instead).
+ * Signals are blocked meanwhile, so that no handler's malloc finds the
+ * heap so; nothing in it waits (the list lock, which fopencookie takes,
+ * is held already). errno is kept: the prepare's is the program's. */
+static CORAL_COLD void streams_witness_make(void) {
+    int saved_errno = errno;
+    sigset_t mask;
+    fork_signals_block(&mask);
+    coral_heap_t *heap = coral_tls_heap;
+    bool setting_up = coral_tls_setting_up;
+    coral_tls_heap = &coral_heap_empty;
+    coral_tls_setting_up = true;
+    coral_libc_streams_witness_make();
+    coral_tls_setting_up = setting_up;
+    coral_tls_heap = heap;
+    fork_signals_restore(&mask);
+    errno = saved_errno;
 }
 
 /* ---- the key destructor rounds ahead -----------------------------------------------------

@@ -357,6 +357,17 @@ static void purger_lock_take(sigset_t *old) {
     coral_test_point(CORAL_TP_PURGER_LOCKED, NULL);
 }
 
+/* This thread's fork's prepare holds purger_lock (coral_purger_prefork to
+ * coral_purger_postfork), with signals deliverable: a handler of this
+ * thread that gives a notice meanwhile (a free, before coral_fork_holding
+ * is set) would retry the take for good, its own thread the holder. So it
+ * leaves the wake to the release instead (purger_signal_owed). Both
+ * written by this thread only, set and read with signals blocked around
+ * the lock's take and release, so that no handler of it finds the lock
+ * held and the flag clear. */
+static __thread bool purger_lock_forking __attribute__((tls_model("initial-exec")));
+static __thread bool purger_signal_owed __attribute__((tls_model("initial-exec")));
+
 static void purger_lock_drop(const sigset_t *old) {
     coral_mutex_unlock(&purger_lock);
     pthread_sigmask(SIG_SETMASK, old, NULL);
@@ -373,6 +384,11 @@ static void purger_lock_drop(const sigset_t *old) {
  * (coral_purger_postfork). */
 static void purger_signal(void) {
     if (coral_fork_child_unreleased()) return;
+    if (purger_lock_forking) { /* (a handler's, in its own thread's prepare) */
+        purger_signal_owed = true;
+        coral_test_point(CORAL_TP_PURGER_SIGNAL_OWED, NULL);
+        return;
+    }
     sigset_t mask;
     purger_lock_take(&mask);
     pthread_cond_signal(&purger_cond);
@@ -484,6 +500,10 @@ bool coral_purge_wait_pass(void) {
         (void)purge_pass(false);
         return false;
     }
+    /* A handler's, in its own thread's prepare: that prepare holds some of
+     * the locks a pass takes, and the purge thread's pass would wait for
+     * them. No pass. */
+    if (purger_lock_forking) return false;
     sigset_t mask;
     purger_lock_take(&mask);
     /* A pass in progress may have read the clock before this call: the
@@ -593,7 +613,12 @@ void coral_purge_tick(void) {
 /* Purge everything purgeable now (coral_collect, malloc_trim). */
 void coral_purge_now(void) { (void)purge_pass(true); }
 
-void coral_purger_prefork(void) { coral_mutex_lock(&purger_lock); }
+void coral_purger_prefork(void) {
+    sigset_t mask;
+    purger_lock_take(&mask);
+    purger_lock_forking = true;
+    pthread_sigmask(SIG_SETMASK, &mask, NULL);
+}
 
 /* The child has no purge thread: it starts a new one when it needs it. The
  * condition variable may still count the parent's purge thread as a waiter
@@ -601,9 +626,17 @@ void coral_purger_prefork(void) { coral_mutex_lock(&purger_lock); }
  * wait for that thread forever, so the child starts from fresh ones. */
 void coral_purger_postfork(bool child) {
     if (!child) {
-        coral_mutex_unlock(&purger_lock);
+        sigset_t mask, all;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &mask);
+        if (purger_signal_owed) pthread_cond_signal(&purger_cond);
+        purger_signal_owed = false;
+        purger_lock_forking = false;
+        purger_lock_drop(&mask);
         return;
     }
+    purger_signal_owed = false;
+    purger_lock_forking = false;
 #if CORAL_TEST_HOOKS
     /* Only in a child that has another thread (one a program's child
      * handler started): other tests' hooks may take a lock that a parent

@@ -34,7 +34,6 @@
 #include "api/remote_run.h"
 
 bool coral_profile_on;
-__thread int64_t coral_profile_left __attribute__((tls_model("initial-exec")));
 
 static int64_t profile_rate = 524288;
 static char profile_path[4096]; /* CORALLOC_PROFILE, or empty */
@@ -752,8 +751,6 @@ static double sample_probability(size_t counted) {
     return prob;
 }
 
-static __thread bool thread_seeded __attribute__((tls_model("initial-exec")));
-
 /* The page descriptor a record of p is keyed by, and flagged. */
 static coral_page_t *page_key_of(const void *p) {
     coral_segment_t *seg = coral_segment_of_any(p);
@@ -801,12 +798,7 @@ static void sample_record(coral_heap_t *heap, void *p, size_t size) {
 }
 
 void *coral_profile_sample(coral_heap_t *heap, void *p, size_t size) {
-    if (!thread_seeded) { /* the thread's first count: its first interval starts here */
-        thread_seeded = true;
-        coral_profile_left += next_interval();
-        if (coral_profile_left >= 0) return p;
-    }
-    coral_profile_left = next_interval();
+    heap->profile_left = next_interval();
     sample_record(heap, p, size);
     return p;
 }
@@ -844,12 +836,14 @@ static void page_flag_check(coral_page_t *page) {
  * A profiled heap serves no size through the fast path (direct_end 0), so
  * each of its allocations takes alloc.c's counted path, which pops the
  * block the fast path would have popped (the block freed last first) and
- * counts its bytes against the thread's countdown (coral_profile_count). */
+ * counts its bytes against the heap's countdown (coral_profile_count). */
 
 void coral_profile_heap_start(coral_heap_t *heap) {
     heap->no_direct = true;
     heap->direct_end = 0;
-    if (heap->is_default) thread_heap = heap;
+    heap->profile_left = next_interval();
+    /* (The exit heap is a default heap too, but no thread's own.) */
+    if (heap->is_default && heap == coral_tls_heap) thread_heap = heap;
 }
 
 void coral_profile_page_refilled(coral_page_t *page) { page_flag_check(page); }

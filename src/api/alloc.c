@@ -335,17 +335,14 @@ CORAL_INLINE void free_checked(coral_segment_t *seg, coral_page_t *page, void *p
 
 /* The free of p, a block of a page with CORAL_PAGE_SAMPLED (profiling on).
  * Most blocks of a flagged page have no record, which their address count
- * says (profile.h): the owner's free of one is then the fast path's push,
- * with no call into the profiler; a block that may have a record loses it
- * first. Out of line and
+ * says (profile.h): the free of one makes no call into the profiler, and
+ * the owner's is the fast path's push where the fast path's tests allow
+ * it; a block that may have a record loses it first. Out of line and
  * out of the library's first code window (cmake/hot-text.ld): a program
  * that does not profile never runs it. */
 static CORAL_NOINLINE void free_in_sampled_page(coral_segment_t *seg, coral_page_t *slice,
                                                 coral_page_t *page, void *p) {
-    if (!CORAL_SECURE && page == slice && !coral_profile_may_hold(page, p) &&
-        sampled_page_free_fast(slice, p))
-        return;
-    coral_profile_forget(page, p);
+    if (coral_profile_may_hold(page, p)) coral_profile_forget(page, p);
     if (!CORAL_SECURE && page == slice && sampled_page_free_fast(slice, p)) return;
     free_checked(seg, page, p);
 }

@@ -340,11 +340,21 @@ CORAL_INLINE void free_checked(coral_segment_t *seg, coral_page_t *page, void *p
  * it; a block that may have a record loses it first. Out of line and
  * out of the library's first code window (cmake/hot-text.ld): a program
  * that does not profile never runs it. */
+static CORAL_NOINLINE void free_in_sampled_page_rest(coral_segment_t *seg, coral_page_t *slice,
+                                                     coral_page_t *page, void *p, bool held) {
+    if (held) {
+        coral_profile_forget(page, p);
+        if (!CORAL_SECURE && page == slice && sampled_page_free_fast(slice, p)) return;
+    }
+    free_checked(seg, page, p);
+}
+/* (Its common case, a block with no record pushed, in a function of its
+ * own: no registers to save.) */
 static CORAL_NOINLINE void free_in_sampled_page(coral_segment_t *seg, coral_page_t *slice,
                                                 coral_page_t *page, void *p) {
-    if (coral_profile_may_hold(page, p)) coral_profile_forget(page, p);
-    if (!CORAL_SECURE && page == slice && sampled_page_free_fast(slice, p)) return;
-    free_checked(seg, page, p);
+    bool held = coral_profile_may_hold(page, p);
+    if (!CORAL_SECURE && !held && page == slice && sampled_page_free_fast(slice, p)) return;
+    free_in_sampled_page_rest(seg, slice, page, p, held);
 }
 
 void coral_free_unusual(coral_segment_t *seg, coral_page_t *slice, void *p) {

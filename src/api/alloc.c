@@ -70,7 +70,7 @@ static CORAL_NOINLINE void *malloc_exiting(size_t size, size_t alignment, bool z
     /* Profiled as every heap is: each allocation is counted (the counted
      * path of coral_malloc_generic, or below), and sampled under the exit
      * heap's lock. */
-    if (coral_profile_on) heap->no_direct = true;
+    if (coral_profile_on && !heap->no_direct) coral_profile_heap_start(heap);
     void *p = alignment == 0 ? coral_malloc_generic(size, heap, zero)
                              : aligned_plain(heap, size, alignment, zero);
     if (alignment != 0 && heap->no_direct) p = coral_profile_count(heap, p, size);
@@ -158,45 +158,65 @@ CORAL_INLINE void *generic_alloc(coral_heap_t *heap, size_t size, bool zero) {
     return class_alloc(heap, coral_size_class(size), size, zero);
 }
 
+/* counted_pop's block when direct[] has none to give: a size above
+ * CORAL_DIRECT_MAX_SIZE or calloc's, or the page's list empty (then from
+ * the first page of its class, which direct[] names: empty too, so the
+ * refill). Out of line, parameters as they come, so that counted_pop's
+ * common case moves no register. */
+static CORAL_NOINLINE void *counted_pop_other(size_t size, coral_heap_t *heap, bool zero) {
+    return generic_alloc(heap, size, zero);
+}
+
 /* A heap the profiler counts (no_direct; direct_end 0 sends all its
  * mallocs here), its allocation already counted: the block the fast path
  * would have handed out (the default build keeps direct[] for it, heap.h:
  * the block freed last first), else the refill's or a larger size's. */
-CORAL_INLINE void *counted_pop(coral_heap_t *heap, size_t size, bool zero) {
+CORAL_INLINE void *counted_pop(size_t size, coral_heap_t *heap, bool zero) {
+    if (CORAL_SECURE) return generic_alloc(heap, size, zero);
     /* (calloc's from its class's first page too, which direct[] names: the
      * common case then makes no call but in tail position.) */
-    if (CORAL_SECURE || size >= CORAL_DIRECT_COUNT || zero) return generic_alloc(heap, size, zero);
+    if (size >= CORAL_DIRECT_COUNT || zero) return counted_pop_other(size, heap, zero);
     coral_page_t *page;
     coral_block_t *block = coral_pop_direct(heap, size, &page);
-    if (coral_unlikely(block == NULL))
-        return class_refill(heap, coral_size_class(size), size, false);
+    if (coral_unlikely(block == NULL)) return counted_pop_other(size, heap, false);
     coral_freed_mark_clear(block);
     return block;
 }
 
 /* The allocation that runs the countdown out: made, then sampled. */
-static CORAL_NOINLINE void *sampled_generic_alloc(coral_heap_t *heap, size_t size, bool zero) {
-    void *p = counted_pop(heap, size, zero);
+static CORAL_NOINLINE void *sampled_generic_alloc(size_t size, coral_heap_t *heap, bool zero) {
+    void *p = counted_pop(size, heap, zero);
     return p == NULL ? NULL : coral_profile_sample(heap, p, size - CORAL_CANARY_SIZE);
 }
 
-/* Counted first (coral_profile_count's test, before the block is taken, so
- * that the common case's calls stay tail calls). */
-static CORAL_NOINLINE void *counted_generic_alloc(coral_heap_t *heap, size_t size, bool zero) {
-    if (coral_unlikely((coral_profile_left -= (int64_t)(size - CORAL_CANARY_SIZE)) < 0))
-        return sampled_generic_alloc(heap, size, zero);
-    return counted_pop(heap, size, zero);
+/* Counted first, against the heap's countdown (coral_profile_count's test,
+ * before the block is taken, so that the common case's calls stay tail
+ * calls). Its parameters in the order coral_malloc_slow (api.h) has them,
+ * and its calls' too, so that the common case moves no register. */
+CORAL_INLINE void *counted_alloc(size_t size, coral_heap_t *heap, bool zero) {
+    if (coral_unlikely((heap->profile_left -= (int64_t)(size - CORAL_CANARY_SIZE)) < 0))
+        return sampled_generic_alloc(size, heap, zero);
+    return counted_pop(size, heap, zero);
+}
+void *coral_alloc_profiled(size_t size, coral_heap_t *heap, bool zero) {
+    return counted_alloc(size, heap, zero);
+}
+void *coral_malloc_profiled(size_t size, coral_heap_t *heap) {
+    return counted_alloc(size, heap, false);
 }
 
 /* The other sizes: above CORAL_DIRECT_MAX_SIZE (no direct[] entry: their
  * pop is here, from the first page of their class, as direct[] pages are;
- * it saves no register), large and huge sizes, a thread's first call. */
-void *coral_malloc_generic(size_t size, coral_heap_t *heap, bool zero) {
-    /* (A profiled heap's every malloc comes here: its test first. The
-     * empty heap's no_direct is false.) */
-    if (coral_unlikely(heap->no_direct)) return counted_generic_alloc(heap, size, zero);
+ * it saves no register), large and huge sizes, a thread's first call. (The
+ * empty heap's no_direct is false: its first call comes here.) */
+CORAL_NOINLINE void *coral_malloc_unprofiled(size_t size, coral_heap_t *heap, bool zero) {
     if (coral_unlikely(heap == &coral_heap_empty)) return malloc_first(size, zero);
     return generic_alloc(heap, size, zero);
+}
+
+void *coral_malloc_generic(size_t size, coral_heap_t *heap, bool zero) {
+    if (coral_unlikely(heap->no_direct)) return coral_alloc_profiled(size, heap, zero);
+    return coral_malloc_unprofiled(size, heap, zero);
 }
 
 /* ---- free -------------------------------------------------------------------------- */
@@ -319,19 +339,26 @@ CORAL_INLINE void free_checked(coral_segment_t *seg, coral_page_t *page, void *p
 
 /* The free of p, a block of a page with CORAL_PAGE_SAMPLED (profiling on).
  * Most blocks of a flagged page have no record, which their address count
- * says (profile.h): the owner's free of one is then the fast path's push,
- * with no call into the profiler; a block that may have a record loses it
- * first. Out of line and
+ * says (profile.h): the free of one makes no call into the profiler, and
+ * the owner's is the fast path's push where the fast path's tests allow
+ * it; a block that may have a record loses it first. Out of line and
  * out of the library's first code window (cmake/hot-text.ld): a program
  * that does not profile never runs it. */
+static CORAL_NOINLINE void free_in_sampled_page_rest(coral_segment_t *seg, coral_page_t *slice,
+                                                     coral_page_t *page, void *p, bool held) {
+    if (held) {
+        coral_profile_forget(page, p);
+        if (!CORAL_SECURE && page == slice && sampled_page_free_fast(slice, p)) return;
+    }
+    free_checked(seg, page, p);
+}
+/* (Its common case, a block with no record pushed, in a function of its
+ * own: no registers to save.) */
 static CORAL_NOINLINE void free_in_sampled_page(coral_segment_t *seg, coral_page_t *slice,
                                                 coral_page_t *page, void *p) {
-    if (!CORAL_SECURE && page == slice && !coral_profile_may_hold(page, p) &&
-        sampled_page_free_fast(slice, p))
-        return;
-    coral_profile_forget(page, p);
-    if (!CORAL_SECURE && page == slice && sampled_page_free_fast(slice, p)) return;
-    free_checked(seg, page, p);
+    bool held = coral_profile_may_hold(page, p);
+    if (!CORAL_SECURE && !held && page == slice && sampled_page_free_fast(slice, p)) return;
+    free_in_sampled_page_rest(seg, slice, page, p, held);
 }
 
 void coral_free_unusual(coral_segment_t *seg, coral_page_t *slice, void *p) {

@@ -42,7 +42,25 @@ CORAL_INLINE void coral_count_frees(unsigned cls, uint64_t n) {
 /* The first page of the class of size has no free block, or the thread is
  * not set up yet: periodic work, other threads' frees, the next page. */
 void *coral_malloc_refill(size_t size, coral_heap_t *heap, bool zero);
-/* Every size: above CORAL_DIRECT_MAX_SIZE, large and huge, first calls. */
+/* A heap the profiler counts (no_direct, api/profile.h): an allocation of
+ * it, counted (malloc's: without the test of zero). */
+void *coral_alloc_profiled(size_t size, coral_heap_t *heap, bool zero);
+void *coral_malloc_profiled(size_t size, coral_heap_t *heap);
+/* A heap the profiler does not count: every size above
+ * CORAL_DIRECT_MAX_SIZE, large and huge, first calls. */
+void *coral_malloc_unprofiled(size_t size, coral_heap_t *heap, bool zero);
+/* The sizes the fast path does not serve, any heap: a heap the profiler
+ * counts, whose every allocation comes here (direct_end 0), goes to its
+ * counted path with two instructions (zero is a constant where the fast
+ * path inlines this), one jump taken and no register moved; laid out for
+ * it (coral_likely: a tight loop of small mallocs pays each jump taken),
+ * since the other sizes' allocations cost far more than a jump. */
+CORAL_INLINE void *coral_malloc_slow(size_t size, coral_heap_t *heap, bool zero) {
+    if (coral_likely(heap->no_direct))
+        return zero ? coral_alloc_profiled(size, heap, true) : coral_malloc_profiled(size, heap);
+    return coral_malloc_unprofiled(size, heap, zero);
+}
+/* coral_malloc_slow out of line (zero not a constant). */
 void *coral_malloc_generic(size_t size, coral_heap_t *heap, bool zero);
 /* A pointer not in a segment's first chunk: NULL, a huge block's later
  * part, or not ours. */
@@ -79,7 +97,7 @@ CORAL_INLINE coral_block_t *coral_pop_direct(coral_heap_t *heap, size_t size,
  * fast path for small sizes. */
 CORAL_INLINE void *coral_heap_alloc_plain(coral_heap_t *heap, size_t size, bool zero) {
     /* Above CORAL_DIRECT_MAX_SIZE, or the empty heap (direct_end 0). */
-    if (coral_unlikely(size >= heap->direct_end)) return coral_malloc_generic(size, heap, zero);
+    if (coral_unlikely(size >= heap->direct_end)) return coral_malloc_slow(size, heap, zero);
     coral_page_t *page;
     coral_block_t *block = coral_pop_direct(heap, size, &page);
     if (coral_unlikely(block == NULL)) return coral_malloc_refill(size, heap, zero);

@@ -34,7 +34,6 @@
 #include "api/remote_run.h"
 
 bool coral_profile_on;
-__thread int64_t coral_profile_left __attribute__((tls_model("initial-exec")));
 
 static int64_t profile_rate = 524288;
 static char profile_path[4096]; /* CORALLOC_PROFILE, or empty */
@@ -752,8 +751,6 @@ static double sample_probability(size_t counted) {
     return prob;
 }
 
-static __thread bool thread_seeded __attribute__((tls_model("initial-exec")));
-
 /* The page descriptor a record of p is keyed by, and flagged. */
 static coral_page_t *page_key_of(const void *p) {
     coral_segment_t *seg = coral_segment_of_any(p);
@@ -801,12 +798,7 @@ static void sample_record(coral_heap_t *heap, void *p, size_t size) {
 }
 
 void *coral_profile_sample(coral_heap_t *heap, void *p, size_t size) {
-    if (!thread_seeded) { /* the thread's first count: its first interval starts here */
-        thread_seeded = true;
-        coral_profile_left += next_interval();
-        if (coral_profile_left >= 0) return p;
-    }
-    coral_profile_left = next_interval();
+    heap->profile_left = next_interval();
     sample_record(heap, p, size);
     return p;
 }
@@ -820,23 +812,25 @@ static bool page_has_records(const live_bucket_t *b, const coral_page_t *page) {
 
 /* The owner's refill takes a flagged page (a free of an unsampled block
  * leaves the flag alone: its look-up reads the address count only): the
- * flag goes when the page has no record left, by its bucket's page count,
- * else by a search of the bucket (under its lock). So a page whose sampled
- * blocks other threads freed has its frees back on the fast path from its
- * owner's next refill from it. */
+ * flag goes when its bucket's page count is 0, which says that the page
+ * has no record left. So a page whose sampled blocks other threads freed
+ * has its frees back on the fast path from its owner's next refill from
+ * it. A count that is not 0 leaves the flag, without a look at the bucket:
+ * the page still has a record (then the owner's free of its last sampled
+ * block clears the flag, coral_profile_forget), or shares the count with
+ * another page's (then its frees keep the look-up of their address count,
+ * until a refill finds the count 0). */
 static void page_flag_check(coral_page_t *page) {
     if (coral_slice_tid(page) != coral_thread_id()) return;
-    /* In the section no record of the page can come (only this thread
-     * makes them, and a handler's malloc in the section is not sampled). */
+    _Atomic(uint16_t) *count = page_count(live_bucket_of(page), page);
+    if (atomic_load_explicit(count, memory_order_relaxed) != 0) return;
+    /* Read again in the section, where no record of the page can come
+     * (only this thread makes them, and a handler's malloc in the section
+     * is not sampled): one a handler made before it is counted. Other
+     * threads' frees only lower the count. */
     if (!crit_enter()) return; /* (the page's next refill clears it) */
-    bool held = false;
-    live_bucket_t *b = live_bucket_of(page);
-    if (atomic_load_explicit(page_count(b, page), memory_order_relaxed) != 0) {
-        spin_lock(&b->lock);
-        held = page_has_records(b, page);
-        spin_unlock(&b->lock);
-    }
-    if (!held) coral_slice_set_flags(page, coral_slice_flags(page) & ~CORAL_PAGE_SAMPLED);
+    if (atomic_load_explicit(count, memory_order_relaxed) == 0)
+        coral_slice_set_flags(page, coral_slice_flags(page) & ~CORAL_PAGE_SAMPLED);
     crit_leave();
 }
 
@@ -844,12 +838,14 @@ static void page_flag_check(coral_page_t *page) {
  * A profiled heap serves no size through the fast path (direct_end 0), so
  * each of its allocations takes alloc.c's counted path, which pops the
  * block the fast path would have popped (the block freed last first) and
- * counts its bytes against the thread's countdown (coral_profile_count). */
+ * counts its bytes against the heap's countdown (coral_profile_count). */
 
 void coral_profile_heap_start(coral_heap_t *heap) {
     heap->no_direct = true;
     heap->direct_end = 0;
-    if (heap->is_default) thread_heap = heap;
+    heap->profile_left = next_interval();
+    /* (The exit heap is a default heap too, but no thread's own.) */
+    if (heap->is_default && heap == coral_tls_heap) thread_heap = heap;
 }
 
 void coral_profile_page_refilled(coral_page_t *page) { page_flag_check(page); }
@@ -895,8 +891,11 @@ void coral_profile_forget(coral_page_t *page, const void *p) {
     }
     /* The owner clears the flag when no sampled block of the page is left
      * (only it sets it, so none can appear meanwhile); another thread's
-     * free leaves it to the owner's next refill from the page. */
-    if (coral_slice_tid(page) == coral_thread_id() && !page_has_records(b, page))
+     * free leaves it to the owner's next refill from the page. (A page
+     * count of 0 says so without the search.) */
+    if (coral_slice_tid(page) == coral_thread_id() &&
+        (atomic_load_explicit(page_count(b, page), memory_order_relaxed) == 0 ||
+         !page_has_records(b, page)))
         coral_slice_set_flags(page, coral_slice_flags(page) & ~CORAL_PAGE_SAMPLED);
     spin_unlock(&b->lock);
     if (r != NULL) {

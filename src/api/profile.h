@@ -10,7 +10,7 @@
  * path's first compare sends each allocation to a slow path of alloc.c,
  * which pops the block the fast path would have popped (so the block freed
  * last is reused first, as with profiling off) and counts its bytes
- * against the thread's countdown (coral_profile_count). When the countdown runs
+ * against the heap's countdown (coral_profile_count). When the countdown runs
  * out the allocation is sampled: its stack (a frame-pointer walk bounded by
  * the thread's stack) and size are recorded in a table keyed by its page,
  * and its page gets CORAL_PAGE_SAMPLED, so that a free of any block of the
@@ -32,10 +32,6 @@
 
 /* Set once, before the first heap is ready (never changed after). */
 extern bool coral_profile_on;
-/* Bytes the calling thread may still allocate before its next sample:
- * the allocation that takes it below 0 is sampled (profile.c,
- * next_interval). */
-extern __thread int64_t coral_profile_left __attribute__((tls_model("initial-exec")));
 
 /* On the first thread's set-up: read the options, and when profiling is
  * asked for, set coral_profile_on and register the exit, fork and signal
@@ -43,17 +39,19 @@ extern __thread int64_t coral_profile_left __attribute__((tls_model("initial-exe
 void coral_profile_init(void);
 
 /* p (NULL: failed) was just handed out by heap (whose no_direct is set) for
- * a request of size bytes: the countdown is charged, and the block sampled
- * when it runs out. Returns p. */
+ * a request of size bytes: the heap's countdown (heap->profile_left: the
+ * allocation that takes it below 0 is sampled, profile.c next_interval) is
+ * charged, and the block sampled when it runs out. Returns p. */
 void *coral_profile_sample(coral_heap_t *heap, void *p, size_t size);
 CORAL_INLINE void *coral_profile_count(coral_heap_t *heap, void *p, size_t size) {
-    if (coral_likely((coral_profile_left -= (int64_t)size) >= 0) || p == NULL) return p;
+    if (coral_likely((heap->profile_left -= (int64_t)size) >= 0) || p == NULL) return p;
     return coral_profile_sample(heap, p, size);
 }
 
-/* A heap is set up (a thread's, or a user heap new or reset): it gets
- * no_direct and direct_end 0, so that each of its allocations takes a slow
- * path of alloc.c, which counts it. */
+/* A heap is set up (a thread's, a user heap new or reset, or the exit
+ * heap at its first allocation): it gets no_direct and direct_end 0, so
+ * that each of its allocations takes a slow path of alloc.c, which counts
+ * it, and its countdown's first interval. */
 void coral_profile_heap_start(coral_heap_t *heap);
 /* The owner's refill of a class is about to pop from page, which has
  * CORAL_PAGE_SAMPLED: the flag goes if no sampled block of page is left

@@ -86,6 +86,12 @@ struct coral_heap_s {
      * leaves it alone), so that path misses. */
     bool no_direct;
     uint32_t heartbeat; /* slow-path calls, for periodic work */
+    /* The api layer's profiler's countdown for a heap it counts (set with
+     * no_direct): bytes the heap may still allocate before its next
+     * sample. Written by the heap's allocations only (its owner thread, or
+     * the exit heap's lock holder). Beside no_direct, which the counted
+     * path reads first: one line for both. */
+    int64_t profile_left;
     /* The heap's huge blocks (through seg->link), for coral_heap_destroy and
      * coral_heap_visit:
      * any thread's free unlinks one, hence a lock. It is one lock for every

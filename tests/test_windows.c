@@ -3271,6 +3271,32 @@ static void case_fork_back_off_nested(void) {
     tf_run(tf_a);
 }
 
+/* fork_back_off_wait_nested: the same back-off, the signal taken while B
+ * still waits for the pool's lock (in the futex call; A holds the lock
+ * until B's handler has forked). In that fork's child its child handler
+ * releases the pool's lock (A's hold, whose thread the child lacks), and
+ * B's wait there then takes it: the back-off holds it. Releasing it only if
+ * no child handler ran since the wait began (fork_child_releases read
+ * before the wait), the back-off kept it, and B's retry in that child
+ * waited for its own hold for good (the child's alarm, status 0xe). */
+static void bw_hook(int point, const void *object) {
+    if (point != CORAL_TP_HEAP_POOL_LOCKED || object != NULL || !tf_a_first ||
+        atomic_load(&tf_a_holds))
+        return;
+    atomic_store(&tf_a_holds, true);
+    pid_t b = atomic_load(&tf_b_tid);
+    while (!fe_waits(b)) sched_yield();
+    hf_raised = 1;
+    CHECK_EQ(syscall(SYS_tgkill, hf_main_pid, b, SIGUSR1), 0);
+    while (hf_child == -1) sched_yield(); /* B's handler forked */
+    /* A's malloc goes on and releases the lock */
+}
+
+static void case_fork_back_off_wait_nested(void) {
+    hf_start(20, hf_handler, bw_hook);
+    tf_run(tf_a);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_windows CASE\n");
@@ -3294,6 +3320,7 @@ int main(int argc, char **argv) {
         {"fork_two_forks", case_fork_two_forks},
         {"fork_two_forks_exit_heap", case_fork_two_forks_exit_heap},
         {"fork_back_off_nested", case_fork_back_off_nested},
+        {"fork_back_off_wait_nested", case_fork_back_off_wait_nested},
         {"notify_retire", case_notify_retire},
         {"large_only", case_large_only},
         {"huge_free_vs_exit", case_huge_free_vs_exit},

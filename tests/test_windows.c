@@ -3179,10 +3179,10 @@ static void *tf_a(void *arg) {
     return NULL;
 }
 
-/* B and a_thread (A) on threads of their own; both forks' children end with
+/* b_thread (B) and a_thread (A) on threads of their own; both forks' children end with
  * status 0. */
-static void tf_run(void *(*a_thread)(void *)) {
-    pthread_t b = start(tf_b, NULL), a = start(a_thread, NULL);
+static void tf_run_b(void *(*b_thread)(void *), void *(*a_thread)(void *)) {
+    pthread_t b = start(b_thread, NULL), a = start(a_thread, NULL);
     join(a);
     join(b);
     coral_test_point_set(NULL);
@@ -3192,6 +3192,8 @@ static void tf_run(void *(*a_thread)(void *)) {
     expect_child_exit_0(tf_b_child, "B's fork's child");
     CHECK_EQ(coral_test_check(), 0);
 }
+
+static void tf_run(void *(*a_thread)(void *)) { tf_run_b(tf_b, a_thread); }
 
 static void case_fork_two_forks(void) {
     hf_start(20, hf_handler, tf_hook);
@@ -3271,6 +3273,79 @@ static void case_fork_back_off_nested(void) {
     tf_run(tf_a);
 }
 
+/* fork_back_off_wait_nested: the same back-off, the signal taken while B
+ * still waits for the pool's lock (in the futex call; A holds the lock
+ * until B's handler has forked). In that fork's child its child handler
+ * releases the pool's lock (A's hold, whose thread the child lacks), and
+ * B's wait there then takes it: the back-off holds it. Releasing it only if
+ * no child handler ran since the wait began (fork_child_releases read
+ * before the wait), the back-off kept it, and B's retry in that child
+ * waited for its own hold for good (the child's alarm, status 0xe). */
+static void bw_signal_b_once_waits(void) {
+    atomic_store(&tf_a_holds, true);
+    pid_t b = atomic_load(&tf_b_tid);
+    while (!fe_waits(b)) sched_yield();
+    hf_raised = 1;
+    CHECK_EQ(syscall(SYS_tgkill, hf_main_pid, b, SIGUSR1), 0);
+    while (hf_child == -1) sched_yield(); /* B's handler forked */
+}
+
+static void bw_hook(int point, const void *object) {
+    if (point == CORAL_TP_HEAP_POOL_LOCKED && object == NULL && tf_a_first &&
+        !atomic_load(&tf_a_holds))
+        bw_signal_b_once_waits(); /* then A's malloc releases the lock */
+}
+
+static void case_fork_back_off_wait_nested(void) {
+    hf_start(20, hf_handler, bw_hook);
+    tf_run(tf_a);
+}
+
+/* fork_back_off_wait_nested_exit_heap: the same with the exit heap's lock,
+ * held by thread A past its exit (CORAL_TP_EXIT_HEAP_LOCKED). In the
+ * handler fork's child the lock is made anew, and B's wait there takes it.
+ * Kept, it stayed B's after its fork there (a recursive lock, taken again
+ * by the retry), and a thread that the child starts, allocating past its
+ * exit, waited for it for good (the child's alarm, status 0xe). */
+static pthread_key_t bx_key;
+
+static void bx_hook(int point, const void *object) {
+    (void)object;
+    if (point == CORAL_TP_EXIT_HEAP_LOCKED && tx_a_exiting && !atomic_load(&tf_a_holds))
+        bw_signal_b_once_waits(); /* then A's allocation releases the lock */
+}
+
+static void bx_exit_malloc(void *value) {
+    (void)value;
+    void *p = coral_malloc(40); /* from the exit heap */
+    if (p == NULL) _exit(11);
+    coral_free(p);
+}
+
+static void *bx_exiting(void *arg) {
+    (void)arg;
+    coral_free(coral_malloc(40));
+    CHECK_EQ(pthread_setspecific(bx_key, &bx_key), 0);
+    return NULL;
+}
+
+/* B, then in its handler fork's child a thread that allocates past its exit. */
+static void *bx_b(void *arg) {
+    tf_b(arg);
+    if (getpid() != hf_main_pid && tf_b_child != 0) {
+        join(start(bx_exiting, NULL));
+        _exit(0);
+    }
+    return NULL;
+}
+
+static void case_fork_back_off_wait_nested_exit_heap(void) {
+    hf_start(20, hf_handler, bx_hook);
+    CHECK_EQ(pthread_key_create(&tx_key, tx_exit_malloc), 0);
+    CHECK_EQ(pthread_key_create(&bx_key, bx_exit_malloc), 0);
+    tf_run_b(bx_b, tx_a);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_windows CASE\n");
@@ -3294,6 +3369,8 @@ int main(int argc, char **argv) {
         {"fork_two_forks", case_fork_two_forks},
         {"fork_two_forks_exit_heap", case_fork_two_forks_exit_heap},
         {"fork_back_off_nested", case_fork_back_off_nested},
+        {"fork_back_off_wait_nested", case_fork_back_off_wait_nested},
+        {"fork_back_off_wait_nested_exit_heap", case_fork_back_off_wait_nested_exit_heap},
         {"notify_retire", case_notify_retire},
         {"large_only", case_large_only},
         {"huge_free_vs_exit", case_huge_free_vs_exit},

@@ -456,15 +456,38 @@ static __thread unsigned fork_child_releases __attribute__((tls_model("initial-e
  * or to the bulk caches' (not: busy is the exit heap's): gives those back,
  * in reverse, and waits for busy holding none of them (takes it and
  * releases it at once). The wait has signals deliverable (the prepare's
- * rule: base.h, "forks from signal handlers"). A fork from a handler after
- * the take is nested: its child handler releases every lock, busy too, and
- * if it returns this back-off goes on in that child, where busy is then
- * not held: it releases busy only if no child handler ran since the take,
- * checked with signals blocked up to the release, so that none runs
- * between the two. (A second release of the pool's lock there let it go
- * under a thread that a program's child handler started and that took it
- * in between.) Out of line and cold: reached only while another thread
- * holds one of those two locks at a fork. */
+ * rule: base.h, "forks from signal handlers"). A fork from a handler
+ * meanwhile is nested: its child handler releases every lock, busy too,
+ * and if it returns this back-off goes on in that child. There busy is
+ * held or not by where that fork came (fork_back_off_holds): the back-off
+ * releases it only if it holds it, checked with signals blocked up to the
+ * release, so that no child handler runs between the two. (A second
+ * release of the pool's lock there let it go under a thread that a
+ * program's child handler started and that took it in between; a hold
+ * kept there left the retry waiting for its own thread, for good.) Out of
+ * line and cold: reached only while another thread holds one of those two
+ * locks at a fork. */
+/* Whether the back-off holds busy, after its take, signals blocked; releases
+ * is fork_child_releases before its wait. No child handler ran since: it
+ * does. One did, in a fork nested in the back-off, in whose child this
+ * goes on: in the wait, the take came after that handler's release of busy
+ * (or its making anew: the exit heap's) and holds it
+ * (window_fork_back_off_wait_nested); after the take, that handler
+ * released it (window_fork_back_off_nested). glibc's record of the owner
+ * tells the two apart (pool_held_here): the take writes the id of its
+ * thread, read after the take (in the child, the child's), and the release
+ * and the making clear it. What remains is glibc's own few instructions
+ * between the take and its record. Elsewhere: held only where none ran. */
+static bool fork_back_off_holds(pthread_mutex_t *busy, unsigned releases) {
+    if (fork_child_releases == releases) return true;
+#if defined(__GLIBC__)
+    return __atomic_load_n(&busy->__data.__owner, __ATOMIC_RELAXED) == gettid();
+#else
+    (void)busy;
+    return false;
+#endif
+}
+
 static CORAL_COLD void fork_back_off(pthread_mutex_t *busy, bool exit_heap_held) {
     if (exit_heap_held) {
         coral_purger_postfork(false);
@@ -478,7 +501,7 @@ static CORAL_COLD void fork_back_off(pthread_mutex_t *busy, bool exit_heap_held)
     coral_test_point(CORAL_TP_FORK_BACK_OFF_TAKEN, busy);
     sigset_t mask;
     fork_signals_block(&mask);
-    if (fork_child_releases == releases) {
+    if (fork_back_off_holds(busy, releases)) {
         coral_test_point(CORAL_TP_FORK_BACK_OFF_RELEASING, busy);
         coral_mutex_unlock(busy);
     }

@@ -927,20 +927,25 @@ coral_heap_t *coral_thread_init(void) {
  * made by the first fork's prepare, maybe in a signal handler. Its malloc
  * is sent to the witness's own storage: the thread's heap reads as the
  * empty one (so that even a set-up thread's malloc reaches malloc_first,
- * which asks for that storage first) and as being set up (so that a call
- * that finds none sets up no second heap for the thread: NULL instead).
- * Signals are blocked meanwhile, so that no handler's malloc finds the
- * heap so; nothing in it waits (the list lock, which fopencookie takes,
- * is held already). errno is kept: the prepare's is the program's. */
+ * which asks for that storage first), as being set up and as not past its
+ * exit (so that a call the storage refuses, a larger stream of another
+ * glibc, gets NULL: no second heap for the thread, nothing from the exit
+ * heap, which the code a signal handler's fork interrupted may be
+ * changing). Signals are blocked meanwhile, so that no handler's malloc
+ * finds the thread so; nothing in it waits (the list lock, which
+ * fopencookie takes, is held already). errno is kept: the prepare's is
+ * the program's. */
 static CORAL_COLD void streams_witness_make(void) {
     int saved_errno = errno;
     sigset_t mask;
     fork_signals_block(&mask);
     coral_heap_t *heap = coral_tls_heap;
-    bool setting_up = coral_tls_setting_up;
+    bool setting_up = coral_tls_setting_up, exiting = coral_tls_exiting;
     coral_tls_heap = &coral_heap_empty;
     coral_tls_setting_up = true;
+    coral_tls_exiting = false;
     coral_libc_streams_witness_make();
+    coral_tls_exiting = exiting;
     coral_tls_setting_up = setting_up;
     coral_tls_heap = heap;
     fork_signals_restore(&mask);

@@ -17,8 +17,15 @@
 /* Defined where malloc is coralloc's (alloc.c, watch_rounds). */
 const char coral_serves_malloc = 1;
 
-EXPORT void *malloc(size_t size) { return coral_malloc_inline(size); }
-EXPORT void free(void *p) { coral_free_inline(p); }
+/* malloc and free each start a cache line, in every build: a tight loop of
+ * malloc and free is sensitive to where they fall (docs/FASTPATH.md). The
+ * default library's layout script (cmake/hot-text.ld) places them so too;
+ * the secure library and the static one have no such script, and there
+ * their place followed the size of whatever the linker put before them. */
+#define LINE_START __attribute__((aligned(64)))
+
+EXPORT LINE_START void *malloc(size_t size) { return coral_malloc_inline(size); }
+EXPORT LINE_START void free(void *p) { coral_free_inline(p); }
 EXPORT void *calloc(size_t n, size_t size) {
     return coral_heap_calloc_inline(coral_tls_heap, n, size);
 }

@@ -2465,12 +2465,18 @@ static void pl_hook(int point, const void *object) {
     raise(SIGUSR1);
 }
 
-static void case_purger_lock_signal(void) {
+/* The purge thread running (it makes the process multi-threaded, so that a
+ * fork takes the locks): 1.5 MiB freed starts it. */
+static void purge_thread_start(void) {
     void *big = coral_malloc(1536 * 1024); /* 1.5 MiB freed: the purge thread starts */
     CHECK_NOT_NULL(big);
     memset(big, 1, 1536 * 1024);
     coral_free(big);
     CHECK_MSG(coral_test_purge_pass() == 1, "the purge thread did not start");
+}
+
+static void case_purger_lock_signal(void) {
+    purge_thread_start();
     /* A fork first, outside the handler: the first fork's prepare makes the
      * stdio witness (message.c), which allocates. */
     pid_t first = fork();
@@ -2518,11 +2524,7 @@ static void pn_hook(int point, const void *object) {
 }
 
 static void case_purger_prepare_notice(void) {
-    void *big = coral_malloc(1536 * 1024); /* 1.5 MiB freed: the purge thread starts */
-    CHECK_NOT_NULL(big);
-    memset(big, 1, 1536 * 1024);
-    coral_free(big);
-    CHECK_MSG(coral_test_purge_pass() == 1, "the purge thread did not start");
+    purge_thread_start();
     pn_block = coral_malloc(1536 * 1024);
     CHECK_NOT_NULL(pn_block);
     memset(pn_block, 2, 1536 * 1024);

@@ -78,9 +78,11 @@ static CORAL_NOINLINE void *malloc_exiting(size_t size, size_t alignment, bool z
     return p;
 }
 
-/* A thread's first allocation: set it up. (Or stdio's witness for the
- * fork handlers, made at load: base.h, coral_libc_streams_lock; its
- * storage is its own. The secure build's size counts the canary.) */
+/* A thread's first allocation: set it up. (Or the malloc of stdio's
+ * witness for the fork handlers, made by the first fork's prepare with
+ * the thread's heap reading as the empty one: base.h,
+ * coral_libc_streams_lock; its storage is its own. The secure build's
+ * size counts the canary.) */
 static CORAL_NOINLINE void *malloc_first(size_t size, bool zero) {
     void *witness = coral_libc_streams_witness_storage(size - CORAL_CANARY_SIZE);
     if (coral_unlikely(witness != NULL)) return witness;

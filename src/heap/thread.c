@@ -70,27 +70,30 @@ static void heap_counts_retire(coral_heap_t *heap);
  * changing.) */
 static __thread bool pool_held __attribute__((tls_model("initial-exec")));
 
+/* glibc's record of m's owner names the thread of kernel id tid: written
+ * inside pthread_mutex_lock right after the take and cleared inside
+ * pthread_mutex_unlock right before the release (also for the recursive
+ * type), by the holder only, so reading the caller's own id means the
+ * caller holds m. Relaxed: the thread reads its own writes, or another
+ * thread's id. Another C library: never (no record read). */
+static bool mutex_owner_is(pthread_mutex_t *m, int tid) {
+#if defined(__GLIBC__)
+    return __atomic_load_n(&m->__data.__owner, __ATOMIC_RELAXED) == tid;
+#else
+    (void)m, (void)tid;
+    return false;
+#endif
+}
+
 /* Whether the calling thread, of kernel id tid, holds heap_pool_lock, for
  * its signal handler's fork: pool_held, or glibc's record of the owner
- * (the kernel id, written inside pthread_mutex_lock right after the take
- * and cleared inside pthread_mutex_unlock right before the release; only
- * the holder writes its own id there, so reading this thread's id means
- * this thread holds it). That record covers pool_held's two windows, where
+ * (mutex_owner_is). That record covers pool_held's two windows, where
  * a handler's fork waited for its own thread for good
  * (window_fork_pool_unrecorded_taken, _releasing: a storm of handler forks
  * hung there 4 runs of 12, the signal taken at the call of
  * pthread_mutex_unlock); what remains is glibc's own few instructions
- * between the take and its record, and between the clear and the release.
- * Relaxed: the thread reads its own writes, or another thread's id. */
-static bool pool_held_here(int tid) {
-    if (pool_held) return true;
-#if defined(__GLIBC__)
-    return __atomic_load_n(&heap_pool_lock.__data.__owner, __ATOMIC_RELAXED) == tid;
-#else
-    (void)tid;
-    return false;
-#endif
-}
+ * between the take and its record, and between the clear and the release. */
+static bool pool_held_here(int tid) { return pool_held || mutex_owner_is(&heap_pool_lock, tid); }
 
 /* What a fork's child handler leaves to the release of the pool's lock by
  * the code its signal interrupted (pool_held), since that code is half way
@@ -450,6 +453,21 @@ static void fork_signals_restore(const sigset_t *old) { pthread_sigmask(SIG_SETM
  * (fork_back_off). Written by this thread only (its handlers included). */
 static __thread unsigned fork_child_releases __attribute__((tls_model("initial-exec")));
 
+/* Whether the back-off holds busy, after its take, signals blocked; releases
+ * is fork_child_releases before its wait. No child handler ran since: it
+ * does. One did, in a fork nested in the back-off, in whose child this
+ * goes on: in the wait, the take came after that handler's release of busy
+ * (or its making anew: the exit heap's) and holds it
+ * (window_fork_back_off_wait_nested); after the take, that handler
+ * released it (window_fork_back_off_nested). glibc's record of the owner
+ * tells the two apart (mutex_owner_is): the take writes the id of its
+ * thread, read after the take (in the child, the child's), and the release
+ * and the making clear it. What remains is glibc's own few instructions
+ * between the take and its record. Elsewhere: held only where none ran. */
+static bool fork_back_off_holds(pthread_mutex_t *busy, unsigned releases) {
+    return fork_child_releases == releases || mutex_owner_is(busy, gettid());
+}
+
 /* A prepare's back-off: busy, a lock that another thread held at the
  * prepare's try (below), and every lock the prepare took before it, from
  * stdio's list lock to the purger's (exit_heap_held: busy is the pool's)
@@ -467,27 +485,6 @@ static __thread unsigned fork_child_releases __attribute__((tls_model("initial-e
  * kept there left the retry waiting for its own thread, for good.) Out of
  * line and cold: reached only while another thread holds one of those two
  * locks at a fork. */
-/* Whether the back-off holds busy, after its take, signals blocked; releases
- * is fork_child_releases before its wait. No child handler ran since: it
- * does. One did, in a fork nested in the back-off, in whose child this
- * goes on: in the wait, the take came after that handler's release of busy
- * (or its making anew: the exit heap's) and holds it
- * (window_fork_back_off_wait_nested); after the take, that handler
- * released it (window_fork_back_off_nested). glibc's record of the owner
- * tells the two apart (pool_held_here): the take writes the id of its
- * thread, read after the take (in the child, the child's), and the release
- * and the making clear it. What remains is glibc's own few instructions
- * between the take and its record. Elsewhere: held only where none ran. */
-static bool fork_back_off_holds(pthread_mutex_t *busy, unsigned releases) {
-    if (fork_child_releases == releases) return true;
-#if defined(__GLIBC__)
-    return __atomic_load_n(&busy->__data.__owner, __ATOMIC_RELAXED) == gettid();
-#else
-    (void)busy;
-    return false;
-#endif
-}
-
 static CORAL_COLD void fork_back_off(pthread_mutex_t *busy, bool exit_heap_held) {
     if (exit_heap_held) {
         coral_purger_postfork(false);

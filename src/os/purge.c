@@ -345,11 +345,15 @@ static void purger_look_at_main(void) {
  * test's wait for a pass (coral_test_purge_pass: its condition wait takes
  * the lock back with signals blocked). The purge thread runs with every
  * signal blocked and takes the lock directly. */
-static void purger_lock_take(sigset_t *old) {
+static void signals_block_all(sigset_t *old) {
     sigset_t all;
     sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, old);
+}
+
+static void purger_lock_take(sigset_t *old) {
     for (;;) {
-        pthread_sigmask(SIG_BLOCK, &all, old);
+        signals_block_all(old);
         if (coral_mutex_trylock(&purger_lock)) break;
         pthread_sigmask(SIG_SETMASK, old, NULL);
         sched_yield();
@@ -574,11 +578,10 @@ void coral_purger_start_if_wanted(void) {
     purger_cond_init(); /* no one waits on or signals it before RUNNING */
     pthread_attr_t attr;
     pthread_t thread;
-    sigset_t all, old;
-    sigfillset(&all);
+    sigset_t old;
     /* The thread inherits this mask: no signal meant for the program is
      * ever delivered to it. */
-    pthread_sigmask(SIG_BLOCK, &all, &old);
+    signals_block_all(&old);
     program_mask = old;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -626,9 +629,8 @@ void coral_purger_prefork(void) {
  * wait for that thread forever, so the child starts from fresh ones. */
 void coral_purger_postfork(bool child) {
     if (!child) {
-        sigset_t mask, all;
-        sigfillset(&all);
-        pthread_sigmask(SIG_BLOCK, &all, &mask);
+        sigset_t mask;
+        signals_block_all(&mask);
         if (purger_signal_owed) pthread_cond_signal(&purger_cond);
         purger_signal_owed = false;
         purger_lock_forking = false;

@@ -814,21 +814,27 @@ static CORAL_NOINLINE uint32_t stack_walk(uintptr_t *pcs, uint32_t max, uint64_t
 
 /* ---- sampling ----------------------------------------------------------------- */
 
-/* The probability that a block counted as c bytes is sampled, 1 - e^(-c/rate)
- * (above 0): the last one computed is kept per thread, since a thread's
- * samples often repeat a size (a class's block size, a program's buffer).
- * Called in the thread's critical section only, so a signal handler never
- * splits the pair's update (a handler inside the section samples nothing). */
-static __thread size_t prob_counted __attribute__((tls_model("initial-exec")));
-static __thread double prob_last __attribute__((tls_model("initial-exec")));
+/* What a sample of a block counted as c bytes stands for (the
+ * estimator, docs/PROFILING.md): 1/p objects and c/p bytes, p = 1 -
+ * e^(-c/rate) (above 0), the probability that such a block is sampled.
+ * The last pair computed is kept per thread, since a thread's samples
+ * often repeat a size (a class's block size, a program's buffer): a
+ * repeat costs no exponential and no division. Called in the thread's
+ * critical section only, so a signal handler never splits the update (a
+ * handler inside the section samples nothing). */
+typedef struct weights_s {
+    size_t counted; /* 0: none kept yet */
+    double objects, bytes;
+} weights_t;
+static __thread weights_t weights_last __attribute__((tls_model("initial-exec")));
 
-static double sample_probability(size_t counted) {
-    if (counted == prob_counted && prob_last > 0.0) return prob_last;
+static weights_t sample_weights(size_t counted) {
+    if (counted == weights_last.counted && counted != 0) return weights_last;
     double prob = one_minus_exp_neg((double)counted / (double)profile_rate);
     if (prob <= 0.0) prob = 1e-300;
-    prob_counted = counted;
-    prob_last = prob;
-    return prob;
+    weights_last =
+        (weights_t){.counted = counted, .objects = 1.0 / prob, .bytes = (double)counted / prob};
+    return weights_last;
 }
 
 /* The page descriptor a record of p is keyed by, and flagged. */
@@ -850,8 +856,8 @@ static void sample_record(coral_heap_t *heap, void *p, size_t size) {
     if (!crit_enter()) return; /* a handler's malloc inside the section: not sampled */
     /* A block of s bytes is sampled with probability 1 - e^(-s/rate); it
      * stands for 1/that many blocks and s/that bytes (docs/PROFILING.md). */
-    double prob = sample_probability(size);
-    double objects = 1.0 / prob, bytes = (double)size / prob;
+    weights_t w = sample_weights(size);
+    double objects = w.objects, bytes = w.bytes;
     coral_profile_site_t *site = site_find(pcs, depth, hash);
     record_t *r = site != NULL ? record_get() : NULL;
     if (site != NULL) site_count_alloc(site, objects, bytes, r != NULL); /* (in use: recorded) */

@@ -644,7 +644,7 @@ static double one_minus_exp_neg(double x) {
 static __thread uint64_t rng_state __attribute__((tls_model("initial-exec")));
 
 /* The thread's first draw: its state seeded (out of line, so that the
- * draws after it, one a sample, save no registers for the calls). */
+ * draw's caller, once a sample, saves fewer registers for the calls). */
 static CORAL_NOINLINE uint64_t rng_seeded(void) {
     uint64_t seed = coral_thread_id() ^ (coral_clock_ms() << 20) ^ (uint64_t)getpid();
     return (seed * 0x9E3779B97F4A7C15ull) | 1;

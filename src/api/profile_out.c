@@ -86,12 +86,17 @@ typedef struct buf_s {
     arena_t *arena;
 } buf_t;
 
+/* A buffer's first room: small, so that the dozen buffers of a short
+ * process's profile share a page or two of the arena (each page touched is
+ * a fault: with 4 KiB each, a page a buffer); a buffer that grows doubles. */
+#define BUF_FIRST 256
+
 static buf_t buf_in(arena_t *a) { return (buf_t){.arena = a}; }
 
 static bool buf_reserve(buf_t *b, size_t more) {
     if (b->len + more <= b->cap) return true;
     if (b->failed) return false;
-    size_t cap = b->cap ? b->cap : 4096;
+    size_t cap = b->cap ? b->cap : BUF_FIRST;
     while (cap < b->len + more) cap *= 2;
     arena_t *a = b->arena;
     if (b->p != NULL && b->p + b->cap == a->top && (size_t)(a->end - b->p) >= cap) {

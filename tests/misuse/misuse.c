@@ -1020,6 +1020,21 @@ static void overflow_request1_huge_usable(void) {
     p[16 * MiB] = 'a';
     sink = (void *)malloc_usable_size(p);
 }
+/* Through coral_free_bulk, and through C23's free_sized with the right
+ * size. */
+static void overflow_request1_huge_bulk(void) {
+    free_bulk_fn free_bulk = (free_bulk_fn)c23_call("coral_free_bulk");
+    char *p = launder(malloc(16 * MiB));
+    p[16 * MiB] = 'a';
+    void *a[1] = {p};
+    free_bulk(a, 1);
+}
+static void overflow_request1_huge_free_sized(void) {
+    void (*free_sized)(void *, size_t) = (void (*)(void *, size_t))c23_call("free_sized");
+    char *p = launder(malloc(16 * MiB));
+    p[16 * MiB] = 'a';
+    free_sized(p, 16 * MiB);
+}
 static void overflow_huge_heap_destroy(void) {
     void *(*heap_new)(void) = (void *(*)(void))c23_call("coral_heap_new");
     void *(*heap_malloc)(void *, size_t) = (void *(*)(void *, size_t))c23_call("coral_heap_malloc");
@@ -1209,6 +1224,8 @@ static const misuse_case_t cases[] = {
     {"overflow-request1-huge-realloc", overflow_request1_huge_realloc},
     {"overflow-request1-huge-usable", overflow_request1_huge_usable},
     {"overflow-huge-heap-destroy", overflow_huge_heap_destroy},
+    {"overflow-request1-huge-bulk", overflow_request1_huge_bulk},
+    {"overflow-request1-huge-free-sized", overflow_request1_huge_free_sized},
 };
 
 int main(int argc, char **argv) {

@@ -285,12 +285,14 @@ EXPECT.update({
     for case in ("overflow-request1-huge", "overflow-request1-huge-aligned",
                  "overflow-request1-huge-calloc", "overflow-realloc-huge-grown",
                  "overflow-realloc-huge-grown-far", "overflow-realloc-huge-shrunk",
-                 "overflow-request1-huge-remote", "overflow-huge-heap-destroy")
+                 "overflow-request1-huge-remote", "overflow-huge-heap-destroy",
+                 "overflow-request1-huge-bulk")
 })
 EXPECT.update({
     case: (("ran on", "no canary in the default build"),
            ("aborted", "its canary was overwritten: a heap overflow"))
-    for case in ("overflow-request1-huge-realloc", "overflow-request1-huge-usable")
+    for case in ("overflow-request1-huge-realloc", "overflow-request1-huge-usable",
+                 "overflow-request1-huge-free-sized")
 })
 BUILDS = ("default", "secure")
 # Damage found later, with no call to undo: these abort in both modes.

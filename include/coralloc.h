@@ -53,7 +53,7 @@ CORAL_API CORAL_MALLOC_ATTR void *coral_pvalloc(size_t size);
  * request rounded up to the block's size). The secure build,
  * libcoralloc-secure.so, says the request instead (malloc's, calloc's
  * product, realloc's, aligned_alloc's size): a canary lies right after it
- * (but for a huge block, docs/SECURITY.md). */
+ * (docs/SECURITY.md). */
 CORAL_API size_t coral_malloc_usable_size(const void *p);
 /* Free with the size (or alignment) the block was allocated with: the hint
  * is checked against the block, not trusted. The default build accepts

@@ -427,6 +427,8 @@ CORAL_INLINE const char *block_problem(coral_segment_t *seg, const void *p) {
     if (seg->kind == CORAL_SEGMENT_HUGE) {
         coral_page_t *page = &seg->pages[0];
         if (page->used == 0) return "a huge block already freed";
+        if (CORAL_SECURE && p == page->start && !coral_huge_canary_intact(seg))
+            return "its canary was overwritten: a heap overflow";
         return p == page->start ? NULL : "inside a huge block, not its start";
     }
     coral_page_t *page = coral_segment_page_of(seg, p);

@@ -11,7 +11,8 @@
 /* The usable bytes of the blocks of page (a page of a normal segment, or a
  * huge block's descriptor): what the default build's malloc_usable_size
  * says; the secure build's says the request, which lies in a block's
- * memory (coralloc.h: the walk reads none; a huge block has no canary). */
+ * memory (coralloc.h: the walk reads none; a huge block's is its segment's,
+ * its canary right after it inside the bytes said here). */
 static size_t usable_of(const coral_page_t *page) {
     if (coral_ptr_segment(page)->kind == CORAL_SEGMENT_HUGE) return page->block_size;
     return page->block_size - CORAL_CANARY_SIZE;

@@ -759,6 +759,10 @@ static void heap_release_all(coral_heap_t *heap) {
         coral_link_t *next = l->next;
         coral_segment_t *seg = coral_container_of(l, coral_segment_t, link);
         CORAL_VG(VALGRIND_FREELIKE_BLOCK(seg->pages[0].start, 0));
+        if (CORAL_SECURE && !coral_huge_canary_intact(seg))
+            coral_misuse("heap overflow detected: huge block %p of %zu bytes was written past its "
+                         "end (found when its heap was destroyed or reset)",
+                         (void *)seg->pages[0].start, seg->huge_request);
         coral_huge_release(seg);
         l = next;
     }

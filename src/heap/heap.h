@@ -428,6 +428,24 @@ size_t coral_huge_usable(coral_segment_t *seg, const void *p);
  * request of size bytes (its usable size is the difference). */
 size_t coral_huge_block_end(size_t offset, size_t size);
 void coral_huge_free(coral_segment_t *seg);
+/* The secure build: a huge block's canary, the 8 bytes right after its
+ * request (the canary of its start, coral_canary_of, in the epoch its
+ * header got at the allocation: a canary's bytes, never NUL or ASCII),
+ * written by its allocation and every realloc (large.c). Whether they are
+ * intact: checked at its free (by any thread), realloc,
+ * malloc_usable_size, the sized frees and its heap's destroy, so that a
+ * write of the byte past the request is found there, as a small block's
+ * request canary finds it (its guard region starts where the block's
+ * 2 MiB rounding ends, too far for a fault). The owner writes them before
+ * it hands the block out or back; any thread reads them after the program
+ * handed the block over (as huge_request, segment.h). Only called in the
+ * secure build. */
+CORAL_INLINE bool coral_huge_canary_intact(const coral_segment_t *seg) {
+    const coral_page_t *page = &seg->pages[0];
+    uint64_t word;
+    memcpy(&word, page->start + seg->huge_request, sizeof word);
+    return word == coral_canary_of(page, page->start);
+}
 /* The lock of every heap's huge-block list and of the huge blocks'
  * owner field (pages[0].owner of a huge segment): held by whoever links,
  * unlinks or detaches one. A fork takes it (thread.c). */

@@ -254,6 +254,16 @@ static coral_segment_t *huge_segment_new(size_t total, size_t end, size_t offset
     return seg;
 }
 
+/* The secure build: a huge block's canary (heap.h, coral_huge_canary_intact)
+ * written after its request, whose room the allocation and every realloc ask
+ * for (coral_secure_inner_size). The request is any number of bytes: the
+ * word is unaligned. */
+static void huge_canary_out(coral_segment_t *seg) {
+    coral_page_t *page = &seg->pages[0];
+    uint64_t canary = coral_canary_of(page, page->start);
+    memcpy(page->start + seg->huge_request, &canary, sizeof canary);
+}
+
 static void *huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool zero) {
     size_t offset = huge_offset(alignment);
     if (size > CORAL_MAX_REQUEST - offset) {
@@ -298,6 +308,10 @@ static void *huge_alloc(coral_heap_t *heap, size_t size, size_t alignment, bool 
     coral_heap_count(heap, allocs, CORAL_CLASS_LARGE, 1);
     if (zero && got.dirty > offset)
         memset(page->start, 0, got.dirty - offset < size ? got.dirty - offset : size);
+    if (CORAL_SECURE) {
+        page->epoch = coral_secure_next_epoch();
+        huge_canary_out(seg);
+    }
     /* Every heap keeps a list of its huge blocks: for coral_heap_destroy,
      * and for coral_heap_visit (a thread's own heap too, until its thread
      * exits: abandonment detaches them). */
@@ -405,6 +419,11 @@ static void huge_free(coral_segment_t *seg) {
         coral_misuse("double free detected: huge block %p was already free", (void *)page->start);
         return;
     }
+    if (CORAL_SECURE && !coral_huge_canary_intact(seg)) {
+        coral_misuse("heap overflow detected: huge block %p of %zu bytes was written past its end",
+                     (void *)page->start, seg->huge_request);
+        return;
+    }
     /* A block still listed by its heap: off its list. (An owner found NULL without the
      * lock stays NULL: it is set only before the block is handed out; the
      * load acquires what the abandoning thread read of the block before it
@@ -499,12 +518,15 @@ void *coral_huge_realloc(coral_segment_t *seg, void *p, size_t size) {
         errno = ENOMEM;
         return NULL;
     }
-    size_t end = coral_huge_block_end(offset, size);
+    /* (the secure build: with room for the canary after the request) */
+    size_t end = coral_huge_block_end(offset, coral_secure_inner_size(size));
     size_t total = align_up(end + HUGE_GUARD_SIZE, CORAL_SEGMENT_SIZE);
     /* The secure build: the same end (within the slack) leaves the block as
-     * it is; otherwise its guard region moves to the block's new end. */
+     * it is, its canary moved to the new request's end; otherwise its guard
+     * region moves to the block's new end. */
     if (CORAL_SECURE && end - offset == seg->pages[0].block_size) {
         seg->huge_request = size;
+        huge_canary_out(seg);
         return p;
     }
     uint8_t *old_guard = seg->pages[0].start + seg->pages[0].block_size;
@@ -533,5 +555,7 @@ void *coral_huge_realloc(coral_segment_t *seg, void *p, size_t size) {
     seg->huge_request = size;
     if (coral_populate_adaptive())
         coral_populate_growth(seg->pages[0].start, old_size, end - offset);
+    /* (after the populate: the canary's page is written, not read first) */
+    if (CORAL_SECURE) huge_canary_out(seg); /* (its start may have moved: huge_grow) */
     return seg->pages[0].start;
 }

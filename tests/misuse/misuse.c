@@ -970,6 +970,81 @@ static void overflow_realloc_grown(void) { overflow_realloc(100, 102); }
 static void overflow_realloc_shrunk(void) { overflow_realloc(100, 90); }
 static void overflow_realloc_large_shrunk(void) { overflow_realloc(300000, 290000); }
 
+/* One byte past a huge block's request (the secure build reports the
+ * request as malloc_usable_size), however the block came: malloc of a
+ * size that is no multiple of 16, aligned_alloc above the 64 KiB header,
+ * calloc; realloc that keeps its end (within its 2 MiB rounding), moves
+ * its end (its guard region moves: the pages may move too) or shrinks it;
+ * found by a free in another thread, by realloc, by malloc_usable_size,
+ * by the destroy of its first-class heap. */
+static void overflow_request1_huge(void) { overflow_request(8 * MiB + 100, 1); }
+static void overflow_request1_huge_aligned(void) {
+    char *p = launder(aligned_alloc(256 * KiB, 16 * MiB + 100));
+    p[16 * MiB + 100] = 'a';
+    free(p);
+}
+static void overflow_request1_huge_calloc(void) {
+    char *p = launder(calloc(1, 16 * MiB + 100));
+    p[16 * MiB + 100] = 'a';
+    free(p);
+}
+/* realloc of a huge block, wherever its pages end up. */
+static void overflow_realloc_huge(size_t from, size_t to) {
+    char *q = launder(realloc(launder(malloc(from)), to));
+    if (q == NULL) exit(1);
+    q[to] = 'a';
+    free(q);
+}
+static void overflow_realloc_huge_grown(void) { overflow_realloc_huge(16 * MiB, 16 * MiB + 100); }
+static void overflow_realloc_huge_grown_far(void) {
+    overflow_realloc_huge(16 * MiB, 24 * MiB + 100);
+}
+static void overflow_realloc_huge_shrunk(void) { overflow_realloc_huge(16 * MiB, 12 * MiB + 100); }
+static void overflow_request1_huge_remote(void) {
+    char *p = launder(malloc(16 * MiB));
+    p[16 * MiB] = 'a';
+    pthread_t t;
+    pthread_create(&t, NULL, free_in_thread, p);
+    pthread_join(t, NULL);
+}
+/* realloc and malloc_usable_size of the overflowed block report it (under
+ * CORALLOC_ON_ERROR=warn the block is left alone: not freed after). */
+static void overflow_request1_huge_realloc(void) {
+    char *p = launder(malloc(16 * MiB));
+    p[16 * MiB] = 'a';
+    char *q = realloc(p, 20 * MiB);
+    if (q != NULL) free(q);
+}
+static void overflow_request1_huge_usable(void) {
+    char *p = launder(malloc(16 * MiB));
+    p[16 * MiB] = 'a';
+    sink = (void *)malloc_usable_size(p);
+}
+/* Through coral_free_bulk, and through C23's free_sized with the right
+ * size. */
+static void overflow_request1_huge_bulk(void) {
+    free_bulk_fn free_bulk = (free_bulk_fn)c23_call("coral_free_bulk");
+    char *p = launder(malloc(16 * MiB));
+    p[16 * MiB] = 'a';
+    void *a[1] = {p};
+    free_bulk(a, 1);
+}
+static void overflow_request1_huge_free_sized(void) {
+    void (*free_sized)(void *, size_t) = (void (*)(void *, size_t))c23_call("free_sized");
+    char *p = launder(malloc(16 * MiB));
+    p[16 * MiB] = 'a';
+    free_sized(p, 16 * MiB);
+}
+static void overflow_huge_heap_destroy(void) {
+    void *(*heap_new)(void) = (void *(*)(void))c23_call("coral_heap_new");
+    void *(*heap_malloc)(void *, size_t) = (void *(*)(void *, size_t))c23_call("coral_heap_malloc");
+    void (*heap_destroy)(void *) = (void (*)(void *))c23_call("coral_heap_destroy");
+    void *heap = heap_new();
+    char *p = launder(heap_malloc(heap, 16 * MiB));
+    p[16 * MiB] = 'a';
+    heap_destroy(heap);
+}
+
 typedef struct misuse_case_s {
     const char *name;
     void (*run)(void);
@@ -1139,6 +1214,18 @@ static const misuse_case_t cases[] = {
     {"free-aligned-sized-plus1", free_aligned_sized_plus1},
     {"cxx-sized-delete-wrong-size", cxx_sized_delete_wrong_size},
     {"cxx-aligned-sized-delete-wrong-size", cxx_aligned_sized_delete_wrong_size},
+    {"overflow-request1-huge", overflow_request1_huge},
+    {"overflow-request1-huge-aligned", overflow_request1_huge_aligned},
+    {"overflow-request1-huge-calloc", overflow_request1_huge_calloc},
+    {"overflow-realloc-huge-grown", overflow_realloc_huge_grown},
+    {"overflow-realloc-huge-grown-far", overflow_realloc_huge_grown_far},
+    {"overflow-realloc-huge-shrunk", overflow_realloc_huge_shrunk},
+    {"overflow-request1-huge-remote", overflow_request1_huge_remote},
+    {"overflow-request1-huge-realloc", overflow_request1_huge_realloc},
+    {"overflow-request1-huge-usable", overflow_request1_huge_usable},
+    {"overflow-huge-heap-destroy", overflow_huge_heap_destroy},
+    {"overflow-request1-huge-bulk", overflow_request1_huge_bulk},
+    {"overflow-request1-huge-free-sized", overflow_request1_huge_free_sized},
 };
 
 int main(int argc, char **argv) {

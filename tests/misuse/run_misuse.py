@@ -67,10 +67,9 @@ EXPECT: dict[str, tuple[Expect, Expect]] = {
     "overflow-1-large": (("ran on", "no canary in the default build"),
                          ("aborted", "heap overflow detected")),
     # (one byte past malloc_usable_size: the secure build reports a huge
-    # block's request, and the byte past it lies in its 2 MiB rounding,
-    # which has no canary; overflow-huge-rounding writes past the rounding)
+    # block's request, and checks the canary after it)
     "overflow-1-huge": (("ran on", "no guard page in the default build"),
-                        ("ran on", "a huge block has no canary")),
+                        ("aborted", "heap overflow detected")),
     "write-after-free-small": (("crashed", "no fill check in the default build"),
                                ("aborted", "write after free detected")),
     "write-after-free-medium": (("crashed", "no fill check in the default build"),
@@ -279,6 +278,22 @@ EXPECT["overflow-request1-wide"] = (("ran on", "no canary in the default build")
 EXPECT["free-sized-minus64-wide"] = (
     ("ran on", "the default build checks a sized free against the usable size"),
     ("aborted", "not the size the block was allocated with"))
+# A huge block's canary after its request (the secure build), however the
+# block came and whoever finds it.
+EXPECT.update({
+    case: (("ran on", "no canary in the default build"), ("aborted", "heap overflow detected"))
+    for case in ("overflow-request1-huge", "overflow-request1-huge-aligned",
+                 "overflow-request1-huge-calloc", "overflow-realloc-huge-grown",
+                 "overflow-realloc-huge-grown-far", "overflow-realloc-huge-shrunk",
+                 "overflow-request1-huge-remote", "overflow-huge-heap-destroy",
+                 "overflow-request1-huge-bulk")
+})
+EXPECT.update({
+    case: (("ran on", "no canary in the default build"),
+           ("aborted", "its canary was overwritten: a heap overflow"))
+    for case in ("overflow-request1-huge-realloc", "overflow-request1-huge-usable",
+                 "overflow-request1-huge-free-sized")
+})
 BUILDS = ("default", "secure")
 # Damage found later, with no call to undo: these abort in both modes.
 AFTER_THE_FACT = ("free list corrupted", "write after free detected",

@@ -20,8 +20,8 @@ const char coral_serves_malloc = 1;
 /* malloc and free each start a cache line, in every build: a tight loop of
  * malloc and free is sensitive to where they fall (docs/FASTPATH.md). The
  * default library's layout script (cmake/hot-text.ld) places them so too;
- * the secure library and the static one have no such script, and there
- * their place followed the size of whatever the linker put before them. */
+ * the secure library and the static one have no such script, so without
+ * this their place would follow the size of the code linked before them. */
 #define LINE_START __attribute__((aligned(64)))
 
 EXPORT LINE_START void *malloc(size_t size) { return coral_malloc_inline(size); }

@@ -615,7 +615,7 @@ void coral_profile_sites_visit(coral_profile_site_fn fn, void *arg) {
     }
 }
 
-/* ---- numbers: the exponential draw and the weights, without libm --------------- */
+/* ---- numbers without libm: the random state, the weights (the draw: profile_draw.h) ---- */
 
 /* 1 - e^-x for x >= 0: below 1 the series x - x^2/2! + ... to x^18/18!
  * (no cancellation, error below 1e-16), in Horner form with the

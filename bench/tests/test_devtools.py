@@ -30,7 +30,7 @@ def test_gcc_expected_output(tmp_path: Path) -> None:
 def test_lua_expected_output(tmp_path: Path) -> None:
     lua = devtools.find_lua()
     if lua is None:
-        pytest.skip("lua not installed")
+        pytest.skip("lua5.4 not installed (tests/packages.txt: make test installs it as root)")
     (tmp_path / "a.lua").write_text(devtools.LUA_SCRIPT)
     out = subprocess.run([lua, str(tmp_path / "a.lua"), "500"], capture_output=True, text=True,
                          check=True)

@@ -98,6 +98,26 @@ def test_build_leaves_out_the_program_whose_sources_are_missing(tmp_path: Path) 
     assert (bdir / ".." / ".." / "bench" / "echo-in" / "input").is_file()
 
 
+def test_a_second_build_keeps_the_first_one_s_programs(tmp_path: Path) -> None:
+    """A run that needs other programs (the suite run in parts) builds them
+    beside the ones built before, in the same configured tree."""
+    _tools()
+    logs: List[str] = []
+    state = tmp_path / "state"
+    bdir, _ = mb.build(FIXTURE, state, ["tiny", "gone"], logs.append)
+    built = (bdir / "tiny").stat().st_mtime_ns
+    again, gone = mb.build(FIXTURE, state, ["larson"], logs.append)
+    assert again == bdir and (bdir / "larson").is_file()
+    assert (bdir / "tiny").is_file() and (bdir / "tiny").stat().st_mtime_ns == built
+    assert set(gone) == {"gone"} and "sources missing" in gone["gone"]
+
+
+def test_missing_sources_are_forgotten_when_the_cmakelists_changes(tmp_path: Path) -> None:
+    mb._missing_remember(tmp_path, "add_executable(gone gone.c)\n", {"gone": "gone.c"})
+    assert mb._missing_remembered(tmp_path, "add_executable(gone gone.c)\n") == {"gone": "gone.c"}
+    assert mb._missing_remembered(tmp_path, "add_executable(gone gone.cpp)\n") == {}
+
+
 def test_the_suite_runs_through_the_runner(tmp_path: Path, bindir: Path, witness: Path,
                                            capsys: pytest.CaptureFixture[str],
                                            monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,6 +25,8 @@ is installed from Debian when we are root, else skipped with the reason.
 from __future__ import annotations
 
 import fnmatch
+import hashlib
+import json
 import os
 import re
 import shlex
@@ -379,6 +381,34 @@ def _configure(src: Path, bdir: Path) -> subprocess.CompletedProcess[str]:
                            "-DCMAKE_BUILD_TYPE=Release"], capture_output=True, text=True)
 
 
+_MISSING_MEMO = "missing-sources.json"
+
+
+def _missing_remembered(state: Path, cmakelists: str) -> Dict[str, str]:
+    """The targets whose sources a configure of this CMakeLists.txt found
+    missing, as _missing_remember kept them; empty when none were kept or
+    the file changed since."""
+    try:
+        memo = json.loads((state / _MISSING_MEMO).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(memo, dict) or memo.get("cmakelists") != _digest(cmakelists):
+        return {}
+    missing = memo.get("missing")
+    if not isinstance(missing, dict) or not missing:
+        return {}
+    return {str(t): str(s) for t, s in missing.items()}
+
+
+def _missing_remember(state: Path, cmakelists: str, missing: Dict[str, str]) -> None:
+    memo = {"cmakelists": _digest(cmakelists), "missing": missing}
+    (state / _MISSING_MEMO).write_text(json.dumps(memo, indent=1, sort_keys=True) + "\n")
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def _mirror(bench: Path, mirror: Path, cmakelists: str) -> None:
     """mirror: every entry of bench/ linked, and CMakeLists.txt as given."""
     mirror.mkdir(parents=True, exist_ok=True)
@@ -400,16 +430,22 @@ def build(checkout: Path, state: Path, programs: Sequence[str], log: Log,
     _link(state / "bench", bench)  # ../../bench from out/bench, as bench.sh has it
     bdir = state / "out" / "bench"
     log(f"{NAME}: configuring {bench} in {bdir}")
-    src = state / "bench"
-    r = _configure(src.resolve(), bdir)
-    gone: Dict[str, str] = {}
-    if r.returncode != 0:
-        text = (bench / "CMakeLists.txt").read_text()
-        missing = missing_sources(r.stdout + r.stderr, text)
-        if not missing:
-            tail = (r.stderr.strip() or r.stdout.strip()).splitlines()[-3:]
-            raise BenchError(f"configuring {bench} failed: {' / '.join(tail)}")
-        gone = {t: f"sources missing ({s} is not in the checkout)" for t, s in missing.items()}
+    text = (bench / "CMakeLists.txt").read_text()
+    # A checkout whose sources were found missing before (and whose
+    # CMakeLists.txt is the same) is configured from its mirror at once:
+    # configuring the checkout first would find the build directory made
+    # from the mirror and remove it, so that every run rebuilt every program
+    # and kept only its own.
+    missing = _missing_remembered(state, text)
+    if not missing:
+        r = _configure((state / "bench").resolve(), bdir)
+        if r.returncode != 0:
+            missing = missing_sources(r.stdout + r.stderr, text)
+            if not missing:
+                tail = (r.stderr.strip() or r.stdout.strip()).splitlines()[-3:]
+                raise BenchError(f"configuring {bench} failed: {' / '.join(tail)}")
+    gone = {t: f"sources missing ({s} is not in the checkout)" for t, s in missing.items()}
+    if missing:
         src = state / "src"
         _mirror(bench, src, without_targets(text, list(missing)))
         r = _configure(src.resolve(), bdir)
@@ -417,6 +453,7 @@ def build(checkout: Path, state: Path, programs: Sequence[str], log: Log,
             tail = (r.stderr.strip() or r.stdout.strip()).splitlines()[-3:]
             raise BenchError(f"configuring {bench} without {', '.join(missing)} failed: "
                              f"{' / '.join(tail)}")
+        _missing_remember(state, text, missing)
     for p in sorted(set(programs) - set(gone)):
         b = subprocess.run(["cmake", "--build", str(bdir), "--target", p, "-j", str(jobs)],
                            capture_output=True, text=True)

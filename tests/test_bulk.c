@@ -551,9 +551,10 @@ static void test_cache_lifetimes(void) {
     run_in_thread(cache_then_exit);
     CHECK_EQ(cached_bytes(), before);
 
-    /* A delay no run of this test reaches on the real clock (under valgrind
-     * on a loaded machine 20 ms did: the purge thread's own passes emptied
-     * the cache before the first check); the test clock passes it. */
+    /* A delay no run of this test reaches on the real clock, which the
+     * purge thread's own passes follow (under valgrind on a loaded machine
+     * a delay of a few ms passes between the fill and the first check);
+     * the test clock passes it. */
     enum { DELAY_MS = 600000 };
     long long delay = option_swap("PURGE_DELAY_MS", DELAY_MS);
     CHECK_EQ(pthread_barrier_init(&idle_barrier, NULL, 2), 0);

@@ -71,9 +71,9 @@ expected_fail() {
         END {exit !found}' "$here/expected.txt"
 }
 # glibc's test driver scales each test's own timeout by TIMEOUTFACTOR:
-# tst-mallocfork2's 100 s (7 processes meeting at barriers) ran out under
-# glibc's own malloc too with six busy loops beside it on 2 cores, as
-# make test -j2 can load the machine; 14-25 s unloaded.
+# tst-mallocfork2 (7 processes meeting at barriers, 100 s) slows several
+# times over on a 2-core machine that make test -j2 loads, under glibc's
+# own malloc as under coralloc.
 export TIMEOUTFACTOR=${TIMEOUTFACTOR:-3}
 passed=0 failed_as_listed=0 bad=0
 for t in $(ls | grep -v '\.'); do

@@ -113,9 +113,26 @@ def test_a_second_build_keeps_the_first_one_s_programs(tmp_path: Path) -> None:
 
 
 def test_missing_sources_are_forgotten_when_the_cmakelists_changes(tmp_path: Path) -> None:
-    mb._missing_remember(tmp_path, "add_executable(gone gone.c)\n", {"gone": "gone.c"})
-    assert mb._missing_remembered(tmp_path, "add_executable(gone gone.c)\n") == {"gone": "gone.c"}
-    assert mb._missing_remembered(tmp_path, "add_executable(gone gone.cpp)\n") == {}
+    text = "add_executable(gone gone.c)\n"
+    mb._missing_remember(tmp_path, text, {"gone": "gone.c"})
+    assert mb._missing_remembered(tmp_path, tmp_path, text) == {"gone": "gone.c"}
+    assert mb._missing_remembered(tmp_path, tmp_path, "add_executable(gone gone.cpp)\n") == {}
+
+
+def test_a_source_that_appeared_is_built(tmp_path: Path) -> None:
+    """The sources found missing are looked for again at every build: once
+    bench.sh's set-up script has fetched them, their program is built."""
+    _tools()
+    checkout = tmp_path / "checkout"
+    shutil.copytree(FIXTURE, checkout, symlinks=True)
+    logs: List[str] = []
+    state = tmp_path / "state"
+    _, gone = mb.build(checkout, state, ["tiny", "gone"], logs.append)
+    assert set(gone) == {"gone"}
+    (checkout / "bench" / "gone").mkdir()
+    (checkout / "bench" / "gone" / "gone.c").write_text("int main(void) { return 0; }\n")
+    bdir, gone = mb.build(checkout, state, ["gone"], logs.append)
+    assert gone == {} and (bdir / "gone").is_file()
 
 
 def test_the_suite_runs_through_the_runner(tmp_path: Path, bindir: Path, witness: Path,

@@ -384,10 +384,11 @@ def _configure(src: Path, bdir: Path) -> subprocess.CompletedProcess[str]:
 _MISSING_MEMO = "missing-sources.json"
 
 
-def _missing_remembered(state: Path, cmakelists: str) -> Dict[str, str]:
+def _missing_remembered(state: Path, bench: Path, cmakelists: str) -> Dict[str, str]:
     """The targets whose sources a configure of this CMakeLists.txt found
-    missing, as _missing_remember kept them; empty when none were kept or
-    the file changed since."""
+    missing, as _missing_remember kept them; empty when none were kept, the
+    file changed since, or one of those sources is in bench/ now (bench.sh's
+    set-up script fetched it)."""
     try:
         memo = json.loads((state / _MISSING_MEMO).read_text())
     except (OSError, ValueError):
@@ -397,7 +398,9 @@ def _missing_remembered(state: Path, cmakelists: str) -> Dict[str, str]:
     missing = memo.get("missing")
     if not isinstance(missing, dict) or not missing:
         return {}
-    return {str(t): str(s) for t, s in missing.items()}
+    if any((bench / str(src)).exists() for src in missing.values()):
+        return {}
+    return {str(t): str(src) for t, src in missing.items()}
 
 
 def _missing_remember(state: Path, cmakelists: str, missing: Dict[str, str]) -> None:
@@ -436,7 +439,7 @@ def build(checkout: Path, state: Path, programs: Sequence[str], log: Log,
     # configuring the checkout first would find the build directory made
     # from the mirror and remove it, so that every run rebuilt every program
     # and kept only its own.
-    missing = _missing_remembered(state, text)
+    missing = _missing_remembered(state, bench, text)
     if not missing:
         r = _configure((state / "bench").resolve(), bdir)
         if r.returncode != 0:

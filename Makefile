@@ -88,9 +88,10 @@ deb: build
 # killed after 30 s); churn and lifetime_key_destructor_rounds (their
 # RSS/VmSize bounds would count qemu's own translation cache); the profile
 # tests that run host programs on the build's files (profile_accuracy,
-# profile_pprof, profile_report, profile_stray_frame). Left out for time only: fuzz_secure (fuzz,
+# profile_accuracy_small, profile_accuracy_profile_lib, profile_pprof,
+# profile_report, profile_stray_frame). Left out for time only: fuzz_secure (fuzz,
 # the same program against the default build, runs). See docs/PLATFORMS.md.
-ARM64_EXCLUDE = ^(preload_.*|programs_.*|valgrind_.*|bench_runner|misuse|misuse_secure|misuse_doc|fuzz_secure|errors|faults|heaps|stats|stats_override|purge|populate|reclaim|fork|fork_override|fork_storm|fork_early_.*|churn|startup_cost|hot_text|options_setuid|glibc_malloc_tests|glibc_malloc_tests_secure|window_fork_.*|window_purger_watch_expired|window_purger_started_notice|lifetime_.*|profile_accuracy|profile_pprof|profile_report|profile_stray_frame|profile_thread_totals)$$
+ARM64_EXCLUDE = ^(preload_.*|programs_.*|valgrind_.*|bench_runner|misuse|misuse_secure|misuse_doc|fuzz_secure|errors|faults|heaps|stats|stats_override|purge|populate|reclaim|fork|fork_override|fork_storm|fork_early_.*|churn|startup_cost|hot_text|options_setuid|glibc_malloc_tests|glibc_malloc_tests_secure|window_fork_.*|window_purger_watch_expired|window_purger_started_notice|lifetime_.*|profile_accuracy|profile_accuracy_small|profile_accuracy_profile_lib|profile_pprof|profile_report|profile_stray_frame|profile_thread_totals)$$
 build-arm64/.configured: | test-deps
 	$(CMAKE) -S . -B build-arm64 -DCMAKE_BUILD_TYPE=Release -DCORAL_SKIP_RUST=ON \
 		-DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-toolchain.cmake >/dev/null

@@ -11,7 +11,7 @@ target_compile_definitions(coralloc_command PRIVATE CORAL_REL_LIBDIR="${CORAL_RE
 target_compile_options(coralloc_command PRIVATE ${CORAL_WARNINGS})
 target_link_libraries(coralloc_command PRIVATE ${CMAKE_DL_LIBS})
 # `coralloc run` needs the library to be there.
-add_dependencies(coralloc_command coralloc)
+add_dependencies(coralloc_command coralloc coralloc_profile)
 if(TARGET coralloc_secure)
   add_dependencies(coralloc_command coralloc_secure)
 endif()

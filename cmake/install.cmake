@@ -12,7 +12,7 @@ include(CMakePackageConfigHelpers)
 set_target_properties(coralloc PROPERTIES VERSION ${PROJECT_VERSION}
                       SOVERSION ${PROJECT_VERSION_MAJOR})
 
-install(TARGETS coralloc coralloc_static
+install(TARGETS coralloc coralloc_static coralloc_profile
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 if(TARGET coralloc_secure)

@@ -66,7 +66,8 @@ static const char usage[] =
     "                       (CORALLOC_SHOW_STATS=1); nothing from a process that has\n"
     "                       closed its stderr by then\n"
     "  --profile FILE       heap profile: each process writes FILE.PID (pprof format) at\n"
-    "                       exit; read it with `coralloc profile` or pprof (docs/PROFILING.md)\n"
+    "                       exit; read it with `coralloc profile` or pprof (docs/PROFILING.md);\n"
+    "                       it and --leaks preload the profiling library (libcoralloc-profile.so)\n"
     "  --profile-rate BYTES mean bytes allocated between two samples (default 524288)\n"
     "  --leaks              each process prints the sites of sampled blocks still live at exit\n"
     "  --option KEY=VALUE   set option CORALLOC_KEY (KEY with or without the CORALLOC_\n"
@@ -139,6 +140,10 @@ static void library_open(library_t *lib, const char *stem) {
         if (strcmp(stem, "libcoralloc-secure") == 0)
             usage_error("--secure: the secure build (libcoralloc-secure.so) is not installed: "
                         "not in %s nor in %s/%s",
+                        dir, dir, CORAL_REL_LIBDIR);
+        if (strcmp(stem, "libcoralloc-profile") == 0)
+            usage_error("--profile/--leaks: the profiling library (libcoralloc-profile.so) is "
+                        "not installed: not in %s nor in %s/%s",
                         dir, dir, CORAL_REL_LIBDIR);
         fprintf(stderr, "coralloc: cannot find %s.so in %s or %s/%s\n", stem, dir, dir,
                 CORAL_REL_LIBDIR);
@@ -353,8 +358,13 @@ static int cmd_run(int argc, char **argv) {
     if (i >= argc)
         usage_error("run: no command given (coralloc run [flags] [--] COMMAND [ARGS...])");
 
+    /* Profiling preloads the profiling library (the default build whose
+     * malloc counts for the profiler inline: docs/PROFILING.md, "Cost");
+     * the secure build profiles through its slow paths. */
     library_t lib = {0};
-    library_open(&lib, secure ? "libcoralloc-secure" : "libcoralloc");
+    library_open(&lib, secure                     ? "libcoralloc-secure"
+                       : profile != NULL || leaks ? "libcoralloc-profile"
+                                                  : "libcoralloc");
     for (int k = 0; k < nopts; k++) option_apply(&lib, opts[k]);
     if (stats && setenv("CORALLOC_SHOW_STATS", "1", 1) != 0)
         usage_error("cannot set CORALLOC_SHOW_STATS: %s", strerror(errno));

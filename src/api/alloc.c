@@ -207,6 +207,14 @@ void *coral_malloc_profiled(size_t size, coral_heap_t *heap) {
     return counted_alloc(size, heap, false);
 }
 
+void *coral_malloc_countdown_out(size_t size, coral_heap_t *heap) {
+    if (coral_unlikely(!heap->no_direct)) {
+        heap->profile_left = INT64_MAX;
+        return coral_malloc_unprofiled(size, heap, false);
+    }
+    return sampled_generic_alloc(size, heap, false);
+}
+
 /* The other sizes: above CORAL_DIRECT_MAX_SIZE (no direct[] entry: their
  * pop is here, from the first page of their class, as direct[] pages are;
  * it saves no register), large and huge sizes, a thread's first call. (The

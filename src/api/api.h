@@ -60,6 +60,11 @@ CORAL_INLINE void *coral_malloc_slow(size_t size, coral_heap_t *heap, bool zero)
         return zero ? coral_alloc_profiled(size, heap, true) : coral_malloc_profiled(size, heap);
     return coral_malloc_unprofiled(size, heap, zero);
 }
+/* The profiling library's malloc (coral_malloc_counted_inline) took heap's
+ * countdown below 0, its block still on its page: a counted heap's
+ * allocation then is sampled; a heap not counted (profiling off in that
+ * library) gets a countdown that never runs out, and its block. */
+void *coral_malloc_countdown_out(size_t size, coral_heap_t *heap);
 /* coral_malloc_slow out of line (zero not a constant). */
 void *coral_malloc_generic(size_t size, coral_heap_t *heap, bool zero);
 /* A pointer not in a segment's first chunk: NULL, a huge block's later
@@ -109,6 +114,35 @@ CORAL_INLINE void *coral_heap_alloc_plain(coral_heap_t *heap, size_t size, bool 
     }
     coral_freed_mark_clear(block); /* (the block has 16 bytes, size may be less) */
     CORAL_RETURN_REGISTER(block);  /* the slow paths above stay tail calls */
+    return block;
+}
+
+/* malloc in the profiling library (libcoralloc-profile.so, built with
+ * CORAL_PROFILE_LIB: what `coralloc run --profile` preloads): the default
+ * build's pop with the profiler's countdown charged inline, two
+ * instructions more than coral_heap_alloc_plain, where a counted heap of
+ * the default library sends every allocation through coral_malloc_slow's
+ * counted path. Its size bound is a constant, not direct_end (0 in a
+ * counted heap, api/profile.h), so it reads direct[] of every heap: the
+ * empty heap's names coral_page_empty in this library (heap/thread.c),
+ * whose list is always empty, so a thread's first call misses before it
+ * writes anything. The countdown is charged only once the block is found,
+ * so a miss (coral_malloc_slow, counted there) is charged once. A heap
+ * not counted (profiling off) runs its countdown out once, and gets one
+ * that never ends (coral_malloc_countdown_out). */
+CORAL_INLINE void *coral_malloc_counted_inline(size_t size) {
+    coral_heap_t *heap = coral_tls_heap;
+    if (coral_unlikely(size >= CORAL_DIRECT_COUNT)) return coral_malloc_slow(size, heap, false);
+    coral_page_t *page = heap->direct[size];
+    coral_block_t *block = page->free;
+    if (coral_unlikely(block == NULL)) return coral_malloc_slow(size, heap, false);
+    if (coral_unlikely((heap->profile_left -= (int64_t)size) < 0))
+        return coral_malloc_countdown_out(size, heap);
+    page->free = coral_block_next(block);
+    page->used++;
+    coral_heap_count(heap, allocs, page->class_idx, 1);
+    coral_freed_mark_clear(block);
+    CORAL_RETURN_REGISTER(block); /* (the slow paths above stay tail calls) */
     return block;
 }
 

@@ -24,7 +24,18 @@ const char coral_serves_malloc = 1;
  * this their place would follow the size of the code linked before them. */
 #define LINE_START __attribute__((aligned(64)))
 
-EXPORT LINE_START void *malloc(size_t size) { return coral_malloc_inline(size); }
+/* malloc's fast path: the profiling library's charges the profiler's
+ * countdown (api.h). */
+#if CORAL_PROFILE_LIB
+#if CORAL_SECURE || CORAL_VALGRIND
+#error "the profiling library is the default build's"
+#endif
+#define coral_malloc_entry coral_malloc_counted_inline
+#else
+#define coral_malloc_entry coral_malloc_inline
+#endif
+
+EXPORT LINE_START void *malloc(size_t size) { return coral_malloc_entry(size); }
 EXPORT LINE_START void free(void *p) { coral_free_inline(p); }
 EXPORT void *calloc(size_t n, size_t size) {
     return coral_heap_calloc_inline(coral_tls_heap, n, size);
@@ -101,12 +112,12 @@ CORAL_COLD static void *cxx_new_nothrow_failed(size_t n, const void *tag, const 
 
 #define CXX_NEW(name)                                                                              \
     EXPORT void *name(size_t n) {                                                                  \
-        void *p = coral_malloc_inline(n);                                                          \
+        void *p = coral_malloc_entry(n);                                                           \
         return coral_likely(p != NULL) ? p : cxx_new_failed(n, #name);                             \
     }
 #define CXX_NEW_NOTHROW(name)                                                                      \
     EXPORT void *name(size_t n, const void *tag) {                                                 \
-        void *p = coral_malloc_inline(n);                                                          \
+        void *p = coral_malloc_entry(n);                                                           \
         return coral_likely(p != NULL) ? p : cxx_new_nothrow_failed(n, tag, #name);                \
     }
 CXX_NEW(_Znwm)                       /* operator new(size_t) */

@@ -25,11 +25,12 @@ __thread coral_heap_t *coral_tls_heap __attribute__((tls_model("initial-exec")))
  * default build's pops never read its direct[], which stays empty: 1025
  * entries naming coral_page_empty would take as many relocations (24 KiB)
  * in the library's first code window (cmake/hot-text.ld). The secure
- * build's malloc bounds its sizes with a constant instead, and reads the
+ * build's malloc and the profiling library's (CORAL_PROFILE_LIB,
+ * api/api.h) bound their sizes with a constant instead, and read the
  * table: there every entry names coral_page_empty, a page with no free
  * block. */
 coral_heap_t coral_heap_empty = {
-#if CORAL_SECURE
+#if CORAL_SECURE || CORAL_PROFILE_LIB
     .direct = {[0 ... CORAL_DIRECT_COUNT - 1] = &coral_page_empty},
 #endif
     .direct_end = 0,

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The heap profile's accuracy, read back from the file coralloc wrote.
 
-check_profile.py LIB SITES_EXE WORKDIR [--pprof | --command CORALLOC]
+check_profile.py LIB SITES_EXE WORKDIR [--pprof | --command CORALLOC | --small]
 
 Runs SITES_EXE (tests/profile/profile_sites.c) with LIB preloaded and
 CORALLOC_PROFILE=WORKDIR/prof, CORALLOC_PROFILE_RATE=1024; the program
@@ -17,6 +17,10 @@ profile it wrote at exit (WORKDIR/prof.PID) is read with read_pprof.py:
 - a process that took no sample writes no file at exit: `ls /` under the
   largest rate (1 TiB: its few KiB of blocks are sampled with odds of about
   1 in 10^8; before, it wrote an empty profile).
+
+With --small, the program's sizes are those malloc's fast path serves
+(16 B to 1000 B), so that the estimates rest on that path's counting
+alone (the profiling library's malloc counts there, api.h).
 
 With --command, `CORALLOC profile FILE` (the text report) must name the
 three functions first, in order, for in-use and for allocated bytes.
@@ -57,13 +61,15 @@ def fail(msg: str) -> None:
     sys.exit(1)
 
 
-def run_sites(lib: str, exe: str, work: Path) -> tuple[Path, dict[str, tuple[int, int]]]:
+def run_sites(lib: str, exe: str, work: Path,
+              small: bool = False) -> tuple[Path, dict[str, tuple[int, int]]]:
     work.mkdir(parents=True, exist_ok=True)
     for old in work.glob("prof.*"):
         old.unlink()
     env = dict(os.environ, LD_PRELOAD=lib, CORALLOC_PROFILE=str(work / "prof"),
                CORALLOC_PROFILE_RATE=str(RATE))
-    proc = subprocess.Popen([exe], env=env, stdout=subprocess.PIPE, text=True)
+    argv = [exe, str(16 << 20), "small"] if small else [exe]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
     out, _ = proc.communicate(timeout=240)
     if proc.returncode != 0:
         fail(f"{exe} exited {proc.returncode}")
@@ -222,7 +228,7 @@ def main() -> int:
         check_totals(lib, sys.argv[sys.argv.index("--totals") + 1], work)
         print("PASSED")
         return 0
-    path, truth = run_sites(lib, exe, work)
+    path, truth = run_sites(lib, exe, work, small="--small" in sys.argv[4:])
     if "--pprof" in sys.argv[4:]:
         check_pprof(path)
     elif "--command" in sys.argv[4:]:

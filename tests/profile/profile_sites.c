@@ -29,14 +29,16 @@ static unsigned long long next_random(void) {
     return rng;
 }
 
-/* A size of the mix: mostly small, some medium, a few large. */
-static size_t mixed_size(void) {
+/* A size of the mix: mostly small, some medium, a few large; with
+ * `small`, the first 8 only (at most 1000 B: malloc's fast path). */
+static size_t mixed_size(int small) {
     static const size_t sizes[] = {16, 24, 48, 64, 100, 256, 500, 1000, 3000, 8000, 20000, 98304};
     static const unsigned weights[] = {20, 20, 15, 10, 10, 8, 6, 5, 3, 1, 1, 1};
+    size_t n = small ? 8 : sizeof weights / sizeof *weights;
     unsigned total = 0, pick;
-    for (size_t i = 0; i < sizeof weights / sizeof *weights; i++) total += weights[i];
+    for (size_t i = 0; i < n; i++) total += weights[i];
     pick = (unsigned)(next_random() % total);
-    for (size_t i = 0; i < sizeof weights / sizeof *weights; i++) {
+    for (size_t i = 0; i < n; i++) {
         if (pick < weights[i]) return sizes[i];
         pick -= weights[i];
     }
@@ -73,10 +75,11 @@ __attribute__((noinline)) void site_ten(truth_t *t, size_t size) {
 
 int main(int argc, char **argv) {
     unsigned long long total = argc > 1 ? strtoull(argv[1], NULL, 10) : 64ull << 20;
+    int small = argc > 2 && strcmp(argv[2], "small") == 0;
     truth_t t[3] = {{"site_sixty", 0, 0}, {"site_thirty", 0, 0}, {"site_ten", 0, 0}};
     unsigned long long done = 0;
     while (done < total) {
-        size_t size = mixed_size();
+        size_t size = mixed_size(small);
         /* Each byte goes to a site with the target odds. */
         unsigned r = (unsigned)(next_random() % 10);
         if (r < 6)

@@ -87,6 +87,34 @@ secure_preloads)
     run run --secure -- "$PROBE"
     [ "$status" = 0 ] || fail "probe under coralloc run --secure: exit $status: $out $err"
     ;;
+profile_missing)
+    # Only the default library beside a copy of the command: --profile and
+    # --leaks want the profiling library, and say so.
+    cp "$CMD" "$TMP/coralloc"
+    cp "$LIB" "$TMP/libcoralloc.so"
+    CMD="$TMP/coralloc"
+    usage_error "profiling library (libcoralloc-profile.so) is not installed: not in $TMP nor in $TMP/" \
+        run --profile "$TMP/p" -- touch "$TMP/ran"
+    usage_error "profiling library (libcoralloc-profile.so) is not installed" \
+        run --leaks -- touch "$TMP/ran"
+    [ ! -e "$TMP/ran" ] || fail "the command ran without the profiling library"
+    ;;
+profile_preloads_profiling_library)
+    # --profile and --leaks preload libcoralloc-profile.so (beside the
+    # default library), --secure --profile the secure build; the probe runs.
+    want="$(dirname "$LIB")/libcoralloc-profile.so"
+    for flags in "--profile $TMP/p" "--leaks" "--profile=$TMP/p --profile-rate 4096"; do
+        # shellcheck disable=SC2086 # (flags split on purpose)
+        run run $flags -- sh -c 'echo "$LD_PRELOAD"'
+        [ "$status" = 0 ] || fail "run $flags: exit $status: $err"
+        [ "$out" = "$want" ] || fail "run $flags preloads '$out', not $want"
+        run run $flags -- "$PROBE"
+        [ "$status" = 0 ] || fail "probe under coralloc run $flags: exit $status: $out $err"
+    done
+    run run --secure --profile "$TMP/p" -- sh -c 'echo "$LD_PRELOAD"'
+    [ "$out" = "$(dirname "$LIB")/libcoralloc-secure.so" ] ||
+        fail "run --secure --profile preloads '$out', not the secure build"
+    ;;
 run_preloads)
     # The probe fails without coralloc, passes with it.
     "$PROBE" >/dev/null 2>&1 && fail "the probe passes without coralloc: it proves nothing"

@@ -80,7 +80,8 @@ pkgconfig)
     for f in include/coralloc.h bin/coralloc share/man/man1/coralloc.1 share/man/man3/coralloc.3; do
         [ -f "$P/$f" ] || fail "not installed: $f"
     done
-    for f in libcoralloc.a libcoralloc.so pkgconfig/coralloc-static.pc cmake/coralloc/corallocConfig.cmake; do
+    for f in libcoralloc.a libcoralloc.so libcoralloc-profile.so pkgconfig/coralloc-static.pc \
+        cmake/coralloc/corallocConfig.cmake; do
         [ -e "$libdir/$f" ] || fail "not installed: $libdir/$f"
     done
     soname=$(readelf -d "$libdir/libcoralloc.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
@@ -92,6 +93,8 @@ pkgconfig)
     ver=$("$P/bin/coralloc" --version) || fail "installed coralloc --version"
     case $ver in *"library $libdir/libcoralloc.so"*) ;; *) fail "installed command uses: $ver" ;; esac
     "$P/bin/coralloc" run -- "$TMP/bin/hello_c" >/dev/null || fail "installed coralloc run"
+    "$P/bin/coralloc" run --leaks -- "$TMP/bin/hello_c" >/dev/null ||
+        fail "installed coralloc run --leaks (the profiling library)"
     # Everything installed is listed in the manifest (what uninstall removes).
     xargs rm -f <"$MANIFEST" || fail "removing the manifest's files"
     left=$(find "$P" -type f -o -type l)
@@ -124,7 +127,8 @@ deb)
         ./usr/share/man/man3/coralloc.3; do
         grep -q " $f\$" "$TMP/contents" || fail "$f not in the package: $(cat "$TMP/contents")"
     done
-    for f in libcoralloc.so.0 libcoralloc.a pkgconfig/coralloc.pc cmake/coralloc/corallocConfig.cmake; do
+    for f in libcoralloc.so.0 libcoralloc-profile.so libcoralloc.a pkgconfig/coralloc.pc \
+        cmake/coralloc/corallocConfig.cmake; do
         grep -Eq " \./usr/lib/([a-z0-9_-]+/)?$f( ->.*)?\$" "$TMP/contents" || fail "$f not in the package"
     done
     dpkg-deb -x "$deb" "$TMP/root"

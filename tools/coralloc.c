@@ -137,14 +137,15 @@ static void library_open(library_t *lib, const char *stem) {
     if (!find_library(stem, lib->path, sizeof lib->path)) {
         char dir[PATH_MAX];
         self_dir(dir, sizeof dir);
-        if (strcmp(stem, "libcoralloc-secure") == 0)
-            usage_error("--secure: the secure build (libcoralloc-secure.so) is not installed: "
-                        "not in %s nor in %s/%s",
-                        dir, dir, CORAL_REL_LIBDIR);
-        if (strcmp(stem, "libcoralloc-profile") == 0)
-            usage_error("--profile/--leaks: the profiling library (libcoralloc-profile.so) is "
-                        "not installed: not in %s nor in %s/%s",
-                        dir, dir, CORAL_REL_LIBDIR);
+        /* The variants a flag asks for: the flag is named. */
+        static const struct {
+            const char *stem, *flag, *what;
+        } variants[] = {{"libcoralloc-secure", "--secure", "the secure build"},
+                        {"libcoralloc-profile", "--profile/--leaks", "the profiling library"}};
+        for (size_t k = 0; k < sizeof variants / sizeof *variants; k++)
+            if (strcmp(stem, variants[k].stem) == 0)
+                usage_error("%s: %s (%s.so) is not installed: not in %s nor in %s/%s",
+                            variants[k].flag, variants[k].what, stem, dir, dir, CORAL_REL_LIBDIR);
         fprintf(stderr, "coralloc: cannot find %s.so in %s or %s/%s\n", stem, dir, dir,
                 CORAL_REL_LIBDIR);
         exit(EXIT_CANNOT_RUN);
@@ -359,8 +360,8 @@ static int cmd_run(int argc, char **argv) {
         usage_error("run: no command given (coralloc run [flags] [--] COMMAND [ARGS...])");
 
     /* Profiling preloads the profiling library (the default build whose
-     * malloc counts for the profiler inline: docs/PROFILING.md, "Cost");
-     * the secure build profiles through its slow paths. */
+     * malloc counts for the profiler inline: docs/PROFILING.md, "What it
+     * costs"); the secure build profiles through its slow paths. */
     library_t lib = {0};
     library_open(&lib, secure                     ? "libcoralloc-secure"
                        : profile != NULL || leaks ? "libcoralloc-profile"

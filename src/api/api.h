@@ -86,15 +86,20 @@ int coral_heap_walk(coral_heap_t *heap, coral_block_visit_fn fn, void *arg);
  * is the page either way). The pop that malloc and the bulk calls share;
  * the caller clears the block's freed mark (page.h) as it hands it out,
  * after calloc's look at it (coral_block_is_zero). */
+/* block, the first of page's free list (page a page of heap), taken off it. */
+CORAL_INLINE void coral_take_first(coral_heap_t *heap, coral_page_t *page, coral_block_t *block) {
+    page->free = coral_block_next(block);
+    page->used++;
+    coral_heap_count(heap, allocs, page->class_idx, 1);
+}
+
 CORAL_INLINE coral_block_t *coral_pop_direct(coral_heap_t *heap, size_t size,
                                              coral_page_t **pagep) {
     coral_page_t *page = heap->direct[size];
     *pagep = page;
     coral_block_t *block = page->free;
     if (coral_unlikely(block == NULL)) return NULL;
-    page->free = coral_block_next(block);
-    page->used++;
-    coral_heap_count(heap, allocs, page->class_idx, 1);
+    coral_take_first(heap, page, block);
     return block;
 }
 
@@ -138,9 +143,7 @@ CORAL_INLINE void *coral_malloc_counted_inline(size_t size) {
     if (coral_unlikely(block == NULL)) return coral_malloc_slow(size, heap, false);
     if (coral_unlikely((heap->profile_left -= (int64_t)size) < 0))
         return coral_malloc_countdown_out(size, heap);
-    page->free = coral_block_next(block);
-    page->used++;
-    coral_heap_count(heap, allocs, page->class_idx, 1);
+    coral_take_first(heap, page, block);
     coral_freed_mark_clear(block);
     CORAL_RETURN_REGISTER(block); /* (the slow paths above stay tail calls) */
     return block;

@@ -80,7 +80,7 @@ deb: build
 # (bench_runner, preload_*, programs_*, valgrind_*, misuse, misuse_secure, misuse_doc,
 # startup_cost, hot_text, glibc_malloc_tests: LD_PRELOAD of an arm64 library into host programs; options_setuid:
 # setpriv runs it); tests that fork a
-# multi-threaded process (fork, fork_override, fork_storm, fork_early_*, window_fork_*,
+# multi-threaded process (fork, fork_override, fork_profile_lib_sampled, fork_storm, fork_early_*, window_fork_*,
 # lifetime_*: qemu 7.2 asserts in the child, "cpu == current_cpu" or in its
 # plugin's vcpu init; window_purger_watch_expired and
 # window_purger_started_notice end a fork child through its purge thread as
@@ -91,7 +91,7 @@ deb: build
 # profile_accuracy_small, profile_accuracy_profile_lib, profile_pprof,
 # profile_report, profile_stray_frame). Left out for time only: fuzz_secure (fuzz,
 # the same program against the default build, runs). See docs/PLATFORMS.md.
-ARM64_EXCLUDE = ^(preload_.*|programs_.*|valgrind_.*|bench_runner|misuse|misuse_secure|misuse_doc|fuzz_secure|errors|faults|heaps|stats|stats_override|purge|populate|reclaim|fork|fork_override|fork_storm|fork_early_.*|churn|startup_cost|hot_text|options_setuid|glibc_malloc_tests|glibc_malloc_tests_secure|window_fork_.*|window_purger_watch_expired|window_purger_started_notice|lifetime_.*|profile_accuracy|profile_accuracy_small|profile_accuracy_profile_lib|profile_pprof|profile_report|profile_stray_frame|profile_thread_totals)$$
+ARM64_EXCLUDE = ^(preload_.*|programs_.*|valgrind_.*|bench_runner|misuse|misuse_secure|misuse_doc|fuzz_secure|errors|faults|heaps|stats|stats_override|purge|populate|reclaim|fork|fork_override|fork_profile_lib_sampled|fork_storm|fork_early_.*|churn|startup_cost|hot_text|options_setuid|glibc_malloc_tests|glibc_malloc_tests_secure|window_fork_.*|window_purger_watch_expired|window_purger_started_notice|lifetime_.*|profile_accuracy|profile_accuracy_small|profile_accuracy_profile_lib|profile_pprof|profile_report|profile_stray_frame|profile_thread_totals)$$
 build-arm64/.configured: | test-deps
 	$(CMAKE) -S . -B build-arm64 -DCMAKE_BUILD_TYPE=Release -DCORAL_SKIP_RUST=ON \
 		-DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-toolchain.cmake >/dev/null
